@@ -359,7 +359,11 @@ def tensor_leaves(obj: Any) -> Iterator[torch.Tensor]:
 
 
 def module_state_tensors(fn: Callable[..., Any]) -> list[torch.Tensor]:
-    """Parameters and buffers of the modules ``fn`` is, is bound to, or closes over."""
+    """Parameters and buffers of the modules ``fn`` is, is bound to, closes over, reads as globals.
+
+    Deliberately shallow: a module reached only through another object is not found, and its
+    buffers then count as activations (its parameters never do, see :class:`SavedBytesCounter`).
+    """
     return [
         tensor
         for module in _modules_reached(fn)
@@ -374,6 +378,8 @@ def _modules_reached(fn: Any) -> list[torch.nn.Module]:
     if isinstance(fn, functools.partial):
         candidates += [fn.func, *fn.args, *fn.keywords.values()]
     candidates += [cell.cell_contents for cell in getattr(fn, "__closure__", None) or ()]
+    code, module_globals = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    candidates += [module_globals.get(name) for name in (code.co_names if code else ())]
     return [c for c in candidates if isinstance(c, torch.nn.Module)]
 
 
