@@ -1,0 +1,57 @@
+"""The flake8 plugin: the same rules on the tree flake8 already parsed.
+
+flake8 runs every installed plugin on every file whatever ``--select`` says, so this module
+imports nothing heavy, and a file whose text cannot reach a checkpoint function costs one
+regular-expression scan. ``# noqa`` and per-file ignores are left to flake8 itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from ckptlint import __version__
+from ckptlint.source import prefilter_pattern
+
+
+class CheckpointChecker:
+    name = "ckptlint"
+    version = __version__
+
+    extend_checkpoint_functions: tuple[str, ...] = ()
+    _prefilter: re.Pattern[bytes] = prefilter_pattern()
+
+    def __init__(self, tree: ast.Module, lines: list[str]) -> None:
+        self.tree = tree
+        self.lines = lines
+
+    @classmethod
+    def add_options(cls, option_manager: Any) -> None:
+        option_manager.add_option(
+            "--extend-checkpoint-functions",
+            default="",
+            parse_from_config=True,
+            comma_separated_list=True,
+            help="Qualified names of your own wrappers to treat like torch's checkpoint "
+            "(ckptlint). Default: none",
+        )
+
+    @classmethod
+    def parse_options(cls, options: argparse.Namespace) -> None:
+        cls.extend_checkpoint_functions = tuple(options.extend_checkpoint_functions or ())
+        cls._prefilter = prefilter_pattern(cls.extend_checkpoint_functions)
+
+    def run(self) -> Iterator[tuple[int, int, str, type]]:
+        if not self._prefilter.search("".join(self.lines).encode()):
+            return
+        from ckptlint.engine import analyze
+        from ckptlint.resolve import Targets
+        from ckptlint.rules import ALL_RULES
+
+        targets = Targets.with_extensions(self.extend_checkpoint_functions)
+        selected = frozenset(rule.code for rule in ALL_RULES)
+        for finding in analyze(self.tree, self.lines, targets, selected):
+            yield finding.line, finding.column - 1, f"{finding.code} {finding.message}", type(self)

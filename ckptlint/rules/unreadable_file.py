@@ -1,0 +1,28 @@
+"""CKP901: a file that could not be read, decoded or parsed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ckptlint.rules.base import FileContext, Finding, Rule
+
+
+class UnreadableFile(Rule):
+    """A file could not be read, decoded or parsed, so it was not checked.
+
+    Reported for syntax errors, bytes that are not valid in the file's encoding (UTF-8
+    unless a BOM or a `# -*- coding: ... -*-` line says otherwise), NUL bytes, and files
+    the operating system refuses to read. The rest of the run goes on; the exit code is
+    non-zero. Fix the file (or exclude it in `[tool.ckptlint]`).
+    """
+
+    code = "CKP901"
+    name = "unreadable-file"
+    summary = "file could not be read or parsed"
+
+    INVALID: list[str] = ["def forward(self, x:\n    return checkpoint(self.block, x)\n"]
+    VALID: list[str] = ["def forward(self, x):\n    return x\n"]
+
+    def check(self, context: FileContext) -> Iterator[Finding]:
+        """Reported by the engine while reading a file; a parsed file has nothing to add."""
+        return iter(())
