@@ -1,0 +1,252 @@
+"""Where ckptguard hooks into torch.utils.checkpoint.
+
+``checkpoint`` itself is never replaced (references bound earlier, e.g. ``partial(checkpoint,
+...)`` or ``checkpoint_wrapper``, would escape, and torch.compile recognises it by identity).
+Instead ckptguard wraps the two places every path goes through:
+
+* reentrant: ``CheckpointFunction.apply`` (outer grad mode is still visible there; inside
+  ``forward`` it is always off). The user's function is handed to torch wrapped in a
+  ``RegionGuard``, which torch stores as ``ctx.run_function`` and calls again to recompute.
+* non-reentrant: ``_checkpoint_without_reentrant_generator`` (``..._impl`` from 2.14, and
+  the copy the composable ``checkpoint(module)`` API imported). Torch runs the forward itself
+  and calls the generator's ``fn`` only to recompute, so the generator gets a ``RegionGuard``.
+
+The fingerprint is taken right after the forward and verified at the start of each recompute,
+before any user code runs (an early-stopped recompute never reaches the function's end).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils import checkpoint as torch_checkpoint
+
+from ckptguard import _rng
+from ckptguard._fingerprint import Label, ModuleSegment, collect_segments, input_fp
+from ckptguard._verify import build_error, describe_region, first_difference, report
+from ckptguard.errors import CheckpointGuardWarning, CheckpointMismatchError
+
+_GENERATOR_NAMES = (
+    "_checkpoint_without_reentrant_generator",
+    "_checkpoint_without_reentrant_generator_impl",
+)
+_COMPOSABLE_MODULE = "torch.distributed._composable.checkpoint_activation"
+
+
+@dataclass(frozen=True)
+class Options:
+    strict: bool = False
+    on_mismatch: str = "raise"
+    report: bool = False
+
+
+_options: Options | None = None
+_patches: list[tuple[Any, str, bool, Any]] = []  # (owner, attribute, owned it, original)
+
+
+def _is_compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and compiler.is_compiling())
+
+
+class RegionGuard:
+    """One checkpoint call: its forward fingerprint, verified whenever torch recomputes it."""
+
+    __slots__ = ("fn", "segments", "values", "inputs", "on_mismatch", "__weakref__")
+
+    def __init__(self, fn: Any, options: Options):
+        self.fn = fn
+        self.segments = collect_segments(fn)
+        self.values: list | None = None
+        self.inputs: list = []
+        self.on_mismatch = options.on_mismatch
+
+    def capture(self, args: tuple) -> None:
+        self.values = [segment.read() for segment in self.segments]
+        self.inputs = [input_fp(a) for a in args if isinstance(a, torch.Tensor)]
+
+    def verify(self, args: tuple) -> None:
+        for segment, old in zip(self.segments, self.values, strict=True):
+            new = segment.read()
+            if new != old:
+                index = first_difference(old, new)
+                label = segment.labels[min(index, len(segment.labels) - 1)]
+                old_value = old[index] if index < len(old) else None
+                new_value = new[index] if index < len(new) else None
+                self._mismatch(label, old_value, new_value)
+                return
+        inputs = [input_fp(a) for a in args if isinstance(a, torch.Tensor)]
+        if len(inputs) == len(self.inputs) and inputs != self.inputs:
+            index = first_difference(self.inputs, inputs)
+            label = Label("tensor", f"input tensor #{index}", "argument of the region")
+            self._mismatch(label, self.inputs[index], inputs[index])
+
+    def _mismatch(self, label: Label, old: Any, new: Any) -> None:
+        report(build_error(describe_region(self.fn), label, old, new), self.on_mismatch)
+
+    def parameters_without_gradients(self) -> list[str]:
+        names = []
+        for segment in self.segments:
+            if isinstance(segment, ModuleSegment):
+                root = segment.plan.root_name
+                for entry in segment.plan.entries:
+                    for name, param in entry.module._parameters.items():
+                        if param is not None and param.requires_grad:
+                            names.append(f"{root}:{name}")
+        return names
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.values is not None and _options is not None:
+            self.verify(args)
+        return self.fn(*args, **kwargs)
+
+
+def _check_rng(region: RegionGuard, before: Any, preserve: bool, args: tuple) -> None:
+    devices = _rng.consumed_unstashed(before, preserve, args)
+    if not devices:
+        return
+    where = ", ".join(devices)
+    reason = (
+        "preserve_rng_state=False, so torch restores no RNG state"
+        if not preserve
+        else "torch stashes the RNG state only for CPU and for the devices of tensor positional "
+        "arguments"
+    )
+    error = CheckpointMismatchError(
+        f"ckptguard [rng_device]: checkpointed region {describe_region(region.fn)} drew random "
+        f"numbers on {where} during its forward, but {reason}; the recompute will draw different "
+        f"numbers there and its gradients will not match the forward.\n"
+        f"  how to fix: pass a tensor on each of these devices as a positional argument of "
+        f"checkpoint, keep preserve_rng_state=True, or draw the random numbers outside the "
+        f"region and pass them in.",
+        kind="rng_device",
+        region=describe_region(region.fn),
+        details={"devices": devices, "preserve_rng_state": preserve},
+    )
+    report(error, region.on_mismatch)
+
+
+def _guard_reentrant(original_apply: Any) -> Any:
+    def apply(run_function: Any, preserve_rng_state: bool, *args: Any) -> Any:
+        options = _options
+        if (
+            options is None
+            or not torch.is_grad_enabled()
+            or isinstance(run_function, RegionGuard)
+            or _is_compiling()
+        ):
+            return original_apply(run_function, preserve_rng_state, *args)
+        region = RegionGuard(run_function, options)
+        if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            _warn_no_input_requires_grad(region)
+        before = _rng.snapshot(preserve_rng_state)
+        outputs = original_apply(region, preserve_rng_state, *args)
+        region.capture(args)
+        _check_rng(region, before, preserve_rng_state, args)
+        return outputs
+
+    return staticmethod(apply)
+
+
+def _warn_no_input_requires_grad(region: RegionGuard) -> None:
+    names = region.parameters_without_gradients()
+    if not names:
+        return
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    warnings.warn(
+        f"ckptguard: checkpoint(use_reentrant=True) region {describe_region(region.fn)} has no "
+        f"input that requires grad, so these parameters will get no gradient: {shown}. Use "
+        f"use_reentrant=False, or pass an input that requires grad.",
+        CheckpointGuardWarning,
+        stacklevel=4,
+    )
+
+
+def _guard_generator(original: Any) -> Any:
+    parameters = list(inspect.signature(original).parameters.values())
+    leading = sum(1 for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD)
+
+    def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        options = _options
+        if (
+            options is None
+            or isinstance(fn, RegionGuard)
+            or not torch.is_grad_enabled()
+            or _is_compiling()
+        ):
+            return (yield from original(fn, *args, **kwargs))
+        preserve = args[0] if args else kwargs.get("preserve_rng_state", True)
+        user_args = args[leading - 1 :]
+        region = RegionGuard(fn, options)
+        before = _rng.snapshot(preserve)
+        inner = original(region, *args, **kwargs)
+        first = next(inner)
+        try:
+            yield first
+        except BaseException as exc:  # the forward failed: let torch unwind its contexts
+            try:
+                inner.throw(exc)
+            except StopIteration:
+                return
+            raise
+        yield from inner  # torch's post-forward logic; it yields nothing more
+        region.capture(user_args)
+        _check_rng(region, before, preserve, user_args)
+
+    generator.__wrapped__ = original
+    return generator
+
+
+def _patch(owner: Any, attribute: str, replacement: Any) -> None:
+    owned = attribute in vars(owner)
+    _patches.append((owner, attribute, owned, vars(owner).get(attribute)))
+    setattr(owner, attribute, replacement)
+
+
+def _install_patches() -> None:
+    _patch(
+        torch_checkpoint.CheckpointFunction,
+        "apply",
+        _guard_reentrant(torch_checkpoint.CheckpointFunction.apply),
+    )
+    for name in _GENERATOR_NAMES:
+        original = getattr(torch_checkpoint, name, None)
+        if original is not None:
+            _patch(torch_checkpoint, name, _guard_generator(original))
+    if torch.distributed.is_available():
+        try:
+            __import__(_COMPOSABLE_MODULE)
+        except ImportError:
+            return
+        composable = sys.modules[_COMPOSABLE_MODULE]
+        for name in _GENERATOR_NAMES:
+            original = getattr(composable, name, None)
+            if original is not None:
+                _patch(composable, name, _guard_generator(original))
+
+
+def install(options: Options) -> None:
+    global _options
+    if not _patches:
+        _install_patches()
+    _options = options
+
+
+def uninstall() -> None:
+    global _options
+    _options = None
+    while _patches:
+        owner, attribute, owned, original = _patches.pop()
+        if owned:
+            setattr(owner, attribute, original)
+        else:
+            delattr(owner, attribute)
+
+
+def current_options() -> Options | None:
+    return _options
