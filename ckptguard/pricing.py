@@ -13,6 +13,7 @@ reuse them on live regions. torch is imported lazily: importing this module does
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 import time
@@ -105,17 +106,24 @@ def price_call(
     inputs_require_grad: bool = True,
     timing_repeats: int = 5,
 ) -> RegionPrice:
-    """Measure a region on one set of inputs and judge it with ``policy``."""
+    """Measure a region on one set of inputs and judge it with ``policy``.
+
+    The region runs about a dozen times; the RNG state and the buffers of the modules it reaches
+    (BatchNorm running statistics) are restored afterwards, and no ``.grad`` is touched.
+    """
+    import torch
+
     kwargs = dict(kwargs or {})
     if inputs_require_grad:
         args = [_as_grad_input(a) for a in args]
         kwargs = {k: _as_grad_input(v) for k, v in kwargs.items()}
     persistent = module_state_tensors(fn)
-    bytes_without = measure_saved_bytes(fn, args, kwargs, exclude=persistent)
+    with torch.random.fork_rng(), _buffers_restored(fn):
+        bytes_without = measure_saved_bytes(fn, args, kwargs, exclude=persistent)
+        recompute_flops = count_recompute_flops(fn, args, kwargs)
+        forward_flops = count_flops(fn, args, kwargs)
+        seconds = time_call(fn, args, kwargs, repeats=timing_repeats)
     bytes_with = storage_bytes(tensor_leaves((args, kwargs)))
-    recompute_flops = count_recompute_flops(fn, args, kwargs)
-    forward_flops = count_flops(fn, args, kwargs)
-    seconds = time_call(fn, args, kwargs, repeats=timing_repeats)
     return judge(
         name or region_name(fn),
         bytes_without=bytes_without,
@@ -266,31 +274,30 @@ def count_recompute_flops(
     from torch.utils.checkpoint import checkpoint
 
     kwargs = dict(kwargs or {})
-    unchecked = _backward_flops(fn, args, kwargs)
-    checked = _backward_flops(
-        lambda *a, **k: checkpoint(fn, *a, use_reentrant=False, **k), args, kwargs, fn
-    )
-    return checked - unchecked
+    wrt = [t for t in tensor_leaves((args, kwargs)) if t.requires_grad]
+    wrt += [t for t in module_state_tensors(fn) if t.requires_grad]
+
+    def checkpointed(*a: Any, **k: Any) -> Any:
+        return checkpoint(fn, *a, use_reentrant=False, **k)
+
+    return _backward_flops(checkpointed, args, kwargs, wrt) - _backward_flops(fn, args, kwargs, wrt)
 
 
 def _backward_flops(
     call: Callable[..., Any],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    region: Callable[..., Any] | None = None,
+    wrt: list[torch.Tensor],
 ) -> int:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    region = region or call
-    wrt = [t for t in tensor_leaves((args, kwargs)) if t.requires_grad]
-    wrt += [t for t in module_state_tensors(region) if t.requires_grad]
     with torch.enable_grad():
         outputs = [t for t in tensor_leaves(call(*args, **kwargs)) if t.requires_grad]
     if not outputs or not wrt:
         return 0
     # torch.autograd.grad fails here (FlopCounterMode's module tracker hooks recomputed leaves),
-    # so run backward into ``wrt`` only and give the parameters their gradients back.
+    # so run backward into ``wrt`` only and give those tensors their gradients back.
     previous_grads = [t.grad for t in wrt]
     try:
         with FlopCounterMode(display=False) as counter:
@@ -369,6 +376,20 @@ def module_state_tensors(fn: Callable[..., Any]) -> list[torch.Tensor]:
         for module in _modules_reached(fn)
         for tensor in (*module.parameters(), *module.buffers())
     ]
+
+
+@contextlib.contextmanager
+def _buffers_restored(fn: Callable[..., Any]) -> Iterator[None]:
+    import torch
+
+    buffers = [b for module in _modules_reached(fn) for b in module.buffers()]
+    saved = [b.detach().clone() for b in buffers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in zip(buffers, saved, strict=True):
+                buffer.copy_(value)
 
 
 def _modules_reached(fn: Any) -> list[torch.nn.Module]:

@@ -90,10 +90,14 @@ def test_module_buffers_excluded_also_through_closure_and_globals():
     assert price(norm.forward, x).bytes_without_checkpoint == expected
 
 
-def test_price_leaves_inputs_and_gradients_alone():
-    block = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8))
-    x = torch.randn(2, 8)
+def test_price_leaves_model_rng_and_inputs_as_they_were():
+    block = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 8))
+    x = torch.randn(4, 8)
+    buffers_before = [b.clone() for b in block.buffers()]
+    rng_before = torch.get_rng_state()
     price(block, x)
+    assert torch.equal(torch.get_rng_state(), rng_before)
+    assert all(torch.equal(a, b) for a, b in zip(buffers_before, block.buffers(), strict=True))
     assert not x.requires_grad and x.grad is None
     assert all(p.grad is None for p in block.parameters())
 
