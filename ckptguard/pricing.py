@@ -7,8 +7,9 @@ activation frees nothing at all (it saves a tensor the size of its input, and ch
 input instead). :func:`price` measures both sides on example inputs.
 
 The measuring helpers (:class:`SavedBytesCounter`, :func:`measure_saved_bytes`,
-:func:`count_flops`, :func:`time_call`, :func:`storage_bytes`) are public so that report mode can
-reuse them on live regions. torch is imported lazily: importing this module does not need it.
+:func:`count_flops`, :func:`count_recompute_flops`, :func:`time_call`, :func:`storage_bytes`) and
+the verdict arithmetic (:func:`judge`) are public so that report mode can reuse them. torch is
+imported lazily: importing this module does not need it.
 """
 
 from __future__ import annotations
@@ -109,15 +110,14 @@ def price_call(
 ) -> RegionPrice:
     """Measure a region on one set of inputs and judge it with ``policy``.
 
+    Tensor inputs are detached first (sharing storage), so no graph upstream of them runs.
     The region runs about a dozen times; the RNG state and the buffers of the modules it reaches
     (BatchNorm running statistics) are restored afterwards, and no ``.grad`` is touched.
     """
     import torch
 
-    kwargs = dict(kwargs or {})
-    if inputs_require_grad:
-        args = [_as_grad_input(a) for a in args]
-        kwargs = {k: _as_grad_input(v) for k, v in kwargs.items()}
+    args = [_isolated_input(a, inputs_require_grad) for a in args]
+    kwargs = {k: _isolated_input(v, inputs_require_grad) for k, v in (kwargs or {}).items()}
     persistent = module_state_tensors(fn)
     with torch.random.fork_rng(), _buffers_restored(fn):
         bytes_without = measure_saved_bytes(fn, args, kwargs, exclude=persistent)
@@ -193,7 +193,9 @@ class SavedBytesCounter:
     count once. Parameters, and any tensor in ``exclude`` (module buffers, say), are not counted:
     they live whether or not the region is checkpointed. Only the innermost
     ``saved_tensors_hooks`` apply, so a checkpoint nested inside the region hides its own saves,
-    which is right: those are not kept either.
+    which is right: those are not kept either. Saved tensors are stored detached (a reference
+    to the output in its own node would be a cycle) with their version, so backward still fails,
+    as autograd does, when one was modified in place.
     """
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
@@ -205,17 +207,23 @@ class SavedBytesCounter:
     def bytes(self) -> int:
         return sum(self._counted.values())
 
-    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+    def _pack(self, tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
         import torch
 
         base = tensor if tensor._base is None else tensor._base
         key = storage_key(tensor)
         if not isinstance(base, torch.nn.Parameter) and key not in self._excluded:
             self._counted.setdefault(key, _storage_nbytes(tensor))
-        return tensor.detach()
+        return tensor.detach(), tensor._version
 
     @staticmethod
-    def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+    def _unpack(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+        tensor, version = packed
+        if tensor._version != version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: saved at version {version}, now at {tensor._version}"
+            )
         return tensor
 
     def __enter__(self) -> SavedBytesCounter:
@@ -416,11 +424,18 @@ def region_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-def _as_grad_input(value: Any) -> Any:
+def _isolated_input(value: Any, require_grad: bool) -> Any:
+    """``value`` with its tensors detached (sharing storage), so pricing never reaches the graph
+    that produced them; floating ones require grad if they did or ``require_grad`` asks."""
     import torch
 
-    if isinstance(value, torch.Tensor) and value.is_floating_point() and not value.requires_grad:
-        return value.detach().requires_grad_(True)
+    if isinstance(value, torch.Tensor):
+        wants_grad = value.is_floating_point() and (value.requires_grad or require_grad)
+        return value.detach().requires_grad_(wants_grad)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_isolated_input(v, require_grad) for v in value)
+    if isinstance(value, dict):
+        return {k: _isolated_input(v, require_grad) for k, v in value.items()}
     return value
 
 

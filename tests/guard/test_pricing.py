@@ -11,6 +11,7 @@ nn = torch.nn
 
 from ckptguard.pricing import (  # noqa: E402
     DEFAULT_POLICY,
+    SavedBytesCounter,
     format_price_table,
     judge,
     measure_saved_bytes,
@@ -100,6 +101,27 @@ def test_price_leaves_model_rng_and_inputs_as_they_were():
     assert all(torch.equal(a, b) for a, b in zip(buffers_before, block.buffers(), strict=True))
     assert not x.requires_grad and x.grad is None
     assert all(p.grad is None for p in block.parameters())
+
+
+def test_price_does_not_run_the_graph_upstream_of_its_inputs():
+    weight = torch.randn(4, 8, requires_grad=True)
+    activation = weight * 2  # an input produced by an earlier layer
+    price(nn.Sequential(nn.Linear(8, 8), nn.Tanh()), activation)
+    assert weight.grad is None
+
+
+def test_counter_leaves_backward_exact_and_keeps_the_inplace_check():
+    x = torch.randn(6, requires_grad=True)
+    with SavedBytesCounter() as counter:
+        y = x.exp() * x  # exp saves its result; mul saves that result again, and x
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    assert counter.bytes == 2 * x.nbytes
+    assert torch.equal(grad, x.exp() * x + x.exp())
+    with SavedBytesCounter():
+        z = x.exp()
+    z.add_(1)  # modifies the tensor exp saved for its backward
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
 
 
 def test_keyword_arguments_reach_the_region_and_count_as_kept():
