@@ -1,0 +1,28 @@
+"""Shared fixtures for the ckptguard tests; they need torch and skip without it."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ckptguard  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _guard_off_between_tests():
+    """Every test starts and ends with torch.utils.checkpoint untouched."""
+    ckptguard.disable()
+    yield
+    ckptguard.disable()
+
+
+def grads_of(module, *inputs):
+    """Gradients of the module's parameters and of the inputs, in a fixed order, cloned."""
+    named = [p.grad for p in module.parameters()] + [x.grad for x in inputs]
+    return [None if g is None else g.clone() for g in named]
+
+
+def grads_equal(first, second):
+    return len(first) == len(second) and all(
+        (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+        for a, b in zip(first, second, strict=True)
+    )

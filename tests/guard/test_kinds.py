@@ -1,0 +1,260 @@
+"""Each mismatch kind: plain torch gives silently different gradients, the guard names it.
+
+Every scenario runs the same checkpointed step three times: honestly, with a change made between
+forward and backward under plain torch (gradients differ, no error), and with the guard on
+(``CheckpointMismatchError`` of the right kind, naming what changed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import grads_equal, grads_of
+from torch.utils.checkpoint import checkpoint
+
+import ckptguard
+from ckptguard import CheckpointMismatchError
+
+SCALE = 1.0
+GAIN = torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+
+class Scaled(nn.Module):
+    """Reads a module global, a plain attribute, a buffer and its parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.scale = 1.0
+        self.register_buffer("gain", torch.tensor(1.0001))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        factor = 1.0 if self.training else 2.0
+        hidden = self.fc(x) * self.scale * SCALE * factor
+        return torch.sin(hidden * self.gain.to(x.dtype) * GAIN)
+
+
+def _doubled_forward(self: Scaled, x: torch.Tensor) -> torch.Tensor:
+    return torch.sin(2.0 * self.fc(x) * self.scale * SCALE * self.gain.to(x.dtype) * GAIN)
+
+
+@dataclass
+class Scenario:
+    kind: str
+    change: Callable[[Scaled], None]
+    undo: Callable[[Scaled], None]
+    names: tuple[str, ...]  # substrings the error message must contain
+
+
+def _set_global(name: str, value: object) -> Callable[[Scaled], None]:
+    def apply(_: Scaled) -> None:
+        globals()[name] = value
+
+    return apply
+
+
+def _bump_weight(model: Scaled) -> None:
+    with torch.no_grad():  # what optimizer.step() does between forward and backward
+        model.fc.weight.add_(0.25)
+
+
+def _unbump_weight(model: Scaled) -> None:
+    with torch.no_grad():
+        model.fc.weight.sub_(0.25)
+
+
+_replaced: dict[int, nn.Parameter] = {}
+
+
+def _replace_weight(model: Scaled) -> None:
+    _replaced[id(model)] = model.fc.weight
+    model.fc.weight = nn.Parameter(model.fc.weight.detach() * 2)
+
+
+def _restore_weight(model: Scaled) -> None:
+    model.fc.weight = _replaced.pop(id(model))
+
+
+def _cast_buffer_to_half(model: Scaled) -> None:
+    """What ``Module.half()`` / ``.to()`` do to each tensor: swap ``.data`` in place."""
+    _replaced[id(model.gain)] = model.gain.data
+    model.gain.data = model.gain.data.half()
+
+
+def _restore_buffer(model: Scaled) -> None:
+    model.gain.data = _replaced.pop(id(model.gain))
+
+
+def _bump_gain(_: Scaled) -> None:
+    GAIN.mul_(3.0)
+
+
+def _unbump_gain(_: Scaled) -> None:
+    GAIN.div_(3.0)
+
+
+SCENARIOS = {
+    "global": Scenario("global", _set_global("SCALE", 3.0), _set_global("SCALE", 1.0), ("SCALE",)),
+    "global_tensor": Scenario("tensor", _bump_gain, _unbump_gain, ("GAIN", "in place")),
+    "attribute": Scenario(
+        "attribute",
+        lambda m: setattr(m, "scale", 0.5),
+        lambda m: setattr(m, "scale", 1.0),
+        ("Scaled.scale", "1.0", "0.5"),
+    ),
+    "training": Scenario("training", lambda m: m.eval(), lambda m: m.train(), ("Scaled",)),
+    "tensor_in_place": Scenario(
+        "tensor", _bump_weight, _unbump_weight, ("Scaled.fc.weight", "in place")
+    ),
+    "tensor_replaced": Scenario(
+        "tensor", _replace_weight, _restore_weight, ("Scaled.fc.weight", "replaced")
+    ),
+    "placement": Scenario(
+        "placement",
+        _cast_buffer_to_half,
+        _restore_buffer,
+        ("Scaled.gain", "torch.float32", "torch.float16"),
+    ),
+    "function_replaced": Scenario(
+        "function",
+        lambda m: setattr(type(m), "forward", _doubled_forward),
+        lambda m: setattr(type(m), "forward", Scaled.__dict__["_original_forward"]),
+        ("Scaled.forward",),
+    ),
+}
+Scaled._original_forward = Scaled.forward
+
+
+def _step(model: Scaled, x: torch.Tensor, reentrant: bool, change=None) -> list:
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    out = checkpoint(model, x, use_reentrant=reentrant)
+    if change is not None:
+        change(model)
+    out.sum().backward()
+    return grads_of(model, x)
+
+
+@pytest.fixture
+def model_and_input():
+    model = Scaled()
+    x = torch.randn(3, 4, requires_grad=True)
+    return model, x
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_silent_change_is_named(name: str, reentrant: bool, model_and_input) -> None:
+    scenario = SCENARIOS[name]
+    model, x = model_and_input
+    honest = _step(model, x, reentrant)
+    try:
+        changed = _step(model, x, reentrant, scenario.change)
+    finally:
+        scenario.undo(model)
+    assert not grads_equal(honest, changed), "plain torch should silently differ"
+
+    ckptguard.enable()
+    try:
+        with pytest.raises(CheckpointMismatchError) as info:
+            _step(model, x, reentrant, scenario.change)
+    finally:
+        scenario.undo(model)
+    error = info.value
+    assert error.kind == scenario.kind, str(error)
+    assert "Scaled.forward" in error.region and "test_kinds.py" in error.region
+    for text in scenario.names:
+        assert text in str(error), (text, str(error))
+    assert "how to fix" in str(error)
+    # the same step without the change still passes and matches plain torch exactly
+    assert grads_equal(_step(model, x, reentrant), honest)
+
+
+def test_code_object_swapped(model_and_input) -> None:
+    model, x = model_and_input
+    original = Scaled.forward.__code__
+    honest = _step(model, x, False)
+
+    def swap(_: Scaled) -> None:
+        Scaled.forward.__code__ = _doubled_forward.__code__
+
+    try:
+        assert not grads_equal(honest, _step(model, x, False, swap))
+    finally:
+        Scaled.forward.__code__ = original
+    ckptguard.enable()
+    try:
+        with pytest.raises(CheckpointMismatchError) as info:
+            _step(model, x, False, swap)
+    finally:
+        Scaled.forward.__code__ = original
+    assert info.value.kind == "function"
+    assert "_doubled_forward" in str(info.value)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_closure_rebound(reentrant: bool) -> None:
+    x = torch.randn(5, requires_grad=True)
+
+    def run(rebind: bool) -> torch.Tensor:
+        factor = 2.0
+
+        def region(t: torch.Tensor) -> torch.Tensor:
+            return torch.sin(t * factor)
+
+        x.grad = None
+        out = checkpoint(region, x, use_reentrant=reentrant)
+        if rebind:
+            factor = 5.0  # noqa: F841  (read by region's recompute through the closure cell)
+        out.sum().backward()
+        return x.grad.clone()
+
+    honest = run(False)
+    assert not torch.equal(honest, run(True))
+    ckptguard.enable()
+    with pytest.raises(CheckpointMismatchError) as info:
+        run(True)
+    assert info.value.kind == "closure"
+    assert "factor" in str(info.value) and "2.0" in str(info.value) and "5.0" in str(info.value)
+    assert torch.equal(run(False), honest)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_unpreserved_rng_is_rng_device(reentrant: bool) -> None:
+    dropout = nn.Dropout(0.5)
+    x = torch.randn(64, requires_grad=True)
+
+    def run() -> torch.Tensor:
+        x.grad = None
+        torch.manual_seed(0)
+        out = checkpoint(dropout, x, use_reentrant=reentrant, preserve_rng_state=False)
+        torch.rand(3)  # the RNG moves on before backward, as in any training step
+        out.sum().backward()
+        return x.grad.clone()
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        expected_mask = (dropout(x) != 0).float() * 2.0
+    assert not torch.equal(run(), expected_mask), "plain torch replays a different mask"
+    ckptguard.enable()
+    with pytest.raises(CheckpointMismatchError) as info:
+        run()
+    assert info.value.kind == "rng_device"
+    assert info.value.details["devices"] == ["cpu"]
+    assert "preserve_rng_state=False" in str(info.value)
+
+
+def test_warn_mode_warns_and_continues(model_and_input) -> None:
+    model, x = model_and_input
+    scenario = SCENARIOS["attribute"]
+    ckptguard.enable(on_mismatch="warn")
+    try:
+        with pytest.warns(ckptguard.CheckpointMismatchWarning, match="Scaled.scale"):
+            _step(model, x, False, scenario.change)
+    finally:
+        scenario.undo(model)
