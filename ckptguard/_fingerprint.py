@@ -204,11 +204,12 @@ class _ModuleEntry(NamedTuple):
 class ModulePlan:
     """Flat list of a module tree's flags, forwards, plain attributes, params and buffers."""
 
-    __slots__ = ("entries", "labels", "root_name", "__weakref__")
+    __slots__ = ("entries", "labels", "paths", "root_name", "__weakref__")
 
     def __init__(self, root: torch.nn.Module):
         self.root_name = type(root).__name__
         entries = []
+        paths = []
         labels: list[Label] = []
         loose_prefixes: list[str] = []
         for name, module in root.named_modules(remove_duplicate=True):
@@ -216,6 +217,7 @@ class ModulePlan:
                 loose_prefixes.append(name)
             loose = any(name == p or name.startswith(p + ".") or p == "" for p in loose_prefixes)
             path = f"{self.root_name}.{name}" if name else self.root_name
+            paths.append(path)
             cls = type(module).__name__
             attr_names = tuple(
                 key
@@ -241,6 +243,7 @@ class ModulePlan:
                 where = f"global of {forward.__module__}, read by {function_name(forward)}"
                 labels.extend(Label("global", g, where) for g in forward_plan.global_names)
         self.entries = tuple(entries)
+        self.paths = tuple(paths)
         self.labels = tuple(labels)
 
     def read(self) -> list:

@@ -18,8 +18,10 @@ before any user code runs (an early-stopped recompute never reaches the function
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +51,21 @@ _options: Options | None = None
 _patches: list[tuple[Any, str, bool, Any]] = []  # (owner, attribute, owned it, original)
 
 
+_COMPILER_DIRS = tuple(
+    os.path.join(os.path.dirname(torch.__file__), name) + os.sep
+    for name in ("_higher_order_ops", "_dynamo", "_functorch", "_inductor")
+)
+
+
 def _is_compiling() -> bool:
     compiler = getattr(torch, "compiler", None)
     return bool(compiler is not None and compiler.is_compiling())
+
+
+def _is_compiled_region(fn: Any) -> bool:
+    """A region torch.compile emitted (tag_activation_checkpoint): torch owns its RNG handling."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename.startswith(_COMPILER_DIRS)
 
 
 class RegionGuard:
@@ -68,7 +82,7 @@ class RegionGuard:
 
     def capture(self, args: tuple) -> None:
         self.values = [segment.read() for segment in self.segments]
-        self.inputs = [input_fp(a) for a in args if isinstance(a, torch.Tensor)]
+        self.inputs = [(weakref.ref(a), input_fp(a)) for a in args if isinstance(a, torch.Tensor)]
 
     def verify(self, args: tuple) -> None:
         for segment, old in zip(self.segments, self.values, strict=True):
@@ -80,11 +94,13 @@ class RegionGuard:
                 new_value = new[index] if index < len(new) else None
                 self._mismatch(label, old_value, new_value)
                 return
-        inputs = [input_fp(a) for a in args if isinstance(a, torch.Tensor)]
-        if len(inputs) == len(self.inputs) and inputs != self.inputs:
-            index = first_difference(self.inputs, inputs)
-            label = Label("tensor", f"input tensor #{index}", "argument of the region")
-            self._mismatch(label, self.inputs[index], inputs[index])
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        for index, (tensor, (ref, old)) in enumerate(zip(tensors, self.inputs, strict=False)):
+            # nested and reentrant recomputes get new input objects: only the same object
+            # is comparable, and torch checks versions of the tensors it saved itself
+            if ref() is tensor and input_fp(tensor) != old:
+                label = Label("tensor", f"input tensor #{index}", "argument of the region")
+                self._mismatch(label, old, input_fp(tensor))
 
     def _mismatch(self, label: Label, old: Any, new: Any) -> None:
         report(build_error(describe_region(self.fn), label, old, new), self.on_mismatch)
@@ -93,11 +109,11 @@ class RegionGuard:
         names = []
         for segment in self.segments:
             if isinstance(segment, ModuleSegment):
-                root = segment.plan.root_name
-                for entry in segment.plan.entries:
+                plan = segment.plan
+                for path, entry in zip(plan.paths, plan.entries, strict=True):
                     for name, param in entry.module._parameters.items():
                         if param is not None and param.requires_grad:
-                            names.append(f"{root}:{name}")
+                            names.append(f"{path}.{name}")
         return names
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -178,6 +194,7 @@ def _guard_generator(original: Any) -> Any:
             or isinstance(fn, RegionGuard)
             or not torch.is_grad_enabled()
             or _is_compiling()
+            or _is_compiled_region(fn)
         ):
             return (yield from original(fn, *args, **kwargs))
         preserve = args[0] if args else kwargs.get("preserve_rng_state", True)
