@@ -1,0 +1,26 @@
+"""``import ckptguard`` must work without torch; only ``enable()`` needs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SCRIPT = """
+import sys
+sys.modules["torch"] = None  # makes any `import torch` fail, as if it were not installed
+import ckptguard
+assert not ckptguard.is_enabled()
+ckptguard.disable()
+try:
+    ckptguard.enable()
+except ImportError as error:
+    print("ImportError:", error)
+"""
+
+
+def test_import_without_torch_fails_only_at_enable() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ckptguard needs PyTorch" in result.stdout
