@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import types
 import weakref
 from typing import Any, NamedTuple
@@ -192,6 +193,27 @@ def _is_fsdp2_module(module: torch.nn.Module) -> bool:
     return any(cls.__name__ == "FSDPModule" for cls in type(module).__mro__)
 
 
+def _fsdp2_managed_modules() -> set[int]:
+    """Modules whose parameters FSDP2 swaps between sharded and unsharded on purpose.
+
+    A region may sit inside an FSDP unit without containing the ``FSDPModule`` itself, so ask
+    FSDP2's own state registry which modules own the parameters it manages.
+    """
+    registry = sys.modules.get("torch.distributed._composable_state")
+    if registry is None:
+        return set()
+    managed: set[int] = set()
+    for entry in list(getattr(registry, "_module_state_mapping", {}).values()):
+        state = entry() if isinstance(entry, weakref.ref) else entry
+        group = getattr(state, "_fsdp_param_group", None)
+        for fsdp_param in getattr(group, "fsdp_params", ()):
+            info = getattr(fsdp_param, "_module_info", None)
+            if info is not None:
+                managed.add(id(info.module))
+                managed.update(id(m) for m in getattr(info, "shared_modules", ()))
+    return managed
+
+
 class _ModuleEntry(NamedTuple):
     module: torch.nn.Module
     attr_names: tuple
@@ -212,10 +234,13 @@ class ModulePlan:
         paths = []
         labels: list[Label] = []
         loose_prefixes: list[str] = []
+        fsdp_managed = _fsdp2_managed_modules()
         for name, module in root.named_modules(remove_duplicate=True):
             if _is_fsdp2_module(module):
                 loose_prefixes.append(name)
-            loose = any(name == p or name.startswith(p + ".") or p == "" for p in loose_prefixes)
+            loose = id(module) in fsdp_managed or any(
+                p == "" or name == p or name.startswith(p + ".") for p in loose_prefixes
+            )
             path = f"{self.root_name}.{name}" if name else self.root_name
             paths.append(path)
             cls = type(module).__name__
