@@ -7,7 +7,6 @@ it already parsed), so both report the same findings at the same places.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -17,7 +16,7 @@ from ckptlint.resolve import Targets
 from ckptlint.rules import ALL_RULES
 from ckptlint.rules.base import FileContext, Finding
 from ckptlint.rules.unreadable_file import UnreadableFile
-from ckptlint.source import UnreadableSource, decode, parse, prefilter_pattern, read_bytes
+from ckptlint.source import Prefilter, UnreadableSource, decode, parse, read_bytes
 
 
 def analyze(
@@ -49,8 +48,8 @@ class Linter:
         return Targets.with_extensions(self.settings.extend_checkpoint_functions)
 
     @cached_property
-    def prefilter(self) -> re.Pattern[bytes]:
-        return prefilter_pattern(self.settings.extend_checkpoint_functions)
+    def prefilter(self) -> Prefilter:
+        return Prefilter(self.settings.extend_checkpoint_functions)
 
     @cached_property
     def selected(self) -> frozenset[str]:
@@ -60,7 +59,7 @@ class Linter:
         """Lint a file; files found by walking folders are skipped by the prefilter."""
         try:
             data = read_bytes(path)
-            if not always_parse and not self.prefilter.search(data):
+            if not always_parse and not self.prefilter.passes(data):
                 return FileResult(path, [])
             return FileResult(path, self.lint_text(decode(data), path))
         except UnreadableSource as error:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from ckptlint import __version__
-from ckptlint.source import prefilter_pattern
+from ckptlint.source import Prefilter
 
 
 class CheckpointChecker:
@@ -22,7 +21,7 @@ class CheckpointChecker:
     version = __version__
 
     extend_checkpoint_functions: tuple[str, ...] = ()
-    _prefilter: re.Pattern[bytes] = prefilter_pattern()
+    _prefilter = Prefilter()
 
     def __init__(self, tree: ast.Module, lines: list[str]) -> None:
         self.tree = tree
@@ -42,10 +41,10 @@ class CheckpointChecker:
     @classmethod
     def parse_options(cls, options: argparse.Namespace) -> None:
         cls.extend_checkpoint_functions = tuple(options.extend_checkpoint_functions or ())
-        cls._prefilter = prefilter_pattern(cls.extend_checkpoint_functions)
+        cls._prefilter = Prefilter(cls.extend_checkpoint_functions)
 
     def run(self) -> Iterator[tuple[int, int, str, type]]:
-        if not self._prefilter.search("".join(self.lines).encode()):
+        if not self._prefilter.passes("".join(self.lines).encode()):
             return
         from ckptlint.engine import analyze
         from ckptlint.resolve import Targets

@@ -11,9 +11,11 @@ call when any branch binds torch's function.
 from __future__ import annotations
 
 import ast
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
+from itertools import accumulate
 
 from ckptlint.scopes import Binding, ModuleScopes, Scope, build_scopes
 
@@ -43,6 +45,11 @@ class Targets:
         signatures[CHECKPOINT] = Signature.KEYWORD_ONLY
         signatures[CHECKPOINT_SEQUENTIAL] = Signature.FOURTH_POSITIONAL
         return cls(signatures)
+
+    @property
+    def words(self) -> frozenset[str]:
+        """Identifiers any reference to a target must spell (the last part of its name)."""
+        return frozenset(name.rsplit(".", 1)[-1] for name in self.signatures)
 
 
 class _Unknown:
@@ -117,9 +124,9 @@ class Resolution:
     unconsumed_partials: list[PartialValue]
 
 
-def resolve_checkpoint_calls(tree: ast.Module, targets: Targets) -> Resolution:
-    scopes = build_scopes(tree)
+def resolve_checkpoint_calls(tree: ast.Module, lines: list[str], targets: Targets) -> Resolution:
     evaluator = _Evaluator(targets)
+    scopes = _scopes_around_candidates(tree, lines, evaluator)
     calls: list[CheckpointCall] = []
     partial_creations: list[tuple[PartialValue, Scope]] = []
     consumed: set[int] = set()
@@ -143,6 +150,66 @@ def resolve_checkpoint_calls(tree: ast.Module, targets: Targets) -> Resolution:
         and not _through_partial(partial, scope, targets).passes_use_reentrant()
     ]
     return Resolution(scopes, calls, unconsumed)
+
+
+def _scopes_around_candidates(
+    tree: ast.Module, lines: list[str], evaluator: _Evaluator
+) -> ModuleScopes:
+    """Scopes built only around lines that can hold a checkpoint call.
+
+    A call of a target spells the target's own name (``cp.checkpoint(...)``) or a name
+    bound to it (``ckpt = checkpoint``; ``self.run = partial(checkpoint)``). Candidate lines
+    are those spelling such a name; names that statements on candidate lines bind to a
+    target join the set until it stops growing.
+    """
+    text = "".join(lines)
+    line_ends = list(accumulate(len(line) for line in lines))
+    words = set(evaluator.targets.words)
+    while True:
+        candidate_lines = frozenset(
+            bisect_right(line_ends, start) + 1
+            for word in sorted(words)
+            for start in _word_starts(text, word)
+        )
+        scopes = build_scopes(tree, candidate_lines)
+        aliases = _aliases_of_targets(scopes, candidate_lines, evaluator) - words
+        if not aliases:
+            return scopes
+        words |= aliases
+
+
+def _word_starts(text: str, word: str) -> Iterable[int]:
+    """Offsets where ``word`` appears as a whole identifier (str.find: far faster than re)."""
+    start = text.find(word)
+    while start != -1:
+        end = start + len(word)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if not (
+            before.isidentifier() or before.isdigit() or after.isidentifier() or after.isdigit()
+        ):
+            yield start
+        start = text.find(word, end)
+
+
+def _aliases_of_targets(
+    scopes: ModuleScopes, candidate_lines: frozenset[int], evaluator: _Evaluator
+) -> set[str]:
+    """Names that a statement on a candidate line binds to a target or a partial of one."""
+    names: set[str] = set()
+    for scope in [scopes.module, *scopes.scope_of_function.values()]:
+        for bindings in (*scope.bindings.values(), *scope.instance_attributes.values()):
+            for binding in bindings:
+                if binding.value is None and binding.imported is None:
+                    continue
+                source = binding.value if binding.value is not None else binding.node
+                start = source.lineno  # type: ignore[attr-defined]
+                end = source.end_lineno or start  # type: ignore[attr-defined]
+                if not any(line in candidate_lines for line in range(start, end + 1)):
+                    continue
+                if any(evaluator.is_target_like(v) for v in evaluator.value_of(binding)):
+                    names.add(binding.name)
+    return names
 
 
 def _as_checkpoint_call(
@@ -195,8 +262,12 @@ class _Evaluator:
 
     def __init__(self, targets: Targets) -> None:
         self.targets = targets
-        self.binding_values: dict[int, list[Value]] = {}
-        self.in_progress: set[int] = set()
+        # Keyed by the binding itself (hashed by identity), never by id(): scopes are rebuilt.
+        self.binding_values: dict[Binding, list[Value]] = {}
+        self.in_progress: set[Binding] = set()
+
+    def is_target_like(self, value: Value) -> bool:
+        return isinstance(value, PartialValue) or value in self.targets.signatures
 
     def values_of(self, expression: ast.expr, scope: Scope, position) -> list[Value]:
         if isinstance(expression, ast.Name):
@@ -235,23 +306,22 @@ class _Evaluator:
     def _values_of_bindings(self, bindings: list[Binding]) -> list[Value]:
         if not bindings:
             return [UNKNOWN]
-        return _unique(value for binding in bindings for value in self._value_of(binding))
+        return _unique(value for binding in bindings for value in self.value_of(binding))
 
-    def _value_of(self, binding: Binding) -> list[Value]:
+    def value_of(self, binding: Binding) -> list[Value]:
         if binding.imported is not None:
             return [binding.imported]
         if binding.value is None:
             return [UNKNOWN]
-        key = id(binding)
-        cached = self.binding_values.get(key)
+        cached = self.binding_values.get(binding)
         if cached is not None:
             return cached
-        if key in self.in_progress:
+        if binding in self.in_progress:
             return [UNKNOWN]
-        self.in_progress.add(key)
+        self.in_progress.add(binding)
         values = self.values_of(binding.value, binding.scope, binding.position)
-        self.in_progress.discard(key)
-        self.binding_values[key] = values
+        self.in_progress.discard(binding)
+        self.binding_values[binding] = values
         return values
 
 

@@ -10,6 +10,7 @@ class bodies invisible from methods) and are deterministic: results keep source 
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -103,22 +104,51 @@ def _fold(bindings: list[Binding], position: Position | None) -> list[Binding]:
 
 @dataclass
 class ModuleScopes:
-    """Scopes of one module, with the scope each call and each function body runs in."""
+    """Scopes of one module, with the scope each call and each function body runs in.
+
+    Only the parts of the module that can matter are visited (see ``build_scopes``); the
+    scope of a function body that was skipped is built on first request.
+    """
 
     module: Scope
     scope_of_call: dict[int, Scope]
     scope_of_function: dict[int, Scope]
     calls: list[ast.Call]
+    skipped_functions: dict[int, tuple[ast.AST, Scope]]
 
     def scope_of(self, call: ast.Call) -> Scope:
         return self.scope_of_call[id(call)]
 
+    def function_scope(self, node: ast.AST) -> Scope | None:
+        """The scope of a def, lambda or class body, building it if it was skipped."""
+        scope = self.scope_of_function.get(id(node))
+        if scope is not None or id(node) not in self.skipped_functions:
+            return scope
+        _, parent = self.skipped_functions.pop(id(node))
+        builder = _ScopeBuilder(self.module, parent, candidate_lines=None)
+        builder.visit_definition_body(node)
+        self.scope_of_function.update(builder.scope_of_function)
+        self.scope_of_call.update(builder.scope_of_call)
+        return self.scope_of_function.get(id(node))
 
-def build_scopes(tree: ast.Module) -> ModuleScopes:
-    builder = _ScopeBuilder(tree)
+
+def build_scopes(tree: ast.Module, candidate_lines: frozenset[int] | None = None) -> ModuleScopes:
+    """Scopes of ``tree``.
+
+    With ``candidate_lines`` (lines where a name of interest appears), expressions and
+    function or class bodies that do not touch those lines are not visited: they can hold
+    no call of interest, and their local bindings are invisible elsewhere. Binding
+    statements are always recorded, so lookups from visited code stay exact.
+    """
+    module = Scope("module", tree, None)
+    builder = _ScopeBuilder(module, module, candidate_lines)
     builder.visit_body(tree.body)
     return ModuleScopes(
-        builder.module, builder.scope_of_call, builder.scope_of_function, builder.calls
+        module,
+        builder.scope_of_call,
+        builder.scope_of_function,
+        builder.calls,
+        builder.skipped_functions,
     )
 
 
@@ -129,13 +159,51 @@ def _position(node: ast.AST) -> Position:
 class _ScopeBuilder(ast.NodeVisitor):
     """One pass over the tree that records bindings per scope and the scope of each call."""
 
-    def __init__(self, tree: ast.Module) -> None:
-        self.module = Scope("module", tree, None)
-        self.scope = self.module
+    def __init__(self, module: Scope, scope: Scope, candidate_lines: frozenset[int] | None) -> None:
+        self.module = module
+        self.scope = scope
+        self.candidate_lines = None if candidate_lines is None else sorted(candidate_lines)
         self.conditional = False
         self.scope_of_call: dict[int, Scope] = {}
         self.scope_of_function: dict[int, Scope] = {}
+        self.skipped_functions: dict[int, tuple[ast.AST, Scope]] = {}
         self.calls: list[ast.Call] = []
+
+    def touches_candidates(self, node: ast.AST) -> bool:
+        if self.candidate_lines is None:
+            return True
+        start = getattr(node, "lineno", None)
+        if start is None:
+            return True
+        end = getattr(node, "end_lineno", None) or start
+        index = bisect_left(self.candidate_lines, start)
+        return index < len(self.candidate_lines) and self.candidate_lines[index] <= end
+
+    def visit(self, node: ast.AST) -> None:
+        """Visit statements always; expressions only where they touch candidate lines."""
+        if isinstance(node, ast.expr) and not self.touches_candidates(node):
+            return
+        super().visit(node)
+
+    def visit_definition_body(self, node: ast.AST) -> None:
+        """Build the scope of a def, lambda or class whose body was skipped."""
+        if isinstance(node, ast.ClassDef):
+            scope = Scope("class", node, self.scope)
+            self.scope_of_function[id(node)] = scope
+            self.run_in(scope, lambda: self.visit_body(node.body))
+        elif isinstance(node, ast.Lambda):
+            scope = self.enter_function(node, node.args, None)
+            self.run_in(scope, lambda: self.visit(node.body))
+        else:
+            scope = self.enter_function(node, node.args, self._self_name(node))
+            self.run_in(scope, lambda: self.visit_body(node.body))
+
+    def skip_body(self, node: ast.AST) -> bool:
+        """Remember a definition whose body need not be visited now."""
+        if self.touches_candidates(node):
+            return False
+        self.skipped_functions[id(node)] = (node, self.scope)
+        return True
 
     # -- helpers -------------------------------------------------------------------------
     def bind(
@@ -215,8 +283,8 @@ class _ScopeBuilder(ast.NodeVisitor):
         if node.returns is not None:
             self.visit(node.returns)
         self.bind(node.name, node)
-        scope = self.enter_function(node, node.args, self._self_name(node))
-        self.run_in(scope, lambda: self.visit_body(node.body))
+        if not self.skip_body(node):
+            self.visit_definition_body(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -233,16 +301,14 @@ class _ScopeBuilder(ast.NodeVisitor):
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
         self.visit_arguments_outside(node.args)
-        scope = self.enter_function(node, node.args, None)
-        self.run_in(scope, lambda: self.visit(node.body))
+        self.visit_definition_body(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for expression in (*node.decorator_list, *node.bases, *node.keywords):
             self.visit(expression)
         self.bind(node.name, node)
-        scope = Scope("class", node, self.scope)
-        self.scope_of_function[id(node)] = scope
-        self.run_in(scope, lambda: self.visit_body(node.body))
+        if not self.skip_body(node):
+            self.visit_definition_body(node)
 
     def _visit_comprehension(self, node: ast.AST, elements: list[ast.expr]) -> None:
         generators: list[ast.comprehension] = node.generators  # type: ignore[attr-defined]

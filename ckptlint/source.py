@@ -27,10 +27,62 @@ class UnreadableSource(Exception):
         self.column = column
 
 
-def prefilter_pattern(extra_names: Iterable[str] = ()) -> re.Pattern[bytes]:
-    words = {"checkpoint"} | {name.rsplit(".", 1)[-1] for name in extra_names}
-    alternatives = "|".join(re.escape(word) for word in sorted(words))
-    return re.compile(rb"\b(?:" + alternatives.encode() + rb")\b")
+_WHITESPACE = b" \t\f\r\n\\"
+_IDENTIFIER_BYTE = re.compile(rb"[A-Za-z0-9_\x80-\xff]")
+# What may stand between ``import`` and a name it imports: other names (``as`` aliases),
+# commas, an opening parenthesis, line continuations, comments in a parenthesized list.
+_IMPORT_LIST_PREFIX = re.compile(
+    rb"\s*(?:\(\s*)?(?:(?:[\w.]+(?:\s+as\s+\w+)?\s*,\s*)|\\\n\s*|#[^\n]*\n\s*)*"
+)
+
+
+class Prefilter:
+    """Says from raw bytes whether a file can hold a call the resolver would recognise.
+
+    The resolver recognises a checkpoint function only through an attribute access that
+    ends in its name (``torch.utils.checkpoint``, ``cp.checkpoint``) or an import that
+    names it (``from torch.utils import checkpoint``). So a file passes when one of the
+    names (``checkpoint``, ``checkpoint_sequential``, the last part of each configured
+    extra) appears as a whole identifier right after a dot or inside an import list.
+    Anything unsure (a comment between the dot and the name) passes too.
+    """
+
+    def __init__(self, extra_names: Iterable[str] = ()) -> None:
+        words = {"checkpoint"} | {name.rsplit(".", 1)[-1] for name in extra_names}
+        self.words = sorted(word.encode() for word in words)
+
+    def passes(self, data: bytes) -> bool:
+        for word in self.words:
+            start = data.find(word)
+            while start != -1:
+                end = start + len(word)
+                if _whole_identifier(data, start, end) and (
+                    _after_dot(data, start) or _in_import_list(data, start)
+                ):
+                    return True
+                start = data.find(word, end)
+        return False
+
+
+def _whole_identifier(data: bytes, start: int, end: int) -> bool:
+    before = data[start - 1 : start] if start else b""
+    after = data[end : end + 1]
+    return not (_IDENTIFIER_BYTE.match(before) or _IDENTIFIER_BYTE.match(after))
+
+
+def _after_dot(data: bytes, start: int) -> bool:
+    """A dot before the name, maybe across line breaks; a comment there passes too."""
+    before = data[max(0, start - 512) : start]
+    stripped = before.rstrip(_WHITESPACE)
+    if stripped.endswith(b"."):
+        return True
+    starts_line = b"\n" in before[len(stripped) :]
+    return starts_line and b"#" in stripped.rsplit(b"\n", 1)[-1]
+
+
+def _in_import_list(data: bytes, start: int) -> bool:
+    keyword = data.rfind(b"import", 0, start)
+    return keyword != -1 and _IMPORT_LIST_PREFIX.fullmatch(data, keyword + 6, start) is not None
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ class FileContext:
 
     @cached_property
     def resolution(self) -> Resolution:
-        return resolve_checkpoint_calls(self.tree, self.targets)
+        return resolve_checkpoint_calls(self.tree, self.lines, self.targets)
 
     @property
     def checkpoint_calls(self) -> list[CheckpointCall]:
