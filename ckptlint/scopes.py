@@ -216,9 +216,11 @@ class _ScopeBuilder(ast.NodeVisitor):
         scope: Scope | None = None,
     ) -> None:
         target = scope or self.scope
-        if name in target.global_names:
-            target = self.module
-        binding = Binding(name, node, target, _position(node), self.conditional, value, imported)
+        conditional = self.conditional
+        if name in target.global_names and target is not self.module:
+            # A function rebinding a global may never run: an alternative, not a replacement.
+            target, conditional = self.module, True
+        binding = Binding(name, node, target, _position(node), conditional, value, imported)
         target.bindings.setdefault(name, []).append(binding)
 
     def visit_body(self, statements: list[ast.stmt], *, conditional: bool | None = None) -> None:

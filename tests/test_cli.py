@@ -1,0 +1,228 @@
+"""The ckptlint command, run as users run it: in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+from tests.conftest import run_ckptlint
+
+MISSING = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(block, x)\n"
+CLEAN = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(block, x, use_reentrant=False)\n"
+
+
+def write(folder: Path, name: str, text: str | bytes) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_exit_codes_and_text_format(project: Path) -> None:
+    write(project, "clean.py", CLEAN)
+    assert run_ckptlint("clean.py", cwd=project).returncode == 0
+    write(project, "bad.py", MISSING)
+    result = run_ckptlint(cwd=project)
+    assert result.returncode == 1
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("bad.py:3:5: CKP001 [*] ")
+    assert "use_reentrant" in first
+    assert run_ckptlint("--exit-zero", cwd=project).returncode == 0
+
+
+def test_missing_path_is_a_usage_error(project: Path) -> None:
+    result = run_ckptlint("does_not_exist.py", cwd=project)
+    assert result.returncode == 2
+    assert "no such file or folder: does_not_exist.py" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_option_is_a_usage_error(project: Path) -> None:
+    assert run_ckptlint("--no-such-flag", cwd=project).returncode == 2
+
+
+def test_walk_skips_virtualenvs_build_and_excluded(project: Path) -> None:
+    for folder in (".git", ".venv", "build", "__pycache__", "env_like", "vendored"):
+        write(project, f"{folder}/m.py", MISSING)
+    write(project, "env_like/pyvenv.cfg", "home = /usr\n")
+    write(project, "pkg/m.py", MISSING)
+    write(project, "pyproject.toml", '[tool.ckptlint]\nexclude = ["vendored"]\n')
+    result = run_ckptlint("--format", "json", cwd=project)
+    assert [item["path"] for item in json.loads(result.stdout)] == [os.path.join("pkg", "m.py")]
+
+
+def test_json_fields(project: Path) -> None:
+    write(project, "bad.py", MISSING)
+    (item,) = json.loads(run_ckptlint("--format", "json", "bad.py", cwd=project).stdout)
+    assert item == {
+        "path": "bad.py",
+        "line": 3,
+        "column": 5,
+        "end_line": 3,
+        "end_column": 28,
+        "code": "CKP001",
+        "message": item["message"],
+        "fixable": True,
+    }
+
+
+def test_github_format(project: Path) -> None:
+    write(project, "bad.py", MISSING)
+    output = run_ckptlint("--format", "github", "bad.py", cwd=project).stdout
+    assert output.startswith("::error file=bad.py,line=3,col=5,endLine=3,endColumn=28,")
+    assert "::CKP001 " in output
+
+
+def test_sarif_format_is_valid_2_1_0(project: Path) -> None:
+    write(project, "bad.py", MISSING)
+    log = json.loads(run_ckptlint("--format", "sarif", "bad.py", cwd=project).stdout)
+    assert log["version"] == "2.1.0"
+    (run,) = log["runs"]
+    rules = run["tool"]["driver"]["rules"]
+    assert {rule["id"] for rule in rules} >= {"CKP001", "CKP901"}
+    (result,) = run["results"]
+    assert rules[result["ruleIndex"]]["id"] == result["ruleId"] == "CKP001"
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert (region["startLine"], region["startColumn"]) == (3, 5)
+    uri = result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert uri == "bad.py"
+
+
+def test_select_and_ignore(project: Path) -> None:
+    write(project, "bad.py", MISSING)
+    assert run_ckptlint("--ignore", "CKP001", cwd=project).returncode == 0
+    assert run_ckptlint("--select", "CKP9", cwd=project).returncode == 0
+    assert run_ckptlint("--select", "CKP0", cwd=project).returncode == 1
+
+
+def test_config_select_ignore_and_cli_wins(project: Path) -> None:
+    write(project, "bad.py", MISSING)
+    write(project, "pyproject.toml", '[tool.ckptlint]\nignore = ["CKP001"]\n')
+    assert run_ckptlint(cwd=project).returncode == 0
+    assert run_ckptlint("--ignore", "CKP9", cwd=project).returncode == 1
+
+
+def test_per_file_ignores(project: Path) -> None:
+    write(project, "tests/test_m.py", MISSING)
+    write(project, "src/m.py", MISSING)
+    write(
+        project,
+        "pyproject.toml",
+        '[tool.ckptlint.per-file-ignores]\n"tests/*" = ["CKP001"]\n',
+    )
+    result = run_ckptlint("--format", "json", cwd=project)
+    assert [item["path"] for item in json.loads(result.stdout)] == [os.path.join("src", "m.py")]
+
+
+def test_extend_checkpoint_functions_from_config(project: Path) -> None:
+    write(project, "m.py", "from mylib.mem import ckpt\nckpt(f, x)\n")
+    assert run_ckptlint(cwd=project).returncode == 0
+    write(
+        project,
+        "pyproject.toml",
+        '[tool.ckptlint]\nextend-checkpoint-functions = ["mylib.mem.ckpt"]\n',
+    )
+    result = run_ckptlint(cwd=project)
+    assert result.returncode == 1 and "m.py:2:1: CKP001" in result.stdout
+
+
+def test_invalid_config_is_a_usage_error(project: Path) -> None:
+    write(project, "m.py", CLEAN)
+    write(project, "pyproject.toml", "[tool.ckptlint]\nselekt = ['CKP']\n")
+    result = run_ckptlint(cwd=project)
+    assert result.returncode == 2 and "unknown option(s): selekt" in result.stderr
+    write(project, "pyproject.toml", "[tool.ckptlint\n")
+    result = run_ckptlint(cwd=project)
+    assert result.returncode == 2 and "cannot read configuration" in result.stderr
+
+
+def test_noqa(project: Path) -> None:
+    write(project, "a.py", MISSING.replace("x)\n", "x)  # noqa\n"))
+    write(project, "b.py", MISSING.replace("x)\n", "x)  # noqa: CKP001\n"))
+    write(project, "c.py", MISSING.replace("x)\n", "x)  # noqa: E501\n"))
+    result = run_ckptlint("--format", "json", cwd=project)
+    assert [item["path"] for item in json.loads(result.stdout)] == ["c.py"]
+
+
+def test_explain(project: Path) -> None:
+    result = run_ckptlint("--explain", "ckp001", cwd=project)
+    assert result.returncode == 0
+    assert "use_reentrant" in result.stdout
+    assert "Example that is reported:" in result.stdout and "Written correctly:" in result.stdout
+    assert run_ckptlint("--explain", "CKP999", cwd=project).returncode == 2
+
+
+def test_version(project: Path) -> None:
+    result = run_ckptlint("--version", cwd=project)
+    assert result.returncode == 0 and result.stdout.startswith("ckptlint ")
+
+
+def test_jobs_give_the_same_report(project: Path) -> None:
+    for index in range(30):
+        write(project, f"pkg/m{index}.py", MISSING if index % 3 else CLEAN)
+    one = run_ckptlint("--jobs", "1", "--format", "json", cwd=project)
+    two = run_ckptlint("--jobs", "2", "--format", "json", cwd=project)
+    assert one.returncode == two.returncode == 1
+    assert one.stdout == two.stdout
+    assert len(json.loads(one.stdout)) == 20
+
+
+def test_python_dash_m_and_console_script_agree(project: Path) -> None:
+    import shutil
+    import subprocess
+
+    write(project, "bad.py", MISSING)
+    script = shutil.which("ckptlint")
+    assert script, "the ckptlint console script is installed"
+    direct = subprocess.run([script, "bad.py"], cwd=project, capture_output=True, text=True)
+    assert direct.stdout == run_ckptlint("bad.py", cwd=project).stdout
+
+
+class TestBadInput:
+    def test_syntax_error_is_reported_and_run_goes_on(self, project: Path) -> None:
+        write(project, "broken.py", "import torch.utils.checkpoint\ndef f(:\n    pass\n")
+        write(project, "bad.py", MISSING)
+        result = run_ckptlint("--format", "json", cwd=project)
+        assert result.returncode == 1
+        found = {(item["path"], item["code"]) for item in json.loads(result.stdout)}
+        assert found == {("broken.py", "CKP901"), ("bad.py", "CKP001")}
+        assert "Traceback" not in result.stderr
+
+    def test_explicit_file_with_syntax_error(self, project: Path) -> None:
+        write(project, "broken.py", "def f(:\n    pass\n")
+        result = run_ckptlint("broken.py", cwd=project)
+        assert result.returncode == 1
+        assert result.stdout.startswith("broken.py:1:7: CKP901 syntax error")
+
+    def test_undecodable_bytes(self, project: Path) -> None:
+        write(project, "latin.py", b"import torch.utils.checkpoint\nname = '\xe9'\n")
+        result = run_ckptlint("latin.py", cwd=project)
+        assert result.returncode == 1
+        assert "latin.py:2:1: CKP901 cannot decode file as utf-8" in result.stdout
+
+    def test_nul_byte(self, project: Path) -> None:
+        write(project, "nul.py", b"import torch.utils.checkpoint\nx = 1\x00\n")
+        result = run_ckptlint("nul.py", cwd=project)
+        assert result.returncode == 1
+        assert "nul.py:2:1: CKP901 cannot parse file: it contains a NUL byte" in result.stdout
+
+    def test_unreadable_file(self, project: Path) -> None:
+        (project / "dangling.py").symlink_to(project / "nowhere.py")
+        write(project, "pkg/ok.py", CLEAN)
+        result = run_ckptlint("--format", "json", ".", cwd=project)
+        (item,) = json.loads(result.stdout)
+        assert item["path"] == "dangling.py" and item["code"] == "CKP901"
+        assert "cannot read file" in item["message"]
+
+    def test_bom_and_coding_declaration_are_honoured(self, project: Path) -> None:
+        write(project, "bom.py", "\ufeff".encode() + MISSING.encode())
+        latin = b"# -*- coding: latin-1 -*-\nimport torch.utils.checkpoint as cp\ns = '\xe9'; cp.checkpoint(f, x)\n"
+        write(project, "latin.py", latin)
+        result = run_ckptlint("--format", "json", "bom.py", "latin.py", cwd=project)
+        found = [(i["path"], i["line"], i["column"], i["code"]) for i in json.loads(result.stdout)]
+        assert found == [("bom.py", 3, 5, "CKP001"), ("latin.py", 3, 10, "CKP001")]
