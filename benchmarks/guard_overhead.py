@@ -36,7 +36,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, hidden = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(batch, seq, 3, self.heads, -1).unbind(2)
-        attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        attn = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        )
         x = x + self.dropout(self.proj(attn.transpose(1, 2).reshape(batch, seq, hidden)))
         return x + self.dropout(self.fc2(F.gelu(self.fc1(self.norm2(x)))))
 
@@ -77,6 +79,21 @@ def measure(batch: int, seq: int, steps: int, options: dict) -> tuple[float, flo
     return statistics.median(plain), statistics.median(guarded)
 
 
+def region_cost_us(repeats: int = 2000) -> float:
+    """Guard work for one region of the model (fingerprint at forward + verify at recompute)."""
+    from ckptguard._intercept import Options, RegionGuard
+
+    block = Block(512)
+    x = torch.randn(1, 16, 512)
+    options = Options()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        region = RegionGuard(block, options)
+        region.capture((x,))
+        region.verify((x,))
+    return (time.perf_counter() - start) / repeats * 1e6
+
+
 def report(name: str, batch: int, seq: int, steps: int, options: dict) -> None:
     plain, guarded = measure(batch, seq, steps, options)
     ratio = guarded / plain
@@ -97,6 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, 8 blocks x hidden 512")
+    print(f"guard work per region (fingerprint + verify, one block): {region_cost_us():.1f} us")
     modes = [("guard", {})] + ([("strict", {"strict": True})] if args.strict else [])
     for mode, options in modes:
         report(f"{mode}: batch 32 x seq 128 (goal <= 1 %)", 32, 128, args.steps_large, options)

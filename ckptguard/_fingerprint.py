@@ -43,7 +43,25 @@ class Label(NamedTuple):
     where: str
 
 
+class _Marker:
+    """First element of a plain-tuple tensor fingerprint (tuples are cheaper than classes)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+TENSOR = _Marker("tensor")
+LOOSE_TENSOR = _Marker("loose tensor")
+
+
 class TensorFP(NamedTuple):
+    """Readable view of ``(TENSOR, id, version, data_ptr, dtype, device, shape)``."""
+
     ident: int
     version: int
     data_ptr: int
@@ -53,7 +71,8 @@ class TensorFP(NamedTuple):
 
 
 class LooseTensorFP(NamedTuple):
-    """For tensors whose object and storage change on purpose (FSDP2 parameters)."""
+    """Readable view of ``(LOOSE_TENSOR, dtype, device, shape)``: for tensors whose object and
+    storage change on purpose (FSDP2 parameters)."""
 
     dtype: torch.dtype
     device: torch.device
@@ -67,20 +86,20 @@ def tensor_fp(t: Any) -> Any:
         ptr = t.data_ptr()
     except RuntimeError:  # wrapper subclasses (DTensor, fake devices) have no storage
         ptr = -1
-    return TensorFP(id(t), t._version, ptr, t.dtype, t.device, t.shape)
+    return (TENSOR, id(t), t._version, ptr, t.dtype, t.device, t.shape)
 
 
 def tensor_fp_unversioned(t: Any) -> Any:
     """Buffers of training modules (running stats) are rewritten by every forward on purpose."""
     if t is None:
         return None
-    return TensorFP(id(t), -1, -1, t.dtype, t.device, t.shape)
+    return (TENSOR, id(t), -1, -1, t.dtype, t.device, t.shape)
 
 
 def loose_tensor_fp(t: Any) -> Any:
     if t is None:
         return None
-    return LooseTensorFP(t.dtype, t.device, t.shape)
+    return (LOOSE_TENSOR, t.dtype, t.device, t.shape)
 
 
 def input_fp(t: Any) -> Any:
@@ -89,7 +108,17 @@ def input_fp(t: Any) -> Any:
         ptr = t.data_ptr()
     except RuntimeError:
         ptr = -1
-    return TensorFP(0, t._version, ptr, t.dtype, t.device, t.shape)
+    return (TENSOR, 0, t._version, ptr, t.dtype, t.device, t.shape)
+
+
+def readable_tensor_fp(value: Any) -> TensorFP | LooseTensorFP | None:
+    """The named view of a tensor fingerprint, or None if ``value`` is not one."""
+    if type(value) is tuple and value:
+        if value[0] is TENSOR:
+            return TensorFP(*value[1:])
+        if value[0] is LOOSE_TENSOR:
+            return LooseTensorFP(*value[1:])
+    return None
 
 
 def _shallow_fp(value: Any) -> Any:

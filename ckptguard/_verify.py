@@ -10,12 +10,12 @@ from typing import Any
 import torch
 
 from ckptguard._fingerprint import (
-    MISSING,
     Label,
     LooseTensorFP,
     TensorFP,
     code_location,
     function_name,
+    readable_tensor_fp,
 )
 from ckptguard.errors import CheckpointMismatchError, CheckpointMismatchWarning, abbreviate
 
@@ -70,6 +70,7 @@ def describe_region(fn: Any) -> str:
 
 
 def _describe_value(value: Any) -> str:
+    value = readable_tensor_fp(value) or value
     if isinstance(value, TensorFP):
         return (
             f"tensor {tuple(value.shape)} {value.dtype} on {value.device} (version {value.version})"
@@ -90,7 +91,7 @@ def _describe_value(value: Any) -> str:
 
 def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
     """Refine a tensor mismatch into (kind, what happened)."""
-    if old is None or new is None or old is MISSING or new is MISSING:
+    if old is None or new is None or type(old) is not type(new):
         return "tensor", "set, removed or replaced"
     if old.dtype != new.dtype or old.device != new.device:
         return "placement", (
@@ -114,8 +115,9 @@ def build_error(
     region: str, label: Label, old: Any, new: Any, extra: str = ""
 ) -> CheckpointMismatchError:
     kind = label.kind
-    if isinstance(old, (TensorFP, LooseTensorFP)) or isinstance(new, (TensorFP, LooseTensorFP)):
-        kind, change = _tensor_change(old, new)
+    old_tensor, new_tensor = readable_tensor_fp(old), readable_tensor_fp(new)
+    if old_tensor is not None or new_tensor is not None:
+        kind, change = _tensor_change(old_tensor, new_tensor)
         what = f"{label.name} ({label.where}) was {change}"
     else:
         what = f"{label.name} ({label.where}) changed"
