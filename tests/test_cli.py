@@ -221,7 +221,11 @@ class TestBadInput:
 
     def test_bom_and_coding_declaration_are_honoured(self, project: Path) -> None:
         write(project, "bom.py", "\ufeff".encode() + MISSING.encode())
-        latin = b"# -*- coding: latin-1 -*-\nimport torch.utils.checkpoint as cp\ns = '\xe9'; cp.checkpoint(f, x)\n"
+        latin = (
+            b"# -*- coding: latin-1 -*-\n"
+            b"import torch.utils.checkpoint as cp\n"
+            b"s = '\xe9'; cp.checkpoint(f, x)\n"
+        )
         write(project, "latin.py", latin)
         result = run_ckptlint("--format", "json", "bom.py", "latin.py", cwd=project)
         found = [(i["path"], i["line"], i["column"], i["code"]) for i in json.loads(result.stdout)]

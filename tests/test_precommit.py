@@ -1,0 +1,68 @@
+"""The real pre-commit, with this repository as a hook repository (``pre-commit try-repo``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_REGISTRY = ("NewConnectionError", "Temporary failure in name resolution", "No route to host")
+MISSING = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(block, x)\n"
+
+
+@pytest.fixture(scope="module")
+def pre_commit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+def try_repo(hook: str, repository: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), hook, "--files", "model.py"],
+        cwd=repository,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never"},
+    )
+    output = result.stdout + result.stderr
+    if any(marker in output for marker in NO_REGISTRY):
+        pytest.skip("the package registry cannot be reached to build the hook's environment")
+    return result
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "model.py").write_text(MISSING)
+    subprocess.run(["git", "add", "model.py"], cwd=tmp_path, check=True)
+    return tmp_path
+
+
+def test_ckptlint_hook_reports(repository: Path, pre_commit_home: Path) -> None:
+    result = try_repo("ckptlint", repository, pre_commit_home)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "model.py:3:5: CKP001" in result.stdout
+    assert (repository / "model.py").read_text() == MISSING
+
+
+def test_ckptlint_fix_hook_fixes(repository: Path, pre_commit_home: Path) -> None:
+    result = try_repo("ckptlint-fix", repository, pre_commit_home)
+    assert result.returncode == 1  # pre-commit fails a hook that modified files
+    assert "files were modified by this hook" in result.stdout
+    fixed = (repository / "model.py").read_text()
+    assert fixed == MISSING.replace("(block, x)", "(block, x, use_reentrant=False)")
+    again = try_repo("ckptlint-fix", repository, pre_commit_home)
+    assert again.returncode == 0, again.stdout
+
+
+def test_hook_installs_without_torch() -> None:
+    """pre-commit installs the project's base dependencies: torch must not be one of them."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(dep.lower().startswith("torch") for dep in project["dependencies"])
+    assert project["optional-dependencies"]["guard"] == ["torch>=2.4"]
