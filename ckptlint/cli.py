@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import os
 import sys
@@ -87,6 +88,9 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Parsing allocates millions of acyclic AST nodes; the default threshold would run the
+    # cycle collector thousands of times over them (measured: ~20 % of parse time).
+    gc.set_threshold(100_000, 50, 100)
     arguments = build_parser().parse_args(argv)
     try:
         return run(arguments)

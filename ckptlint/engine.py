@@ -64,7 +64,7 @@ class Linter:
             return FileResult(path, self.lint_text(decode(data), path))
         except UnreadableSource as error:
             return FileResult(path, self._keep(path, [_unreadable(error)], lines=[]))
-        except Exception as error:  # noqa: BLE001 - a bug of ours must not stop the run
+        except Exception as error:  # a bug of ours must not stop the run
             return FileResult(path, [], internal_error=f"{type(error).__name__}: {error}")
 
     def lint_text(self, text: str, path: str) -> list[Finding]:

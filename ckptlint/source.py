@@ -1,10 +1,7 @@
 """Reading, decoding, prefiltering and parsing one file.
 
-The prefilter decides from the raw bytes whether a file can reach a checkpoint function at
-all. Resolution (resolve.py) only ever recognises a checkpoint call through an import or an
-attribute access that spells the identifier ``checkpoint`` (the module
-``torch.utils.checkpoint``) or the last part of a configured extra name, so a file without
-that identifier as a whole word cannot produce a finding and is not parsed.
+The prefilter (``Prefilter``) decides from the raw bytes whether a file can reach a
+checkpoint function at all; a file that cannot is never decoded or parsed.
 """
 
 from __future__ import annotations

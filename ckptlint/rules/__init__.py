@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 from ckptlint.rules.base import Rule
+from ckptlint.rules.global_side_effect import GlobalSideEffect
+from ckptlint.rules.late_binding import LateBinding
 from ckptlint.rules.missing_use_reentrant import MissingUseReentrant
+from ckptlint.rules.mutable_global_read import MutableGlobalRead
+from ckptlint.rules.rng_not_preserved import RngNotPreserved
+from ckptlint.rules.tiny_region import TinyRegion
 from ckptlint.rules.unreadable_file import UnreadableFile
 
-ALL_RULES: tuple[Rule, ...] = (MissingUseReentrant(), UnreadableFile())
+ALL_RULES: tuple[Rule, ...] = (
+    MissingUseReentrant(),
+    TinyRegion(),
+    MutableGlobalRead(),
+    LateBinding(),
+    GlobalSideEffect(),
+    RngNotPreserved(),
+    UnreadableFile(),
+)
 RULES_BY_CODE: dict[str, Rule] = {rule.code: rule for rule in ALL_RULES}

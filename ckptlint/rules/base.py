@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar, Literal
 
+from ckptlint.regions import RegionAnalysis
 from ckptlint.resolve import (
     CheckpointCall,
     PartialValue,
@@ -59,6 +60,11 @@ class FileContext:
     @cached_property
     def resolution(self) -> Resolution:
         return resolve_checkpoint_calls(self.tree, self.lines, self.targets)
+
+    @cached_property
+    def regions(self) -> RegionAnalysis:
+        """What each checkpoint call runs (used by the semantic rules)."""
+        return RegionAnalysis(self.tree, self.lines, self.resolution)
 
     @property
     def checkpoint_calls(self) -> list[CheckpointCall]:

@@ -1,0 +1,103 @@
+"""CKP203: a checkpoint region that writes global state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ckptlint.rules.base import FileContext, Finding, Rule
+
+
+class GlobalSideEffect(Rule):
+    """A checkpoint region assigns a module global or mutates a module-level object.
+
+    The checkpoint runs the region once in the forward and again in the backward, so its
+    side effects happen twice: a step counter counts double, a list of recorded
+    activations gets every entry twice, a running statistic is updated twice (and the
+    recompute may read the value the forward just wrote).
+
+    Move the side effect out of the checkpointed function (do it before or after the
+    `checkpoint(...)` call), or return the value from the region and store it outside.
+
+    Reported for `global X` followed by an assignment, and for item or attribute
+    assignment, `del`, and mutating methods (`append`, `extend`, `update`, `pop`,
+    `setdefault`, `clear`, `__setitem__`, ...) on a module-level object, in the region or
+    in a same-module function it calls (three levels deep).
+    """
+
+    code = "CKP203"
+    name = "global-side-effect"
+    summary = "checkpoint region writes global state"
+
+    INVALID = [
+        """\
+from torch.utils.checkpoint import checkpoint
+
+STEPS = 0
+
+def block(x):
+    global STEPS
+    STEPS += 1
+    return x.relu() * 2
+
+def forward(x):
+    return checkpoint(block, x, use_reentrant=False)
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
+RECORDED = []
+
+def record(h):
+    RECORDED.append(h.detach())
+
+def block(x):
+    h = x.relu()
+    record(h)
+    return h * 2
+
+def forward(x):
+    return checkpoint(block, x, use_reentrant=False)
+""",
+    ]
+    VALID = [
+        """\
+from torch.utils.checkpoint import checkpoint
+
+RECORDED = []
+
+def block(x):
+    h = x.relu()
+    return h * 2, h.detach()
+
+def forward(x):
+    out, h = checkpoint(block, x, use_reentrant=False)
+    RECORDED.append(h)
+    return out
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def block(x):
+    cache = {}
+    cache["h"] = x.relu()
+    return cache["h"] * 2
+
+def forward(x):
+    return checkpoint(block, x, use_reentrant=False)
+""",
+    ]
+
+    def check(self, context: FileContext) -> Iterator[Finding]:
+        analysis = context.regions
+        for call in context.checkpoint_calls:
+            writes = analysis.reach(call).writes
+            if not writes:
+                continue
+            first = writes[0]
+            message = (
+                f"`{call.name}()` region {first.how} module global `{first.name}` (line"
+                f" {first.line}): the recompute in backward runs the side effect a second"
+                " time; move it out of the checkpointed function, before or after the"
+                " checkpoint call"
+            )
+            yield context.finding(call.node, self.code, message)

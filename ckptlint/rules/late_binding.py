@@ -1,0 +1,221 @@
+"""CKP202: a checkpoint region that reads a loop variable through its closure."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ckptlint.regions import (
+    COMPREHENSIONS,
+    Function,
+    Partial,
+    Region,
+    RegionAnalysis,
+    own_nodes,
+    statements_at,
+)
+from ckptlint.resolve import CheckpointCall
+from ckptlint.rules.base import FileContext, Finding, Rule
+from ckptlint.scopes import Scope
+
+
+@dataclass(frozen=True)
+class ClosureRead:
+    function: Function
+    name: str
+    read_line: int
+    loop_line: int
+
+
+class LateBinding(Rule):
+    """A checkpoint region reads a loop variable through its closure (late binding).
+
+    A closure reads the variable, not the value it had when the closure was made. The
+    checkpoint runs the region once in the forward and again in the backward, and the
+    backward usually runs after the loop has moved on: the recompute then sees the
+    variable's last value, computes something else than the forward did, and the gradients
+    are silently wrong (PyTorch does not notice: shapes agree).
+
+    Bind the value when the region is made: a default argument (`lambda x, i=i: ...`),
+    `functools.partial(f, i)`, a factory function's parameter (`make_forward(layer)`), or
+    pass it as an input of the checkpoint.
+
+    Reported when the region is a lambda or def (directly, through `functools.partial` or
+    returned by a factory) that reads a variable of an enclosing function, and the
+    checkpoint call sits inside a `for`/`while` loop (or comprehension) of that function
+    that rebinds the variable. Not reported when the loop also runs the backward
+    (`loss.backward()` in the same iteration), or when the region is the loop variable
+    itself (`checkpoint(layer, x)` passes the current value).
+    """
+
+    code = "CKP202"
+    name = "late-binding"
+    summary = "checkpoint region closes over a loop variable"
+
+    INVALID = [
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x):
+    for layer in self.layers:
+        x = checkpoint(lambda h: layer(h), x, use_reentrant=False)
+    return x
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x, past_key_values):
+    for i, layer in enumerate(self.layers):
+        past = past_key_values[i]
+
+        def make_forward(module):
+            def custom_forward(*inputs):
+                return module(*inputs, past)
+
+            return custom_forward
+
+        x = checkpoint(make_forward(layer), x, use_reentrant=False)
+    return x
+""",
+        """\
+import functools
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x):
+    scale = 1.0
+    while scale < 8:
+        def block(h, bias):
+            return self.layer(h) * scale + bias
+        x = checkpoint(functools.partial(block, bias=0.5), x, use_reentrant=False)
+        scale *= 2
+    return x
+""",
+    ]
+    VALID = [
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x):
+    for layer in self.layers:
+        x = checkpoint(lambda h, layer=layer: layer(h), x, use_reentrant=False)
+    return x
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x):
+    for layer in self.layers:
+        x = checkpoint(layer, x, use_reentrant=False)
+    return x
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def create_custom_forward(module):
+    def custom_forward(*inputs):
+        return module(*inputs)
+
+    return custom_forward
+
+def forward(self, x):
+    for layer in self.layers:
+        x = checkpoint(create_custom_forward(layer), x, use_reentrant=False)
+    return x
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def train(model, batches):
+    for batch in batches:
+        loss = checkpoint(lambda h: model(h, batch.mask), batch.x, use_reentrant=False)
+        loss.backward()
+""",
+    ]
+
+    def check(self, context: FileContext) -> Iterator[Finding]:
+        analysis = context.regions
+        for call in context.checkpoint_calls:
+            region = analysis.region(call)
+            function = _closure_of(region)
+            if function is None:
+                continue
+            found = late_binding(function, call, analysis)
+            if found is not None:
+                message = (
+                    f"`{call.name}()` region {function.label} reads `{found.name}` (line"
+                    f" {found.read_line}) through its closure, and the loop at line"
+                    f" {found.loop_line} rebinds it: the recompute in backward runs after the"
+                    " loop moved on and sees the last value, so gradients are silently wrong;"
+                    f" bind it when making the region (`{found.name}={found.name}` default"
+                    " argument, functools.partial) or pass it as a checkpoint input"
+                )
+                yield context.finding(call.node, self.code, message)
+
+
+def _closure_of(region: Region | None) -> Function | None:
+    while isinstance(region, Partial):
+        region = region.inner
+    return region if isinstance(region, Function) else None
+
+
+def late_binding(
+    function: Function, call: CheckpointCall, analysis: RegionAnalysis
+) -> ClosureRead | None:
+    """The first variable ``function`` reads from an enclosing function whose loop, around
+    ``call``, rebinds it."""
+    body = function.node.body
+    statements = [body] if isinstance(body, ast.expr) else body
+    for node, scope in analysis.nodes_with_scopes(statements, function.scope):
+        if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
+            continue
+        bindings = scope.lookup(node.id, (node.lineno, node.col_offset))
+        owners = {id(b.scope): b.scope for b in bindings}
+        if len(owners) != 1:
+            continue
+        owner = next(iter(owners.values()))
+        if owner.kind != "function" or owner is scope or owner is function.scope:
+            continue
+        loop = _rebinding_loop(owner, node.id, call.node)
+        if loop is not None:
+            return ClosureRead(function, node.id, node.lineno, loop.lineno)
+    return None
+
+
+def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
+    """The innermost loop of ``owner`` around ``call`` that rebinds ``name`` and does not
+    also run the backward."""
+    if isinstance(owner.node, COMPREHENSIONS):
+        inside = owner.node.lineno <= call.lineno <= (owner.node.end_lineno or 0)
+        return owner.node if inside else None
+    if not isinstance(owner.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    path = statements_at(owner.node.body, call.lineno)
+    for statement in reversed(path):
+        if not isinstance(statement, (ast.For, ast.AsyncFor, ast.While)):
+            continue
+        if not statement.body or call.lineno < statement.body[0].lineno:
+            continue  # the call is in the loop's header
+        if name in _names_bound_in(statement) and not _runs_backward(statement):
+            return statement
+    return None
+
+
+def _names_bound_in(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
+    nodes = own_nodes([*loop.body, *([loop.target] if not isinstance(loop, ast.While) else [])])
+    return {
+        node.id
+        for node in nodes
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del))
+    }
+
+
+def _runs_backward(loop: ast.AST) -> bool:
+    """``loss.backward()`` or ``torch.autograd.grad(...)`` inside the loop."""
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "backward":
+                return True
+            if node.func.attr == "grad" and "autograd" in ast.unparse(node.func.value):
+                return True
+    return False

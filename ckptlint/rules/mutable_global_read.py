@@ -1,0 +1,129 @@
+"""CKP201: a checkpoint region that reads a module global the module changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ckptlint.regions import GlobalWrite, Reach
+from ckptlint.rules.base import FileContext, Finding, Rule
+
+
+class MutableGlobalRead(Rule):
+    """A checkpoint region reads a module global that this module changes at run time.
+
+    The checkpoint runs the region once in the forward and again in the backward. A global
+    read by the region is read twice, and if anything changes it in between (a function
+    with `global X; X = ...`, `X += ...`, `X[key] = ...`, `X.append(...)`,
+    `X.update(...)`...), the recompute computes with another value than the forward did:
+    the gradients are silently wrong, with no error from PyTorch.
+
+    Pass the value as an input of the checkpoint, or bind it when making the region
+    (`functools.partial(block, scale=SCALE)`), so both runs see the same value.
+
+    The region's own code and same-module functions it calls (three levels deep) are
+    searched. Constants bound once, imports, functions and classes are not mutable
+    globals; module-level statements run once at import, before any checkpoint, so only
+    changes made inside functions count. Changes made by the region itself are CKP203.
+    """
+
+    code = "CKP201"
+    name = "mutable-global-read"
+    summary = "checkpoint region reads a module global that is changed"
+
+    INVALID = [
+        """\
+from torch.utils.checkpoint import checkpoint
+
+SCALE = 1.0
+
+def set_scale(value):
+    global SCALE
+    SCALE = value
+
+def block(x):
+    return x.relu() * SCALE + 1
+
+def forward(x):
+    return checkpoint(block, x, use_reentrant=False)
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
+CONFIG = {"temperature": 1.0}
+
+def anneal():
+    CONFIG["temperature"] *= 0.9
+
+def attention(q, k):
+    scores = q @ k.transpose(-1, -2)
+    return (scores / CONFIG["temperature"]).softmax(-1)
+
+def block(q, k):
+    return attention(q, k) @ k
+
+def forward(q, k):
+    return checkpoint(block, q, k, use_reentrant=False)
+""",
+    ]
+    VALID = [
+        """\
+import functools
+from torch.utils.checkpoint import checkpoint
+
+SCALE = 1.0
+
+def set_scale(value):
+    global SCALE
+    SCALE = value
+
+def block(x, scale):
+    return x.relu() * scale + 1
+
+def forward(x):
+    return checkpoint(functools.partial(block, scale=SCALE), x, use_reentrant=False)
+""",
+        """\
+import math
+from torch.utils.checkpoint import checkpoint
+
+HIDDEN = 64
+TABLE = {"a": 1}
+TABLE["b"] = 2
+
+def block(x):
+    return x.relu() * math.sqrt(HIDDEN) * TABLE["a"]
+
+def forward(x):
+    return checkpoint(block, x, use_reentrant=False)
+""",
+    ]
+
+    def check(self, context: FileContext) -> Iterator[Finding]:
+        analysis = context.regions
+        for call in context.checkpoint_calls:
+            reach = analysis.reach(call)
+            reported: set[str] = set()
+            for read in reach.reads:
+                if read.name in reported:
+                    continue
+                change = _change_outside(reach, analysis.changes_of_global(read.name))
+                if change is None:
+                    continue
+                reported.add(read.name)
+                message = (
+                    f"`{call.name}()` region reads module global `{read.name}` (line"
+                    f" {read.line}), which is changed at line {change.line}: the recompute in"
+                    " backward may see another value than the forward did, so gradients are"
+                    f" silently wrong; pass `{read.name}` as a checkpoint input or bind it with"
+                    " functools.partial"
+                )
+                yield context.finding(call.node, self.code, message)
+
+
+def _change_outside(reach: Reach, changes: list[GlobalWrite]) -> GlobalWrite | None:
+    """The first change not made by the region's own code (that is CKP203)."""
+    spans = [(f.node.lineno, f.node.end_lineno or f.node.lineno) for f in reach.functions]
+    for change in changes:
+        if not any(start <= change.line <= end for start, end in spans):
+            return change
+    return None

@@ -1,0 +1,112 @@
+"""CKP301: ``preserve_rng_state=False`` around a region that draws random numbers."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ckptlint.rules.base import FileContext, Finding, Rule
+
+
+class RngNotPreserved(Rule):
+    """`preserve_rng_state=False` and the region draws random numbers.
+
+    With `preserve_rng_state=False` the checkpoint does not save and restore the RNG state
+    around the recompute. Dropout masks (and anything else drawn from torch's RNG) in the
+    recompute then differ from the ones the forward used, so the backward differentiates a
+    different function: the gradients are silently wrong.
+
+    Remove `preserve_rng_state=False` (the default, True, restores the RNG state), or keep
+    the random op outside the checkpointed region.
+
+    Random ops are dropout in any form (`nn.Dropout` and its variants, including modules
+    assigned in `__init__` and used by the region, `F.dropout`, `torch.dropout`),
+    `torch.rand*`, `bernoulli`, `multinomial`, `normal`, `rrelu`, and in-place samplers
+    such as `.normal_()` and `.uniform_()`, in the region or in same-module functions and
+    modules it calls. Dropout with a literal `p=0` or `training=False` is not random.
+    """
+
+    code = "CKP301"
+    name = "rng-not-preserved"
+    summary = "`preserve_rng_state=False` with a region that draws random numbers"
+
+    INVALID = [
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(64, 64)
+        self.dropout = nn.Dropout(0.1)
+
+    def _block(self, x):
+        return self.dropout(self.linear(x).relu())
+
+    def forward(self, x):
+        return checkpoint(self._block, x, use_reentrant=False, preserve_rng_state=False)
+""",
+        """\
+import torch
+from torch.utils.checkpoint import checkpoint
+
+def noisy(x):
+    return x + torch.randn_like(x) * 0.1
+
+def forward(x):
+    return checkpoint(noisy, x, use_reentrant=False, preserve_rng_state=False)
+""",
+    ]
+    VALID = [
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(64, 64)
+        self.dropout = nn.Dropout(0.1)
+
+    def _block(self, x):
+        return self.dropout(self.linear(x).relu())
+
+    def forward(self, x):
+        return checkpoint(self._block, x, use_reentrant=False)
+""",
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(64, 64)
+
+    def _block(self, x):
+        return self.linear(x).relu()
+
+    def forward(self, x):
+        return checkpoint(self._block, x, use_reentrant=False, preserve_rng_state=False)
+""",
+    ]
+
+    def check(self, context: FileContext) -> Iterator[Finding]:
+        analysis = context.regions
+        for call in context.checkpoint_calls:
+            preserve = call.keywords.get("preserve_rng_state")
+            if not (isinstance(preserve, ast.Constant) and preserve.value is False):
+                continue
+            draws = analysis.reach(call).draws
+            if not draws:
+                continue
+            first = draws[0]
+            where = f" (line {first.line})" if first.line and "line" not in first.what else ""
+            message = (
+                f"`{call.name}()` with `preserve_rng_state=False` runs a region that draws"
+                f" random numbers ({first.what}{where}): the recompute draws different ones"
+                " than the forward, so gradients are silently wrong; remove"
+                " `preserve_rng_state=False` or move the random op out of the region"
+            )
+            yield context.finding(call.node, self.code, message)

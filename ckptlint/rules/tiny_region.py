@@ -1,0 +1,252 @@
+"""CKP101: a checkpoint around one cheap op."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ckptlint.regions import (
+    Function,
+    LocalModule,
+    Partial,
+    Region,
+    RegionAnalysis,
+    TorchFunction,
+    TorchModule,
+    own_body,
+)
+from ckptlint.resolve import CHECKPOINT
+from ckptlint.rules.base import FileContext, Finding, Rule
+
+CHEAP_MODULES = frozenset(
+    "ReLU ReLU6 GELU SiLU Mish Sigmoid Tanh LeakyReLU ELU SELU CELU PReLU GLU Hardswish"
+    " Hardsigmoid Hardtanh Softplus Softsign LogSigmoid Tanhshrink Softshrink Hardshrink"
+    " Threshold Identity Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout"
+    " LayerNorm GroupNorm RMSNorm BatchNorm1d BatchNorm2d BatchNorm3d InstanceNorm1d"
+    " InstanceNorm2d InstanceNorm3d LocalResponseNorm Linear Conv1d Conv2d Conv3d"
+    " ConvTranspose1d ConvTranspose2d ConvTranspose3d Embedding Flatten Unflatten"
+    " MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d".split()
+)
+CHEAP_FUNCTIONS = frozenset(
+    "relu relu6 gelu silu mish sigmoid tanh leaky_relu elu selu celu prelu glu hardswish"
+    " hardsigmoid hardtanh softplus softsign logsigmoid dropout dropout1d dropout2d dropout3d"
+    " alpha_dropout layer_norm group_norm rms_norm batch_norm instance_norm normalize linear"
+    " conv1d conv2d conv3d embedding add sub mul div neg abs exp log sqrt rsqrt pow square"
+    " clamp erf sin cos max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d".split()
+)
+CHEAP_NAMESPACES = ("torch", "torch.nn.functional", "torch.special")
+# Tensor methods that are one elementwise op.
+CHEAP_METHODS = frozenset(
+    "relu sigmoid tanh exp log sqrt rsqrt abs neg square clamp add mul sub div pow".split()
+)
+
+
+class TinyRegion(Rule):
+    """A checkpoint region that is a single cheap op.
+
+    Checkpointing trades memory for compute: the region's intermediate activations are
+    dropped after the forward and recomputed in the backward. A region that is one cheap
+    op (an activation, dropout, a norm layer, an elementwise or arithmetic op, a single
+    `Linear`/`Conv`/`Embedding`) has (almost) no intermediates: what it would save for the
+    backward is its input, and that input is kept alive anyway as the checkpoint's input.
+    So the checkpoint saves nothing and adds a recompute and the checkpoint's own overhead.
+
+    Call the op directly, or checkpoint a larger block that contains it (a whole layer).
+
+    Reported for torch modules (`nn.GELU()`, including modules assigned in `__init__` and
+    elements of an `nn.ModuleList` built from one constructor), torch functions
+    (`torch.relu`, `F.gelu`), `functools.partial` of those, and lambdas, functions and
+    methods whose body is one such op applied to their parameters. An `nn.Sequential` of
+    several layers, a function of several statements and anything this file does not
+    define are not reported.
+    """
+
+    code = "CKP101"
+    name = "tiny-region"
+    summary = "checkpoint region is a single cheap op"
+
+    INVALID = [
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        return checkpoint(self.act, x, use_reentrant=False)
+""",
+        """\
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+def forward(x):
+    return checkpoint(F.gelu, x, use_reentrant=False)
+""",
+        """\
+import torch
+from torch.utils.checkpoint import checkpoint
+
+def forward(x, scale):
+    return checkpoint(lambda t: t * scale, x, use_reentrant=False)
+""",
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norms = nn.ModuleList([nn.LayerNorm(64) for _ in range(4)])
+
+    def forward(self, x):
+        for i in range(4):
+            x = checkpoint(self.norms[i], x, use_reentrant=False)
+        return x
+""",
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+def forward(x):
+    return checkpoint(nn.Dropout(0.1), x, use_reentrant=False)
+""",
+    ]
+    VALID = [
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+
+    def forward(self, x):
+        return checkpoint(self.mlp, x, use_reentrant=False)
+""",
+        """\
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+def forward(x, layer):
+    return checkpoint(layer, x, use_reentrant=False)
+""",
+        """\
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+def block(x, w):
+    h = F.gelu(x @ w)
+    return F.layer_norm(h, h.shape[-1:])
+
+def forward(x, w):
+    return checkpoint(block, x, w, use_reentrant=False)
+""",
+    ]
+
+    def check(self, context: FileContext) -> Iterator[Finding]:
+        analysis = context.regions
+        for call in context.checkpoint_calls:
+            if call.target != CHECKPOINT:
+                continue  # checkpoint_sequential splits a sequence; its parts are not one op
+            region = analysis.region(call)
+            op = None if region is None else cheap_op(region, analysis)
+            if op is not None:
+                message = (
+                    f"`{call.name}()` region is a single cheap op ({op}): its input stays alive"
+                    " as the checkpoint input, so the checkpoint saves (almost) no memory and"
+                    " adds a recompute; call it directly or checkpoint a larger block"
+                    " containing it"
+                )
+                yield context.finding(call.node, self.code, message)
+
+
+def cheap_op(region: Region, analysis: RegionAnalysis) -> str | None:
+    """A description of the one cheap op ``region`` is, or None when it is more (or unknown)."""
+    if isinstance(region, Partial):
+        return cheap_op(region.inner, analysis)
+    if isinstance(region, TorchFunction):
+        namespace, _, short = region.qualified.rpartition(".")
+        return (
+            f"`{region.qualified}`"
+            if namespace in CHEAP_NAMESPACES and short in CHEAP_FUNCTIONS
+            else None
+        )
+    if isinstance(region, TorchModule):
+        return _cheap_module(region, analysis)
+    if isinstance(region, LocalModule):
+        return _cheap_body(region.forward, analysis)
+    return _cheap_body(region, analysis)
+
+
+def _cheap_module(module: TorchModule, analysis: RegionAnalysis) -> str | None:
+    if module.class_name in CHEAP_MODULES:
+        return f"`nn.{module.class_name}`"
+    if module.class_name == "Sequential" and len(module.construction.args) == 1:
+        element = module.construction.args[0]
+        inner = analysis.resolve(
+            element, module.scope, (element.lineno, element.col_offset), module.environment, 0
+        )
+        if isinstance(inner, TorchModule):
+            return _cheap_module(inner, analysis)
+    return None
+
+
+def _cheap_body(function: Function, analysis: RegionAnalysis) -> str | None:
+    """A def or lambda whose whole body returns one cheap op applied to leaf values."""
+    expression = _returned_expression(function.node)
+    if expression is None:
+        return None
+    if (
+        isinstance(expression, ast.BinOp)
+        and _is_leaf(expression.left)
+        and _is_leaf(expression.right)
+    ):
+        return f"`{ast.unparse(expression)}`"
+    if isinstance(expression, ast.UnaryOp) and _is_leaf(expression.operand):
+        return f"`{ast.unparse(expression)}`"
+    if not isinstance(expression, ast.Call) or not all(
+        _is_leaf(argument)
+        for argument in (*expression.args, *(k.value for k in expression.keywords))
+    ):
+        return None
+    func = expression.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in CHEAP_METHODS
+        and isinstance(func.value, ast.Name)
+    ):
+        if _is_parameter(func.value, function):
+            return f"`{ast.unparse(expression)}`"
+    callee = analysis.resolve(
+        func, function.scope, (func.lineno, func.col_offset), function.environment, 0
+    )
+    if isinstance(callee, (TorchFunction, TorchModule, Partial)):
+        return cheap_op(callee, analysis)
+    return None
+
+
+def _returned_expression(node: ast.AST) -> ast.expr | None:
+    if isinstance(node, ast.Lambda):
+        return node.body
+    statements = own_body(node)
+    if len(statements) == 1 and isinstance(statements[0], ast.Return):
+        return statements[0].value
+    return None
+
+
+def _is_leaf(expression: ast.expr) -> bool:
+    """A name, constant or attribute of a name: no computation of its own."""
+    if isinstance(expression, ast.Starred):
+        expression = expression.value
+    while isinstance(expression, ast.Attribute):
+        expression = expression.value
+    return isinstance(expression, (ast.Name, ast.Constant))
+
+
+def _is_parameter(name: ast.Name, function: Function) -> bool:
+    bindings = function.scope.bindings.get(name.id, [])
+    return len(bindings) == 1 and isinstance(bindings[0].node, ast.arg)
