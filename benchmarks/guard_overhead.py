@@ -63,7 +63,7 @@ def step(model: Model, x: torch.Tensor) -> float:
     return elapsed
 
 
-def measure(batch: int, seq: int, steps: int, options: dict) -> tuple[float, float]:
+def measure(batch: int, seq: int, steps: int, options: dict) -> tuple[float, float, float]:
     torch.manual_seed(0)
     model = Model(blocks=8, hidden=512)
     x = torch.randn(batch, seq, 512, requires_grad=True)
@@ -76,7 +76,8 @@ def measure(batch: int, seq: int, steps: int, options: dict) -> tuple[float, flo
         plain.append(step(model, x))
         with ckptguard.guard(**options):
             guarded.append(step(model, x))
-    return statistics.median(plain), statistics.median(guarded)
+    paired = statistics.median(g / p for g, p in zip(guarded, plain, strict=True))
+    return statistics.median(plain), statistics.median(guarded), paired
 
 
 def region_cost_us(repeats: int = 2000) -> float:
@@ -94,13 +95,16 @@ def region_cost_us(repeats: int = 2000) -> float:
     return (time.perf_counter() - start) / repeats * 1e6
 
 
-def report(name: str, batch: int, seq: int, steps: int, options: dict) -> None:
-    plain, guarded = measure(batch, seq, steps, options)
-    ratio = guarded / plain
+def report(name: str, batch: int, seq: int, steps: int, options: dict, region_cost: float) -> None:
+    plain, guarded, paired = measure(batch, seq, steps, options)
     print(
         f"{name:<44} plain {plain * 1e3:9.2f} ms  guarded {guarded * 1e3:9.2f} ms  "
-        f"ratio {ratio:.4f} ({(ratio - 1) * 100:+.2f} %)  [{steps} steps each]"
+        f"ratio of medians {guarded / plain:.4f}  median paired ratio {paired:.4f} "
+        f"({(paired - 1) * 100:+.2f} %)  [{steps} interleaved pairs]"
     )
+    if not options:
+        share = 8 * region_cost / plain / 1e6 * 100
+        print(f"{'':<44} guard work 8 x {region_cost:.1f} us = {share:.4f} % of the plain step")
 
 
 def main() -> None:
@@ -114,11 +118,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, 8 blocks x hidden 512")
-    print(f"guard work per region (fingerprint + verify, one block): {region_cost_us():.1f} us")
+    region_cost = region_cost_us()
+    print(f"guard work per region (fingerprint + verify, one block): {region_cost:.1f} us")
     modes = [("guard", {})] + ([("strict", {"strict": True})] if args.strict else [])
     for mode, options in modes:
-        report(f"{mode}: batch 32 x seq 128 (goal <= 1 %)", 32, 128, args.steps_large, options)
-        report(f"{mode}: batch 1 x seq 16 (goal <= 3 %)", 1, 16, args.steps_small, options)
+        for label, batch, seq, steps in (
+            ("batch 32 x seq 128 (goal <= 1 %)", 32, 128, args.steps_large),
+            ("batch 1 x seq 16 (goal <= 3 %)", 1, 16, args.steps_small),
+        ):
+            report(f"{mode}: {label}", batch, seq, steps, options, region_cost)
 
 
 if __name__ == "__main__":

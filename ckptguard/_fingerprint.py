@@ -126,7 +126,7 @@ def _shallow_fp(value: Any) -> Any:
         return value
     if isinstance(value, torch.Tensor):
         return tensor_fp(value)
-    return ("id", id(value))
+    return ("id", id(value), type(value).__qualname__)
 
 
 def value_fp(value: Any) -> Any:
@@ -142,7 +142,7 @@ def value_fp(value: Any) -> Any:
         return (dict, tuple([(k, _shallow_fp(v)) for k, v in value.items()]))
     if kind in (set, frozenset) and len(value) <= _SMALL_CONTAINER:
         return (kind, frozenset([_shallow_fp(v) for v in value]))
-    return ("id", id(value))
+    return ("id", id(value), type(value).__qualname__)
 
 
 def is_torch_code(code: types.CodeType) -> bool:
@@ -285,7 +285,7 @@ class ModulePlan:
             entries.append(
                 _ModuleEntry(module, attr_names, param_names, buffer_names, loose, forward_plan)
             )
-            labels.append(Label("training", path, f"{cls} module"))
+            labels.append(Label("training", f"{path}.training", f"{cls} module"))
             labels.append(Label("function", f"{path}.forward", f"{cls} module"))
             labels.append(Label("function", f"{path}.forward.__code__", f"{cls} module"))
             labels.extend(Label("attribute", f"{path}.{a}", f"{cls} module") for a in attr_names)

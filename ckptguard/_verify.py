@@ -82,8 +82,8 @@ def _describe_value(value: Any) -> str:
         return f"code of {name} ({code_location(value)})"
     if isinstance(value, types.FunctionType):
         return f"function {function_name(value)} ({code_location(value.__code__)})"
-    if isinstance(value, tuple) and len(value) == 2 and value[0] == "id":
-        return f"object id {value[1]:#x}"
+    if isinstance(value, tuple) and len(value) == 3 and value[0] == "id":
+        return f"{value[2]} object at {value[1]:#x}"
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type):
         return f"{value[0].__name__} with shallow content {abbreviate(value[1])}"
     return abbreviate(value)
