@@ -12,12 +12,11 @@ from ckptlint.regions import (
     Partial,
     Region,
     RegionAnalysis,
-    own_nodes,
     statements_at,
 )
 from ckptlint.resolve import CheckpointCall
 from ckptlint.rules.base import FileContext, Finding, Rule
-from ckptlint.scopes import Scope
+from ckptlint.scopes import Binding, Scope
 
 
 @dataclass(frozen=True)
@@ -183,8 +182,8 @@ def late_binding(
 
 
 def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
-    """The innermost loop of ``owner`` around ``call`` that rebinds ``name`` and does not
-    also run the backward."""
+    """The innermost loop of ``owner`` around ``call`` that rebinds ``name`` to values that
+    may differ between iterations, and does not also run the backward."""
     if isinstance(owner.node, COMPREHENSIONS):
         inside = owner.node.lineno <= call.lineno <= (owner.node.end_lineno or 0)
         return owner.node if inside else None
@@ -196,18 +195,26 @@ def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
             continue
         if not statement.body or call.lineno < statement.body[0].lineno:
             continue  # the call is in the loop's header
-        if name in _names_bound_in(statement) and not _runs_backward(statement):
+        end = statement.end_lineno or statement.lineno
+        rebound = [
+            binding
+            for binding in owner.bindings.get(name, [])
+            if statement.lineno <= binding.position[0] <= end
+        ]
+        if rebound and not _same_constant_first(rebound, call) and not _runs_backward(statement):
             return statement
     return None
 
 
-def _names_bound_in(loop: ast.For | ast.AsyncFor | ast.While) -> set[str]:
-    nodes = own_nodes([*loop.body, *([loop.target] if not isinstance(loop, ast.While) else [])])
-    return {
-        node.id
-        for node in nodes
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del))
+def _same_constant_first(bindings: list[Binding], call: ast.Call) -> bool:
+    """Every rebinding sets one and the same constant before the call (``use_cache = False``):
+    forward and recompute see the same value."""
+    values = {
+        repr(binding.value.value) if isinstance(binding.value, ast.Constant) else None
+        for binding in bindings
     }
+    before = all(binding.position < (call.lineno, call.col_offset) for binding in bindings)
+    return before and len(values) == 1 and None not in values
 
 
 def _runs_backward(loop: ast.AST) -> bool:
