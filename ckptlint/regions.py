@@ -557,21 +557,41 @@ class RegionAnalysis:
 
     def _find_changes(self, name: str) -> list[GlobalWrite]:
         changes: list[GlobalWrite] = []
-        lines = sorted({bisect_right(self.line_ends, s) + 1 for s in _word_starts(self.text, name)})
-        for line in lines:
+        for line in self._lines_naming(name):
             path = statements_at(self.tree.body, line)
             functions = [n for n in path if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            if not functions or isinstance(path[-1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not functions or isinstance(path[-1], _DEFINITIONS):
+                continue
+            if len(functions) == 1 and self._runs_at_import_only(functions[0], path):
                 continue
             scope = None
-            for function in functions:  # outermost first: building it builds the nested ones
-                scope = self.scopes.function_scope(function)
+            for definition in path:  # outermost first: building one builds those inside
+                if isinstance(definition, _DEFINITIONS):
+                    scope = self.scopes.function_scope(definition)
             if scope is None:
                 continue
             for write in self._global_writes(path[-1], scope):
                 if write.name == name and write not in changes:
                     changes.append(write)
         return changes
+
+    def _lines_naming(self, name: str) -> list[int]:
+        """Lines where ``name`` appears as a whole identifier (a text search, no parsing)."""
+        starts = _word_starts(self.text, name)
+        return sorted({bisect_right(self.line_ends, start) + 1 for start in starts})
+
+    def _runs_at_import_only(self, function: ast.AST, path: list[ast.stmt]) -> bool:
+        """A module-level function this file uses only at module or class level (a registry's
+        ``register`` decorator, a set-up call): it runs at import, before any checkpoint."""
+        if path[0] is not function:
+            return False
+        name = function.name  # type: ignore[attr-defined]
+        uses = [line for line in self._lines_naming(name) if line != function.lineno]  # type: ignore[attr-defined]
+        return bool(uses) and not any(
+            isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for line in uses
+            for statement in statements_at(self.tree.body, line)
+        )
 
 
 def _torch_function(qualified: str) -> TorchFunction | None:

@@ -218,9 +218,9 @@ def _cheap_body(function: Function, analysis: RegionAnalysis) -> str | None:
         isinstance(func, ast.Attribute)
         and func.attr in CHEAP_METHODS
         and isinstance(func.value, ast.Name)
+        and _is_value(func.value, function)
     ):
-        if _is_parameter(func.value, function):
-            return f"`{ast.unparse(expression)}`"
+        return f"`{ast.unparse(expression)}`"
     callee = analysis.resolve(
         func, function.scope, (func.lineno, func.col_offset), function.environment, 0
     )
@@ -247,6 +247,10 @@ def _is_leaf(expression: ast.expr) -> bool:
     return isinstance(expression, (ast.Name, ast.Constant))
 
 
-def _is_parameter(name: ast.Name, function: Function) -> bool:
-    bindings = function.scope.bindings.get(name.id, [])
-    return len(bindings) == 1 and isinstance(bindings[0].node, ast.arg)
+def _is_value(name: ast.Name, function: Function) -> bool:
+    """A parameter or variable (``h`` in ``h.relu()``), not an imported module or a class."""
+    bindings = function.scope.lookup(name.id, (name.lineno, name.col_offset))
+    return bool(bindings) and all(
+        b.imported is None and not isinstance(b.node, (ast.ClassDef, ast.FunctionDef))
+        for b in bindings
+    )
