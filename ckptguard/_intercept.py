@@ -17,6 +17,7 @@ before any user code runs (an early-stopped recompute never reaches the function
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils import checkpoint as torch_checkpoint
 
-from ckptguard import _rng
+from ckptguard import _rng, _strict
 from ckptguard._fingerprint import Label, ModuleSegment, collect_segments, input_fp
 from ckptguard._verify import build_error, describe_region, first_difference, report
 from ckptguard.errors import CheckpointGuardWarning, CheckpointMismatchError
@@ -71,7 +72,16 @@ def _is_compiled_region(fn: Any) -> bool:
 class RegionGuard:
     """One checkpoint call: its forward fingerprint, verified whenever torch recomputes it."""
 
-    __slots__ = ("fn", "segments", "values", "inputs", "on_mismatch", "__weakref__")
+    __slots__ = (
+        "fn",
+        "segments",
+        "values",
+        "inputs",
+        "on_mismatch",
+        "strict",
+        "signatures",
+        "__weakref__",
+    )
 
     def __init__(self, fn: Any, options: Options):
         self.fn = fn
@@ -79,6 +89,8 @@ class RegionGuard:
         self.values: list | None = None
         self.inputs: list = []
         self.on_mismatch = options.on_mismatch
+        self.strict = options.strict
+        self.signatures: list | None = None  # strict mode: per-op signatures of the forward
 
     def capture(self, args: tuple) -> None:
         self.values = [segment.read() for segment in self.segments]
@@ -116,10 +128,28 @@ class RegionGuard:
                             names.append(f"{path}.{name}")
         return names
 
+    def recorder(self) -> Any:
+        """Context that records the forward's op signatures in strict mode (else a no-op)."""
+        if not self.strict:
+            return contextlib.nullcontext()
+        recorder = _strict.ForwardRecorder()
+        self.signatures = recorder.signatures
+        return recorder
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.values is not None and _options is not None:
-            self.verify(args)
-        return self.fn(*args, **kwargs)
+        if self.values is None:  # the reentrant forward (torch calls run_function first)
+            with self.recorder():
+                return self.fn(*args, **kwargs)
+        if _options is None:
+            return self.fn(*args, **kwargs)
+        self.verify(args)
+        if self.signatures is None:
+            return self.fn(*args, **kwargs)
+        checker = _strict.RecomputeChecker(
+            self.signatures, describe_region(self.fn), self.on_mismatch
+        )
+        with checker:
+            return self.fn(*args, **kwargs)
 
 
 def _check_rng(region: RegionGuard, before: Any, preserve: bool, args: tuple) -> None:
@@ -204,7 +234,8 @@ def _guard_generator(original: Any) -> Any:
         inner = original(region, *args, **kwargs)
         first = next(inner)
         try:
-            yield first
+            with region.recorder():
+                yield first
         except BaseException as exc:  # the forward failed: let torch unwind its contexts
             try:
                 inner.throw(exc)

@@ -107,6 +107,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--guard", action="store_true", help="run under ckptguard.enable()")
+    parser.add_argument(
+        "--strict", action="store_true", help="also compare every op's values at recompute"
+    )
     parser.add_argument("--inject", choices=INJECTIONS, help="make this mistake at step 2")
     parser.add_argument("--steps", type=int, default=4)
     args = parser.parse_args()
@@ -115,8 +118,8 @@ def main() -> None:
     model = TinyLM()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = torch.randint(0, 128, (8, 33))
-    if args.guard:
-        ckptguard.enable()
+    if args.guard or args.strict:
+        ckptguard.enable(strict=args.strict)
     for step in range(args.steps):
         mistake = args.inject if step == 2 else None
         model.late_binding = mistake == "closure"

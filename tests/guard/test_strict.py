@@ -1,0 +1,155 @@
+"""Strict mode: op-by-op value signatures catch what fingerprints cannot name."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import grads_equal
+from test_clean_run import _training_run
+from torch.utils.checkpoint import checkpoint
+
+import ckptguard
+from ckptguard import CheckpointMismatchError
+
+
+@pytest.mark.parametrize("allow_reentrant", [True, False], ids=["mixed", "autograd_grad"])
+def test_clean_run_is_bit_identical_and_silent(allow_reentrant: bool) -> None:
+    plain = _training_run(allow_reentrant)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ckptguard.CheckpointMismatchWarning)
+        with ckptguard.guard(strict=True):
+            strict = _training_run(allow_reentrant)
+    assert grads_equal(plain, strict)
+
+
+class Settings:
+    """An arbitrary object: no fingerprint follows its attributes."""
+
+    temperature = 1.0
+
+
+SETTINGS = Settings()
+
+
+def _settings_region(x: torch.Tensor) -> torch.Tensor:
+    hidden = torch.tanh(x)
+    return torch.sin(hidden / SETTINGS.temperature)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_attribute_of_arbitrary_object(reentrant: bool) -> None:
+    x = torch.randn(6, requires_grad=True)
+
+    def run(change: bool) -> torch.Tensor:
+        x.grad = None
+        out = checkpoint(_settings_region, x, use_reentrant=reentrant)
+        if change:
+            SETTINGS.temperature = 2.0
+        try:
+            out.sum().backward()
+        finally:
+            SETTINGS.temperature = 1.0
+        return x.grad.clone()
+
+    honest = run(False)
+    assert not torch.equal(honest, run(True)), "plain torch differs silently"
+    ckptguard.enable()
+    run(True)  # fingerprints alone cannot see an attribute of an arbitrary object
+    ckptguard.enable(strict=True)
+    with pytest.raises(CheckpointMismatchError) as info:
+        run(True)
+    error = info.value
+    assert error.kind == "values"
+    assert error.details["op"] == "aten.div.Tensor"
+    assert error.details["index"] == 1
+    division_line = _settings_region.__code__.co_firstlineno + 2
+    assert error.details["frame"] == f"{__file__}:{division_line}"
+    assert "sum=" in error.details["forward"] and "sum=" in error.details["recompute"]
+    assert torch.equal(run(False), honest)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_explicit_generator_is_nondeterministic(reentrant: bool) -> None:
+    x = torch.randn(6, requires_grad=True)
+    generator = torch.Generator().manual_seed(0)
+
+    def region(t: torch.Tensor) -> torch.Tensor:
+        noise = torch.rand(6, generator=generator)  # torch stashes only default generators
+        return torch.sin(t * noise)
+
+    ckptguard.enable(strict=True)
+    out = checkpoint(region, x, use_reentrant=reentrant)
+    with pytest.raises(CheckpointMismatchError) as info:
+        out.sum().backward()
+    assert info.value.details["op"] == "aten.rand.generator"
+    assert info.value.details["index"] == 0
+
+
+def test_rrelu_training_under_nonreentrant() -> None:
+    """PyTorch's own case: the early-stopped recompute skips the op that fills RReLU's noise."""
+    x = torch.randn(64, requires_grad=True)
+
+    def region(t: torch.Tensor) -> torch.Tensor:
+        return F.rrelu(t, training=True) * 2
+
+    torch.manual_seed(0)
+    region(x).sum().backward()
+    unchecked = x.grad.clone()
+    x.grad = None
+    torch.manual_seed(0)
+    out = checkpoint(region, x, use_reentrant=False)
+    assert torch.equal(out, region_at_seed(region, x, 0)), "forward outputs are equal"
+    out.sum().backward()
+    assert not torch.equal(x.grad, unchecked), "gradients are silently wrong"
+    ckptguard.enable(strict=True)
+    torch.manual_seed(0)
+    out = checkpoint(region, x, use_reentrant=False)
+    with pytest.raises(CheckpointMismatchError) as info:
+        out.sum().backward()
+    assert info.value.kind == "values"
+    assert info.value.details["op"] == "aten.rrelu_with_noise.default"
+    assert "stopped early" in str(info.value)
+
+
+def region_at_seed(region, x: torch.Tensor, seed: int) -> torch.Tensor:
+    with torch.random.fork_rng(), torch.no_grad():
+        torch.manual_seed(seed)
+        return region(x)
+
+
+def test_nested_regions_and_non_tensor_outputs() -> None:
+    inner = nn.Linear(8, 8)
+    scale = Settings()
+
+    def inner_region(t: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(inner(t) * scale.temperature)
+
+    def outer_region(t: torch.Tensor) -> torch.Tensor:
+        count = int(t.abs().sum().item() > 0)  # an op with a non-tensor (scalar) output
+        return checkpoint(inner_region, t * count, use_reentrant=False).exp()
+
+    x = torch.randn(3, 8, requires_grad=True)
+    ckptguard.enable(strict=True)
+    checkpoint(outer_region, x, use_reentrant=False).sum().backward()  # clean: silent
+    out = checkpoint(outer_region, x, use_reentrant=False)
+    scale.temperature = 3.0
+    with pytest.raises(CheckpointMismatchError) as info:
+        out.sum().backward()
+    assert info.value.kind == "values"
+    assert info.value.details["op"] == "aten.mul.Tensor"
+
+
+def test_strict_warn_mode_continues() -> None:
+    x = torch.randn(6, requires_grad=True)
+    ckptguard.enable(strict=True, on_mismatch="warn")
+    out = checkpoint(_settings_region, x, use_reentrant=False)
+    SETTINGS.temperature = 2.0
+    try:
+        with pytest.warns(ckptguard.CheckpointMismatchWarning, match="aten.div"):
+            out.sum().backward()
+    finally:
+        SETTINGS.temperature = 1.0
