@@ -518,7 +518,11 @@ class RegionAnalysis:
                 if draw is not None:
                     facts.draws.append(draw)
             if isinstance(node, ast.stmt):
-                facts.writes.extend(self._global_writes(node, scope))
+                facts.writes.extend(
+                    write
+                    for write in self._global_writes(node, scope)
+                    if not _guarded_by_test_of(statements, write)
+                )
         return facts
 
     def _global_writes(self, statement: ast.stmt, scope: Scope) -> Iterator[GlobalWrite]:
@@ -571,7 +575,11 @@ class RegionAnalysis:
             if scope is None:
                 continue
             for write in self._global_writes(path[-1], scope):
-                if write.name == name and write not in changes:
+                if (
+                    write.name == name
+                    and write not in changes
+                    and not _guarded_by_test_of(functions[-1].body, write)
+                ):
                     changes.append(write)
         return changes
 
@@ -736,6 +744,20 @@ def _header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
         yield node
         if not isinstance(node, ast.Lambda):
             stack.extend(ast.iter_child_nodes(node))
+
+
+def _guarded_by_test_of(body: list[ast.stmt], write: GlobalWrite) -> bool:
+    """A write under ``if`` testing the same global (``if key not in CACHE:``, ``if KERNEL is
+    None:``): a lazy initialisation or a memo, which a second run leaves as it was."""
+    return any(
+        isinstance(statement, ast.If)
+        and write.line > statement.test.end_lineno  # type: ignore[operator]
+        and any(
+            isinstance(node, ast.Name) and node.id == write.name
+            for node in ast.walk(statement.test)
+        )
+        for statement in statements_at(body, write.line)
+    )
 
 
 def statements_at(body: list[ast.stmt], line: int) -> list[ast.stmt]:

@@ -591,3 +591,30 @@ def test_flake8_and_cli_report_the_same_semantic_findings(project: Path) -> None
     from_cli = [(f"model.py:{i['line']}:{i['column']}:", i["code"]) for i in cli]
     assert from_flake8 == from_cli
     assert {code for _, code in from_cli} == {"CKP001", *SEMANTIC}
+
+
+def test_memo_and_lazy_initialisation_are_not_side_effects() -> None:
+    source = """
+        from torch.utils.checkpoint import checkpoint
+
+        _MASKS = {}
+        _KERNEL = None
+
+        def load_kernel():
+            global _KERNEL
+            if _KERNEL is None:
+                _KERNEL = compile_kernel()
+            return _KERNEL
+
+        def causal_mask(n):
+            if n not in _MASKS:
+                _MASKS[n] = build_mask(n)
+            return _MASKS[n]
+
+        def block(x):
+            return load_kernel()(x, causal_mask(x.shape[0])) + x
+
+        def forward(x):
+            return checkpoint(block, x, use_reentrant=False)
+        """
+    assert semantic_codes(source) == []
