@@ -263,7 +263,13 @@ class RegionAnalysis:
     def _resolve_member(
         self, owner: Scope, attribute: str, environment: Environment, depth: int
     ) -> Region | None:
-        """``self.<attribute>``: a method of the class, or a module assigned in a method."""
+        """``self.<attribute>``: a method of the class, or a module assigned in a method.
+
+        Unknown when another class of this file defines or assigns the same attribute: it
+        may be a subclass overriding it.
+        """
+        if self._defined_elsewhere(owner, attribute):
+            return None
         members = owner.bindings.get(attribute, [])
         if members:
             if len(members) == 1 and isinstance(members[0].node, ast.FunctionDef):
@@ -275,6 +281,18 @@ class RegionAnalysis:
             return None
         binding = assigned[0]
         return self.resolve(binding.value, binding.scope, binding.position, {}, depth + 1)
+
+    def _defined_elsewhere(self, owner: Scope, attribute: str) -> bool:
+        """``def <attribute>`` or ``.<attribute> =`` outside the class ``owner`` (text search)."""
+        first = owner.node.lineno  # type: ignore[attr-defined]
+        last = owner.node.end_lineno  # type: ignore[attr-defined]
+        for line in self._lines_naming(attribute):
+            if first <= line <= last:
+                continue
+            text = self.lines[line - 1]
+            if f"def {attribute}(" in text or f".{attribute} =" in text or f".{attribute}:" in text:
+                return True
+        return False
 
     def _resolve_call(
         self, call: ast.Call, scope: Scope, environment: Environment, depth: int
@@ -309,9 +327,10 @@ class RegionAnalysis:
         return None
 
     def _instance_of(self, node: ast.ClassDef) -> LocalModule | None:
-        """Calling an instance of a class of this file runs the ``forward`` it defines."""
+        """Calling an instance of a class of this file runs the ``forward`` it defines (unless
+        it defines its own ``__call__``)."""
         class_scope = self.scopes.function_scope(node)
-        if node.decorator_list or class_scope is None:
+        if node.decorator_list or class_scope is None or "__call__" in class_scope.bindings:
             return None
         methods = class_scope.bindings.get("forward", [])
         if len(methods) != 1 or not isinstance(methods[0].node, ast.FunctionDef):
@@ -449,8 +468,9 @@ class RegionAnalysis:
         if isinstance(region, Partial):
             self._collect(region.inner, reach, depth, seen)
         elif isinstance(region, TorchFunction):
-            if region.qualified.rpartition(".")[2] in RANDOM_FUNCTIONS:
-                reach.draws.append(RandomDraw(f"`{region.qualified}`", 0))
+            draw = _random_function_draw(region.qualified, None)
+            if draw is not None:
+                reach.draws.append(draw)
         elif isinstance(region, TorchModule):
             if module_draws_random(region):
                 line = region.construction.lineno
@@ -621,12 +641,15 @@ RANDOM_MODULES = frozenset(
 _RANDOM_NAMESPACES = ("torch", "torch.nn.functional", "torch.nn.init")
 
 
-def _random_function_draw(qualified: str, call: ast.Call) -> RandomDraw | None:
+def _random_function_draw(qualified: str, call: ast.Call | None) -> RandomDraw | None:
+    """A call of (or, without ``call``, a region that is) a random torch function."""
     namespace, _, short = qualified.rpartition(".")
     if namespace not in _RANDOM_NAMESPACES:
         return None
     if short not in RANDOM_FUNCTIONS and short not in RANDOM_METHODS:
         return None
+    if call is None:
+        return RandomDraw(f"`{qualified}`", 0)
     if "dropout" in short and (
         _literal_argument(call, "p", 1) == 0 or _literal_argument(call, "training", 2) is False
     ):

@@ -618,3 +618,32 @@ def test_memo_and_lazy_initialisation_are_not_side_effects() -> None:
             return checkpoint(block, x, use_reentrant=False)
         """
     assert semantic_codes(source) == []
+
+
+def test_a_method_a_subclass_overrides_is_unknown() -> None:
+    source = """
+        import torch.nn as nn
+        from torch.utils.checkpoint import checkpoint
+
+        class Base(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.GELU()
+
+            def _block(self, x):
+                return self.act(x)
+
+            def forward(self, x):
+                x = checkpoint(self._block, x, use_reentrant=False)
+                return checkpoint(self.act, x, use_reentrant=False)
+
+        class Deep(Base):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+
+            def _block(self, x):
+                h = self.act(x)
+                return self.act(h) + x
+        """
+    assert semantic_codes(source) == []
