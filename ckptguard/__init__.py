@@ -7,15 +7,18 @@ what changed. Importing ckptguard does not import torch; ``enable()`` does.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 from ckptguard.errors import (
     CheckpointGuardWarning,
     CheckpointMismatchError,
     CheckpointMismatchWarning,
 )
+from ckptguard.pricing import price
 
 __all__ = [
     "CheckpointGuardWarning",
@@ -25,6 +28,9 @@ __all__ = [
     "enable",
     "guard",
     "is_enabled",
+    "price",
+    "profile",
+    "region_report",
 ]
 
 _ON_MISMATCH = ("raise", "warn")
@@ -43,11 +49,42 @@ def _load_intercept():
 
 
 def enable(*, strict: bool = False, on_mismatch: str = "raise", report: bool = False) -> None:
-    """Guard every checkpointed region in the process from now on; enabling twice is harmless."""
+    """Guard every checkpointed region in the process from now on; enabling twice is harmless.
+
+    ``strict`` also compares every op's output values at recompute; ``report`` collects
+    per-region memory and recompute figures and prints them as a table when the process exits
+    (``region_report()`` returns them as data).
+    """
     if on_mismatch not in _ON_MISMATCH:
         raise ValueError(f"on_mismatch must be one of {_ON_MISMATCH}, got {on_mismatch!r}")
     intercept = _load_intercept()
     intercept.install(intercept.Options(strict=strict, on_mismatch=on_mismatch, report=report))
+    if report and not _exit_report_registered:
+        _register_exit_report()
+
+
+_exit_report_registered = False
+
+
+def _register_exit_report() -> None:
+    global _exit_report_registered
+    _exit_report_registered = True
+
+    def print_report() -> None:
+        intercept = sys.modules.get("ckptguard._intercept")
+        if intercept is not None and intercept.collector is not None:
+            if intercept.collector.regions:
+                print(intercept.collector.table(), file=sys.stderr)
+
+    atexit.register(print_report)
+
+
+def region_report() -> list[dict]:
+    """Report mode's figures so far, one JSON-serialisable dict per region."""
+    intercept = sys.modules.get("ckptguard._intercept")
+    if intercept is None or intercept.collector is None:
+        return []
+    return intercept.collector.data()
 
 
 def disable() -> None:
@@ -60,6 +97,31 @@ def disable() -> None:
 def is_enabled() -> bool:
     intercept = sys.modules.get("ckptguard._intercept")
     return intercept is not None and intercept.current_options() is not None
+
+
+@contextlib.contextmanager
+def profile(
+    *, print_table: bool = True, strict: bool = False, on_mismatch: str = "raise"
+) -> Iterator[Any]:
+    """Guard and measure the regions run inside the block; yields the collector.
+
+    The collector's ``data()`` gives JSON-serialisable per-region figures and ``table()`` the
+    text table, printed on exit unless ``print_table=False``.
+    """
+    intercept = _load_intercept()
+    previous_options, previous_collector = intercept.current_options(), intercept.collector
+    intercept.collector = collector = intercept.new_collector()
+    enable(strict=strict, on_mismatch=on_mismatch, report=True)
+    try:
+        yield collector
+    finally:
+        if previous_options is None:
+            disable()
+        else:
+            intercept.install(previous_options)
+        intercept.collector = previous_collector
+        if print_table:
+            print(collector.table())
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils import checkpoint as torch_checkpoint
 
-from ckptguard import _rng, _strict
+from ckptguard import _report, _rng, _strict
 from ckptguard._fingerprint import Label, ModuleSegment, collect_segments, input_fp
 from ckptguard._verify import build_error, describe_region, first_difference, report
 from ckptguard.errors import CheckpointGuardWarning, CheckpointMismatchError
@@ -49,6 +49,7 @@ class Options:
 
 
 _options: Options | None = None
+collector: _report.Collector | None = None  # report mode's figures, kept after disable()
 _patches: list[tuple[Any, str, bool, Any]] = []  # (owner, attribute, owned it, original)
 
 
@@ -61,6 +62,10 @@ _COMPILER_DIRS = tuple(
 def _is_compiling() -> bool:
     compiler = getattr(torch, "compiler", None)
     return bool(compiler is not None and compiler.is_compiling())
+
+
+def _measuring() -> bool:
+    return collector is not None and collector.measuring
 
 
 def _is_compiled_region(fn: Any) -> bool:
@@ -80,6 +85,7 @@ class RegionGuard:
         "on_mismatch",
         "strict",
         "signatures",
+        "stats",
         "__weakref__",
     )
 
@@ -91,6 +97,7 @@ class RegionGuard:
         self.on_mismatch = options.on_mismatch
         self.strict = options.strict
         self.signatures: list | None = None  # strict mode: per-op signatures of the forward
+        self.stats: _report.RegionStats | None = None  # report mode: this region's figures
 
     def capture(self, args: tuple) -> None:
         self.values = [segment.read() for segment in self.segments]
@@ -144,12 +151,22 @@ class RegionGuard:
             return self.fn(*args, **kwargs)
         self.verify(args)
         if self.signatures is None:
-            return self.fn(*args, **kwargs)
+            return self._recompute(args, kwargs)
         checker = _strict.RecomputeChecker(
             self.signatures, describe_region(self.fn), self.on_mismatch
         )
         with checker:
+            return self._recompute(args, kwargs)
+
+    def _recompute(self, args: tuple, kwargs: dict) -> Any:
+        if self.stats is None:
             return self.fn(*args, **kwargs)
+        return _report.Collector.timed_recompute(self.stats, self.fn, args, kwargs)
+
+    def count_forward(self, args: tuple, kwargs: dict) -> None:
+        """Report mode: count this call and price its region the first time it is seen."""
+        if collector is not None and _options is not None and _options.report:
+            self.stats = collector.on_forward(describe_region(self.fn), self.fn, args, kwargs)
 
 
 def _check_rng(region: RegionGuard, before: Any, preserve: bool, args: tuple) -> None:
@@ -185,9 +202,11 @@ def _guard_reentrant(original_apply: Any) -> Any:
             or not torch.is_grad_enabled()
             or isinstance(run_function, RegionGuard)
             or _is_compiling()
+            or _measuring()
         ):
             return original_apply(run_function, preserve_rng_state, *args)
         region = RegionGuard(run_function, options)
+        region.count_forward(args, {})
         if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             _warn_no_input_requires_grad(region)
         before = _rng.snapshot(preserve_rng_state)
@@ -225,11 +244,13 @@ def _guard_generator(original: Any) -> Any:
             or not torch.is_grad_enabled()
             or _is_compiling()
             or _is_compiled_region(fn)
+            or _measuring()
         ):
             return (yield from original(fn, *args, **kwargs))
         preserve = args[0] if args else kwargs.get("preserve_rng_state", True)
         user_args = args[leading - 1 :]
         region = RegionGuard(fn, options)
+        region.count_forward(user_args, kwargs)
         before = _rng.snapshot(preserve)
         inner = original(region, *args, **kwargs)
         first = next(inner)
@@ -279,9 +300,11 @@ def _install_patches() -> None:
 
 
 def install(options: Options) -> None:
-    global _options
+    global _options, collector
     if not _patches:
         _install_patches()
+    if options.report and collector is None:
+        collector = _report.Collector()
     _options = options
 
 
@@ -294,6 +317,10 @@ def uninstall() -> None:
             setattr(owner, attribute, original)
         else:
             delattr(owner, attribute)
+
+
+def new_collector() -> _report.Collector:
+    return _report.Collector()
 
 
 def current_options() -> Options | None:

@@ -1,5 +1,7 @@
 """Shared fixtures for the ckptguard tests; they need torch and skip without it."""
 
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -9,10 +11,13 @@ import ckptguard  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _guard_off_between_tests():
-    """Every test starts and ends with torch.utils.checkpoint untouched."""
+    """Every test starts and ends with torch.utils.checkpoint untouched and no report pending."""
     ckptguard.disable()
     yield
     ckptguard.disable()
+    intercept = sys.modules.get("ckptguard._intercept")
+    if intercept is not None:
+        intercept.collector = None
 
 
 def grads_of(module, *inputs):
