@@ -176,7 +176,7 @@ class RecomputeChecker(TorchDispatchMode):
                         "while this op was saving its inputs, before it ran; the op writes into "
                         "one of its inputs, so the tensor backward uses misses that write"
                     ),
-                    frame="<not run>",
+                    frame="",
                 )
         return False
 
@@ -188,13 +188,14 @@ class RecomputeChecker(TorchDispatchMode):
         reason: str = "",
         frame: str | None = None,
     ) -> None:
-        frame = frame or _user_frame()
+        frame = _user_frame() if frame is None else frame
         op = (actual or expected)[0]
+        where = f"called at {frame}" if frame else "(not run by the recompute)"
         because = f"  why: {reason}\n" if reason else ""
         message = (
             f"ckptguard [values]: checkpointed region {self.region} computed different values "
             f"during its recompute.\n"
-            f"  first differing op: #{index} {op} called at {frame}\n"
+            f"  first differing op: #{index} {op} {where}\n"
             f"  forward:   {_describe(expected)}\n"
             f"  recompute: {_describe(actual)}\n"
             f"{because}"
