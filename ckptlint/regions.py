@@ -446,8 +446,8 @@ class RegionAnalysis:
         bindings = scope.lookup(name, position)
         if not bindings or any(b.scope.kind != "module" for b in bindings):
             return None
-        if any(b.imported is not None or isinstance(b.node, _DEFINITIONS) for b in bindings):
-            return "other"
+        if any(isinstance(b.node, (*_DEFINITIONS, ast.Import, ast.ImportFrom)) for b in bindings):
+            return "other"  # relative imports carry no qualified name: test the statement
         return "data"
 
     # -- what a region runs --------------------------------------------------------------

@@ -87,6 +87,16 @@ NOT_FINDINGS = {
                 loss = checkpoint(lambda h: model(h, batch.mask), batch.x, use_reentrant=False)
                 loss.backward()
         """,
+    "a helper def made again in each iteration": """
+        from torch.utils.checkpoint import checkpoint
+
+        def forward(self, x):
+            for layer in self.layers:
+                def unwrap(h):
+                    return h.elem if hasattr(h, "elem") else h
+                x = checkpoint(lambda h: unwrap(h).relu() * 2, x, use_reentrant=False)
+            return x
+        """,
     "region made in a loop but checkpointed after it": """
         from torch.utils.checkpoint import checkpoint
 
@@ -107,6 +117,19 @@ NOT_FINDINGS = {
         def block(x):
             h = ACTIVATIONS["gelu"](x) * math.sqrt(HIDDEN)
             return torch.tanh(h) + h
+
+        def forward(x):
+            return checkpoint(block, x, use_reentrant=False)
+        """,
+    "relative imports are not mutable globals": """
+        from torch.utils.checkpoint import checkpoint
+        from .virtualized import V
+
+        def set_handler(handler):
+            V.handler = handler
+
+        def block(x):
+            return V.handler(x) + x
 
         def forward(x):
             return checkpoint(block, x, use_reentrant=False)

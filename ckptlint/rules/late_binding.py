@@ -199,11 +199,19 @@ def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
         rebound = [
             binding
             for binding in owner.bindings.get(name, [])
-            if statement.lineno <= binding.position[0] <= end
+            if statement.lineno <= binding.position[0] <= end and not _is_definition(binding)
         ]
         if rebound and not _same_constant_first(rebound, call) and not _runs_backward(statement):
             return statement
     return None
+
+
+def _is_definition(binding: Binding) -> bool:
+    """A def, class or lambda made again in each iteration: same code, same closure cells,
+    so the last one behaves like the one the forward called."""
+    return isinstance(binding.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or (
+        isinstance(binding.value, ast.Lambda)
+    )
 
 
 def _same_constant_first(bindings: list[Binding], call: ast.Call) -> bool:
