@@ -44,8 +44,10 @@ class LateBinding(Rule):
     returned by a factory) that reads a variable of an enclosing function, and the
     checkpoint call sits inside a `for`/`while` loop (or comprehension) of that function
     that rebinds the variable. Not reported when the loop also runs the backward
-    (`loss.backward()` in the same iteration), or when the region is the loop variable
-    itself (`checkpoint(layer, x)` passes the current value).
+    (`loss.backward()` in the same iteration), when the region is the loop variable
+    itself (`checkpoint(layer, x)` passes the current value), when the loop only sets the
+    variable to one constant before the call (`use_cache = False`), or only remakes a
+    def or lambda under that name (same code, same closure cells).
     """
 
     code = "CKP202"

@@ -23,7 +23,10 @@ class MutableGlobalRead(Rule):
     The region's own code and same-module functions it calls (three levels deep) are
     searched. Constants bound once, imports, functions and classes are not mutable
     globals; module-level statements run once at import, before any checkpoint, so only
-    changes made inside functions count. Changes made by the region itself are CKP203.
+    changes made inside functions count, and not those of a function this file uses only
+    at import (a registry's `register` decorator) nor lazy initialisations under an `if`
+    testing the global (`if KERNEL is None: KERNEL = load()`). Changes made by the region
+    itself are CKP203.
     """
 
     code = "CKP201"
