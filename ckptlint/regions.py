@@ -101,7 +101,6 @@ class Partial:
     """``functools.partial(inner, ...)``."""
 
     inner: Region
-    creation: ast.Call
 
 
 Region = Function | TorchFunction | TorchModule | LocalModule | Partial
@@ -303,7 +302,7 @@ class RegionAnalysis:
             if not call.args or isinstance(call.args[0], ast.Starred):
                 return None
             inner = self.resolve(call.args[0], scope, position, environment, depth + 1)
-            return None if inner is None else Partial(inner, call)
+            return None if inner is None else Partial(inner)
         if qualified is not None:
             if qualified.startswith("torch.nn.") and qualified.rsplit(".", 1)[-1][:1].isupper():
                 return TorchModule(qualified, call, scope, environment)

@@ -21,7 +21,6 @@ from ckptlint.scopes import Binding, Scope
 
 @dataclass(frozen=True)
 class ClosureRead:
-    function: Function
     name: str
     read_line: int
     loop_line: int
@@ -179,7 +178,7 @@ def late_binding(
             continue
         loop = _rebinding_loop(owner, node.id, call.node)
         if loop is not None:
-            return ClosureRead(function, node.id, node.lineno, loop.lineno)
+            return ClosureRead(node.id, node.lineno, loop.lineno)
     return None
 
 
