@@ -50,7 +50,7 @@ def tree(name: str) -> Path:
         if hasattr(tarfile, "data_filter"):  # Python 3.10.12+: refuse paths leaving CACHE
             opened.extractall(CACHE, filter="data")
         else:
-            opened.extractall(CACHE)  # noqa: S202 - an sdist from the package index
+            opened.extractall(CACHE)  # an sdist from the package index
     return CACHE / name
 
 
