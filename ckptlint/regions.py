@@ -396,6 +396,8 @@ class RegionAnalysis:
             return None
         bound: Environment = {}
         parameters = [*node.args.posonlyargs, *node.args.args]
+        if factory.scope.self_name is not None:
+            parameters = parameters[1:]  # a method, called bound: ``self`` is not an argument
         for parameter, argument in zip(parameters, call.args, strict=False):
             bound[id(parameter)] = Argument(argument, scope, environment)
         by_name = {p.arg: p for p in (*parameters, *node.args.kwonlyargs)}

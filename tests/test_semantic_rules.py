@@ -331,6 +331,26 @@ FINDINGS = {
         """,
         "CKP101",
     ),
+    "CKP101 a method factory's product calling a cheap module": (
+        """
+        import torch.nn as nn
+        from torch.utils.checkpoint import checkpoint
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.act = nn.SiLU()
+
+            def _wrap(self, module):
+                def run(*inputs):
+                    return module(*inputs)
+                return run
+
+            def forward(self, x):
+                return checkpoint(self._wrap(self.act), x, use_reentrant=False)
+        """,
+        "CKP101",
+    ),
     "CKP202 comprehension variable": (
         """
         from torch.utils.checkpoint import checkpoint
