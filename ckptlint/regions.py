@@ -264,10 +264,9 @@ class RegionAnalysis:
     ) -> Region | None:
         """``self.<attribute>``: a method of the class, or a module assigned in a method.
 
-        Unknown when another class of this file defines or assigns the same attribute: it
-        may be a subclass overriding it.
+        Unknown when a subclass in this file defines or assigns the same attribute.
         """
-        if self._defined_elsewhere(owner, attribute):
+        if self._overridden(owner, attribute):
             return None
         members = owner.bindings.get(attribute, [])
         if members:
@@ -281,17 +280,39 @@ class RegionAnalysis:
         binding = assigned[0]
         return self.resolve(binding.value, binding.scope, binding.position, {}, depth + 1)
 
-    def _defined_elsewhere(self, owner: Scope, attribute: str) -> bool:
-        """``def <attribute>`` or ``.<attribute> =`` outside the class ``owner`` (text search)."""
-        first = owner.node.lineno  # type: ignore[attr-defined]
-        last = owner.node.end_lineno  # type: ignore[attr-defined]
+    def _overridden(self, owner: Scope, attribute: str) -> bool:
+        """``def <attribute>`` or ``.<attribute> =`` in a subclass of ``owner`` in this file."""
+        subclasses = self._subclasses(owner.node)
+        if not subclasses:
+            return False
         for line in self._lines_naming(attribute):
-            if first <= line <= last:
+            if not any(c.lineno <= line <= (c.end_lineno or c.lineno) for c in subclasses):
                 continue
             text = self.lines[line - 1]
             if f"def {attribute}(" in text or f".{attribute} =" in text or f".{attribute}:" in text:
                 return True
         return False
+
+    def _subclasses(self, node: ast.AST) -> list[ast.ClassDef]:
+        """Classes of this module deriving from ``node``, directly or not (by base name)."""
+        if not isinstance(node, ast.ClassDef):
+            return []
+        found: list[ast.ClassDef] = []
+        names = {node.name}
+        grew = True
+        while grew:
+            grew = False
+            for statement in self.tree.body:
+                if (
+                    isinstance(statement, ast.ClassDef)
+                    and statement not in found
+                    and statement is not node
+                    and any(_base_name(base) in names for base in statement.bases)
+                ):
+                    found.append(statement)
+                    names.add(statement.name)
+                    grew = True
+        return found
 
     def _resolve_call(
         self, call: ast.Call, scope: Scope, environment: Environment, depth: int
@@ -621,6 +642,12 @@ class RegionAnalysis:
             for line in uses
             for statement in statements_at(self.tree.body, line)
         )
+
+
+def _base_name(base: ast.expr) -> str | None:
+    if isinstance(base, ast.Name):
+        return base.id
+    return base.attr if isinstance(base, ast.Attribute) else None
 
 
 def _torch_function(qualified: str) -> TorchFunction | None:

@@ -351,6 +351,30 @@ FINDINGS = {
         """,
         "CKP101",
     ),
+    "CKP301 dropout attribute also assigned by an unrelated class": (
+        """
+        import torch.nn as nn
+        from torch.utils.checkpoint import checkpoint
+
+        class Embeddings(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.dropout = nn.Identity()
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+                self.dropout = nn.Dropout(0.1)
+
+            def _block(self, x):
+                return self.dropout(self.fc(x)) + x
+
+            def forward(self, x):
+                return checkpoint(self._block, x, use_reentrant=False, preserve_rng_state=False)
+        """,
+        "CKP301",
+    ),
     "CKP202 comprehension variable": (
         """
         from torch.utils.checkpoint import checkpoint
