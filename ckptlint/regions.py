@@ -159,6 +159,7 @@ class RegionAnalysis:
         self._facts: dict[int, _FunctionFacts] = {}
         self._changes: dict[str, list[GlobalWrite]] = {}
         self._classes_built: set[int] = set()
+        self._subclasses_of: dict[int, list[ast.ClassDef]] = {}
 
     @cached_property
     def text(self) -> str:
@@ -297,7 +298,9 @@ class RegionAnalysis:
         """Classes of this module deriving from ``node``, directly or not (by base name)."""
         if not isinstance(node, ast.ClassDef):
             return []
-        found: list[ast.ClassDef] = []
+        if id(node) in self._subclasses_of:
+            return self._subclasses_of[id(node)]
+        found: list[ast.ClassDef] = self._subclasses_of.setdefault(id(node), [])
         names = {node.name}
         grew = True
         while grew:
