@@ -11,6 +11,7 @@ counter, data pointer, shape, dtype and device.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import types
@@ -155,6 +156,15 @@ def code_location(code: Any) -> str:
     return f"{code.co_filename}:{code.co_firstlineno}"
 
 
+def unwrap_function(func: Any) -> types.FunctionType | None:
+    """The Python function under any ``functools.wraps`` decorators, or None if there is none."""
+    try:
+        func = inspect.unwrap(func)
+    except ValueError:  # a __wrapped__ cycle
+        pass
+    return func if isinstance(func, types.FunctionType) else None
+
+
 def function_name(func: Any) -> str:
     return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
 
@@ -249,6 +259,7 @@ class _ModuleEntry(NamedTuple):
     param_names: tuple
     buffer_names: tuple
     loose_params: bool
+    forward_source: types.FunctionType | None  # forward under its decorators
     forward_plan: CodePlan | None
 
 
@@ -281,9 +292,12 @@ class ModulePlan:
             param_names = tuple(module._parameters)
             buffer_names = tuple(module._buffers)
             forward = module.__dict__.get("forward") or type(module).forward
-            forward_plan = code_plan(forward) if isinstance(forward, types.FunctionType) else None
+            source = unwrap_function(forward)
+            forward_plan = code_plan(source) if source is not None else None
             entries.append(
-                _ModuleEntry(module, attr_names, param_names, buffer_names, loose, forward_plan)
+                _ModuleEntry(
+                    module, attr_names, param_names, buffer_names, loose, source, forward_plan
+                )
             )
             labels.append(Label("training", f"{path}.training", f"{cls} module"))
             labels.append(Label("function", f"{path}.forward", f"{cls} module"))
@@ -294,7 +308,7 @@ class ModulePlan:
             )
             labels.extend(Label("tensor", f"{path}.{b}", f"buffer of {cls}") for b in buffer_names)
             if forward_plan is not None:
-                where = f"global of {forward.__module__}, read by {function_name(forward)}"
+                where = f"global of {source.__module__}, read by {function_name(source)}"
                 labels.extend(Label("global", g, where) for g in forward_plan.global_names)
         self.entries = tuple(entries)
         self.paths = tuple(paths)
@@ -303,13 +317,14 @@ class ModulePlan:
     def read(self) -> list:
         out: list = []
         add = out.append
-        for module, attr_names, param_names, buffer_names, loose, forward_plan in self.entries:
+        for entry in self.entries:
+            module, attr_names, param_names, buffer_names, loose, source, forward_plan = entry
             state = module.__dict__
             training = module.training
             add(training)
             forward = state.get("forward") or type(module).forward
             add(forward)
-            add(getattr(forward, "__code__", None))
+            add(source.__code__ if source is not None else None)
             for name in attr_names:
                 add(value_fp(state.get(name, MISSING)))
             params = state["_parameters"]
@@ -321,7 +336,7 @@ class ModulePlan:
             for name in buffer_names:
                 add(fingerprint(buffers.get(name)))
             if forward_plan is not None:
-                namespace = forward.__globals__
+                namespace = source.__globals__
                 for name in forward_plan.global_names:
                     add(value_fp(namespace.get(name, MISSING)))
         return out
@@ -429,6 +444,9 @@ def _collect(fn: Any, segments: list, seen: set[int]) -> None:
     seen.add(id(fn))
     if kind is types.FunctionType:
         segments.append(FunctionSegment(fn))
+        wrapped = getattr(fn, "__wrapped__", None)
+        if wrapped is not None:  # a decorated region: its real body reads the globals
+            _collect(wrapped, segments, seen)
         for cell in fn.__closure__ or ():
             try:
                 _collect_modules(cell.cell_contents, segments, seen)

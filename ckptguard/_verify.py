@@ -16,6 +16,7 @@ from ckptguard._fingerprint import (
     code_location,
     function_name,
     readable_tensor_fp,
+    unwrap_function,
 )
 from ckptguard.errors import CheckpointMismatchError, CheckpointMismatchWarning, abbreviate
 
@@ -56,7 +57,8 @@ def describe_region(fn: Any) -> str:
         target = target.func
     if isinstance(target, torch.nn.Module):
         forward = target.__dict__.get("forward") or type(target).forward
-        return f"{type(target).__qualname__}.forward ({code_location(forward.__code__)})"
+        source = unwrap_function(forward) or forward
+        return f"{type(target).__qualname__}.forward ({code_location(source.__code__)})"
     if isinstance(target, types.MethodType):
         owner = target.__self__
         if isinstance(owner, torch.nn.Module) and target.__func__.__name__ in (
@@ -65,6 +67,7 @@ def describe_region(fn: Any) -> str:
         ):
             return describe_region(owner)
         target = target.__func__
+    target = unwrap_function(target) or target
     code = getattr(target, "__code__", None)
     return f"{function_name(target)} ({code_location(code)})"
 

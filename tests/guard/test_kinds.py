@@ -7,6 +7,7 @@ forward and backward under plain torch (gradients differ, no error), and with th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -258,3 +259,43 @@ def test_warn_mode_warns_and_continues(model_and_input) -> None:
             _step(model, x, False, scenario.change)
     finally:
         scenario.undo(model)
+
+
+OFFSET = 0.0
+
+
+def _logged(forward):
+    """A functools.wraps decorator, as transformers puts on its layers' forwards."""
+
+    @functools.wraps(forward)
+    def wrapper(*args, **kwargs):
+        return forward(*args, **kwargs)
+
+    return wrapper
+
+
+class Decorated(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    @_logged
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(self.fc(x) + OFFSET)
+
+
+def test_decorated_forward_is_seen_through() -> None:
+    global OFFSET
+    model = Decorated()
+    x = torch.randn(2, 4, requires_grad=True)
+    ckptguard.enable()
+    out = checkpoint(model, x, use_reentrant=False)
+    OFFSET = 1.0
+    try:
+        with pytest.raises(CheckpointMismatchError) as info:
+            out.sum().backward()
+    finally:
+        OFFSET = 0.0
+    assert info.value.kind == "global" and "OFFSET" in str(info.value)
+    line = Decorated.forward.__wrapped__.__code__.co_firstlineno
+    assert info.value.region == f"Decorated.forward ({__file__}:{line})"
