@@ -208,3 +208,31 @@ def test_reentrant_without_grad_inputs_warns_with_parameter_names() -> None:
         bound_before_enable(block, x, use_reentrant=False)
         with torch.no_grad():
             bound_before_enable(block, x, use_reentrant=True)
+
+
+def _shared_state_run() -> list[torch.Tensor]:
+    """BatchNorm run twice before backward, one block used twice, a region under autocast."""
+    torch.manual_seed(0)
+    normed = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU())
+    shared = nn.Linear(8, 8)
+    first, second = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True)
+    collected = []
+    for reentrant in (False, True):
+        a = bound_before_enable(normed, first, use_reentrant=reentrant)  # updates running stats
+        b = bound_before_enable(normed, second, use_reentrant=reentrant)  # ... and again
+        hidden = bound_before_enable(shared, a, use_reentrant=reentrant)
+        hidden = bound_before_enable(shared, hidden, use_reentrant=reentrant)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = bound_before_enable(shared, b, use_reentrant=reentrant)
+        (hidden.sum() + low.float().sum()).backward()
+        collected += grads_of(normed, first, second) + grads_of(shared)
+        collected += [normed[1].running_mean.clone(), normed[1].num_batches_tracked.clone()]
+    return collected
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["guard", "strict"])
+def test_shared_modules_batchnorm_and_autocast_without_alarm(strict: bool) -> None:
+    plain = _shared_state_run()
+    with ckptguard.guard(strict=strict):
+        guarded = _shared_state_run()
+    assert grads_equal(plain, guarded)
