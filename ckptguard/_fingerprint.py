@@ -10,6 +10,7 @@ counter, data pointer, shape, dtype and device.
 
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import os
@@ -173,15 +174,27 @@ def function_name(func: Any) -> str:
 
 
 class CodePlan:
-    """Globals a function's code (and same-module helpers it calls) may read."""
+    """Globals a function's code (and same-module helpers it calls) may read, and attributes
+    it assigns (``self.calls += 1``, ``self.last = out``): those are its outputs, not inputs."""
 
-    __slots__ = ("code", "global_names")
+    __slots__ = ("code", "global_names", "stored_attributes")
 
     def __init__(self, func: types.FunctionType):
         self.code = func.__code__
+        self.stored_attributes = _stored_attributes(self.code)
         self.global_names = (
             tuple(sorted(_global_names(func))) if not is_torch_code(self.code) else ()
         )
+
+
+def _stored_attributes(code: types.CodeType) -> frozenset[str]:
+    names = set()
+    pending = [code]
+    while pending:
+        current = pending.pop()
+        pending.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+        names.update(i.argval for i in dis.get_instructions(current) if i.opname == "STORE_ATTR")
+    return frozenset(names)
 
 
 def _global_names(func: types.FunctionType) -> set[str]:
@@ -284,16 +297,19 @@ class ModulePlan:
             path = f"{self.root_name}.{name}" if name else self.root_name
             paths.append(path)
             cls = type(module).__name__
-            attr_names = tuple(
-                key
-                for key, value in module.__dict__.items()
-                if key not in _MODULE_INTERNALS and _is_plain_attribute(value)
-            )
-            param_names = tuple(module._parameters)
-            buffer_names = tuple(module._buffers)
             forward = module.__dict__.get("forward") or type(module).forward
             source = unwrap_function(forward)
             forward_plan = code_plan(source) if source is not None else None
+            written = forward_plan.stored_attributes if forward_plan is not None else ()
+            attr_names = tuple(
+                key
+                for key, value in module.__dict__.items()
+                if key not in _MODULE_INTERNALS
+                and key not in written
+                and _is_plain_attribute(value)
+            )
+            param_names = tuple(module._parameters)
+            buffer_names = tuple(module._buffers)
             entries.append(
                 _ModuleEntry(
                     module, attr_names, param_names, buffer_names, loose, source, forward_plan

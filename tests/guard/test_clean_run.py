@@ -236,3 +236,33 @@ def test_shared_modules_batchnorm_and_autocast_without_alarm(strict: bool) -> No
     with ckptguard.guard(strict=strict):
         guarded = _shared_state_run()
     assert grads_equal(plain, guarded)
+
+
+class Logging(nn.Module):
+    """Writes attributes in its forward (a call counter, the last output): outputs, not inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.calls = 0
+        self.last = torch.zeros(1)
+        self.scale = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        out = self.fc(x) * self.scale
+        self.last = out.detach()
+        return out
+
+
+def test_attributes_written_by_forward_are_not_inputs() -> None:
+    module = Logging()
+    x = torch.randn(2, 4, requires_grad=True)
+    ckptguard.enable()
+    first = bound_before_enable(module, x, use_reentrant=False)
+    second = bound_before_enable(module, x * 2, use_reentrant=False)  # rewrites calls and last
+    (first.sum() + second.sum()).backward()
+    out = bound_before_enable(module, x, use_reentrant=False)
+    module.scale = 3.0  # only read by forward: still an input
+    with pytest.raises(ckptguard.CheckpointMismatchError, match="Logging.scale"):
+        out.sum().backward()
