@@ -48,6 +48,17 @@ _UNINITIALISED_OPS = frozenset(
     {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"}
 )
 _op_facts: dict[Any, tuple[bool, bool]] = {}
+_compared_ops: dict[Any, bool] = {}
+
+
+def _compared(func: Any) -> bool:
+    """Only aten compute ops: views alias their input, and other namespaces (profiler ranges,
+    FSDP's all-gather copy-in, c10d collectives) belong to framework hooks that run
+    differently in a recompute on purpose."""
+    compared = _compared_ops.get(func)
+    if compared is None:
+        compared = _compared_ops[func] = func.namespace == "aten" and not func.is_view
+    return compared
 
 
 def _facts(func: Any) -> tuple[bool, bool]:
@@ -98,6 +109,27 @@ def _same(expected: tuple, actual: tuple) -> bool:
     )
 
 
+_DISTRIBUTED_DIR = os.path.join(os.path.dirname(torch.__file__), "distributed") + os.sep
+
+
+def _called_by_framework() -> bool:
+    """Whether the op comes from torch.distributed's own hooks (FSDP's all-gather buffers,
+    casts and frees run in the forward but not in the recompute), not from the region's code.
+
+    Walks up from the op past torch and ckptguard frames: a torch.distributed frame met before
+    any user frame means a framework hook issued the op.
+    """
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_DISTRIBUTED_DIR):
+            return True
+        if not filename.startswith(_SKIPPED_DIRS):
+            return False
+        frame = frame.f_back
+    return False
+
+
 def _user_frame() -> str:
     """file:line of the innermost caller outside torch and ckptguard, when there is one."""
     frame = sys._getframe(1)
@@ -130,7 +162,7 @@ class ForwardRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if not func.is_view:
+        if _compared(func) and not _called_by_framework():
             self.signatures.append(op_signature(func, out))
         return out
 
@@ -151,7 +183,7 @@ class RecomputeChecker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.active and not func.is_view:
+        if self.active and _compared(func) and not _called_by_framework():
             index = self.index
             self.index += 1
             actual = op_signature(func, out)

@@ -1,11 +1,11 @@
 """torchrun worker for the multi-process tests (gloo on CPU, world size 2).
 
---mode ddp        DDP over checkpointed blocks, guard on: trains with no alarm.
+--mode ddp        DDP over checkpointed blocks, guard on in strict mode: trains with no alarm.
 --mode ddp_fault  as ddp, but rank 1 changes a block attribute between forward and backward
                   at step 2: that rank reports the named error and exits with status 3.
 --mode fsdp       FSDP2 fully_shard per block and at the root, blocks checkpointed (and an
-                  inner submodule checkpointed too): losses equal with the guard off and on,
-                  and an attribute change made on both ranks is still named.
+                  inner submodule checkpointed too): losses equal with the guard off, on and
+                  strict, and an attribute change made on both ranks is still named.
 Each rank prints lines starting with "rank R:" that the test reads.
 """
 
@@ -77,7 +77,7 @@ def main() -> None:
     rank = dist.get_rank()
     if mode in ("ddp", "ddp_fault"):
         model = nn.parallel.DistributedDataParallel(Model())
-        ckptguard.enable()
+        ckptguard.enable(strict=mode == "ddp")
         fault_at = 2 if mode == "ddp_fault" and rank == 1 else None
         try:
             losses = train(model, 4, rank, fault_at)
@@ -106,7 +106,9 @@ def main() -> None:
                 caught = "none"
             except ckptguard.CheckpointMismatchError as error:
                 caught = error.kind
-        same = plain == guarded
+        with ckptguard.guard(strict=True):
+            strict = train(sharded(), 3, rank)
+        same = plain == guarded == strict
         print(f"rank {rank}: fsdp ok same_losses={same} fault={caught} losses={guarded}")
     sys.stdout.flush()
     dist.barrier()
