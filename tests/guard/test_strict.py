@@ -153,3 +153,28 @@ def test_strict_warn_mode_continues() -> None:
             out.sum().backward()
     finally:
         SETTINGS.temperature = 1.0
+
+
+def test_write_through_data_needs_strict_mode() -> None:
+    """``p.data.mul_()`` leaves the version counter alone: only the values show the change."""
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 4)
+    x = torch.randn(2, 4, requires_grad=True)
+
+    def step(change: bool) -> None:
+        out = checkpoint(lambda t: torch.tanh(layer(t)), x, use_reentrant=False)
+        if change:
+            layer.weight.data.mul_(2.0)
+        try:
+            out.sum().backward()
+        finally:
+            if change:
+                layer.weight.data.div_(2.0)
+
+    ckptguard.enable()
+    step(True)  # the fingerprint cannot see it
+    ckptguard.enable(strict=True)
+    step(False)
+    with pytest.raises(CheckpointMismatchError) as info:
+        step(True)
+    assert info.value.kind == "values" and info.value.details["op"] == "aten.addmm.default"
