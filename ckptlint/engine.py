@@ -11,12 +11,20 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ckptlint.config import Settings
+from ckptlint.lazy_tree import LazyTreeMismatch
 from ckptlint.noqa import is_suppressed
 from ckptlint.resolve import Targets
 from ckptlint.rules import ALL_RULES
 from ckptlint.rules.base import FileContext, Finding
 from ckptlint.rules.unreadable_file import UnreadableFile
-from ckptlint.source import Prefilter, UnreadableSource, decode, parse, read_bytes
+from ckptlint.source import (
+    Prefilter,
+    UnreadableSource,
+    decode,
+    parse,
+    read_bytes,
+    split_lines,
+)
 
 
 def analyze(
@@ -69,10 +77,14 @@ class Linter:
 
     def lint_text(self, text: str, path: str) -> list[Finding]:
         try:
-            parsed = parse(text, path)
+            parsed = parse(text, path, self.targets.words)
         except UnreadableSource as error:
-            return self._keep(path, [_unreadable(error)], text.splitlines())
-        findings = analyze(parsed.tree, parsed.lines, self.targets, self.selected)
+            return self._keep(path, [_unreadable(error)], split_lines(text))
+        try:
+            findings = analyze(parsed.tree, parsed.lines, self.targets, self.selected)
+        except LazyTreeMismatch:  # the lazy split misread the file: parse all of it
+            tree = parse(text, path).tree
+            findings = analyze(tree, parsed.lines, self.targets, self.selected)
         return self._keep(path, findings, parsed.lines)
 
     def _keep(self, path: str, findings: list[Finding], lines: list[str]) -> list[Finding]:

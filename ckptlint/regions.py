@@ -15,7 +15,6 @@ import ast
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from ckptlint.resolve import (
     CHECKPOINT,
@@ -23,9 +22,9 @@ from ckptlint.resolve import (
     PARTIAL,
     CheckpointCall,
     Resolution,
-    _word_starts,
 )
 from ckptlint.scopes import Binding, ModuleScopes, Position, Scope
+from ckptlint.source import lines_with_words
 
 # Calls of same-module functions and modules are followed this many levels below the region.
 MAX_CALL_DEPTH = 3
@@ -160,18 +159,6 @@ class RegionAnalysis:
         self._changes: dict[str, list[GlobalWrite]] = {}
         self._classes_built: set[int] = set()
         self._subclasses_of: dict[int, list[ast.ClassDef]] = {}
-
-    @cached_property
-    def text(self) -> str:
-        return "".join(self.lines)
-
-    @cached_property
-    def line_ends(self) -> list[int]:
-        ends, total = [], 0
-        for line in self.lines:
-            total += len(line)
-            ends.append(total)
-        return ends
 
     # -- regions -------------------------------------------------------------------------
     def region(self, call: CheckpointCall) -> Region | None:
@@ -630,8 +617,7 @@ class RegionAnalysis:
 
     def _lines_naming(self, name: str) -> list[int]:
         """Lines where ``name`` appears as a whole identifier (a text search, no parsing)."""
-        starts = _word_starts(self.text, name)
-        return sorted({bisect_right(self.line_ends, start) + 1 for start in starts})
+        return sorted(lines_with_words(self.lines, [name]))
 
     def _runs_at_import_only(self, function: ast.AST, path: list[ast.stmt]) -> bool:
         """A module-level function this file uses only at module or class level (a registry's

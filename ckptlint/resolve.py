@@ -11,13 +11,12 @@ call when any branch binds torch's function.
 from __future__ import annotations
 
 import ast
-from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from itertools import accumulate
 
 from ckptlint.scopes import Binding, ModuleScopes, Scope, build_scopes
+from ckptlint.source import lines_with_words
 
 CHECKPOINT = "torch.utils.checkpoint.checkpoint"
 CHECKPOINT_SEQUENTIAL = "torch.utils.checkpoint.checkpoint_sequential"
@@ -162,34 +161,14 @@ def _scopes_around_candidates(
     are those spelling such a name; names that statements on candidate lines bind to a
     target join the set until it stops growing.
     """
-    text = "".join(lines)
-    line_ends = list(accumulate(len(line) for line in lines))
     words = set(evaluator.targets.words)
     while True:
-        candidate_lines = frozenset(
-            bisect_right(line_ends, start) + 1
-            for word in sorted(words)
-            for start in _word_starts(text, word)
-        )
+        candidate_lines = lines_with_words(lines, sorted(words), skip_assigned=True)
         scopes = build_scopes(tree, candidate_lines)
         aliases = _aliases_of_targets(scopes, candidate_lines, evaluator) - words
         if not aliases:
             return scopes
         words |= aliases
-
-
-def _word_starts(text: str, word: str) -> Iterable[int]:
-    """Offsets where ``word`` appears as a whole identifier (str.find: far faster than re)."""
-    start = text.find(word)
-    while start != -1:
-        end = start + len(word)
-        before = text[start - 1] if start else " "
-        after = text[end] if end < len(text) else " "
-        if not (
-            before.isidentifier() or before.isdigit() or after.isidentifier() or after.isdigit()
-        ):
-            yield start
-        start = text.find(word, end)
 
 
 def _aliases_of_targets(

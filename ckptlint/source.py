@@ -10,8 +10,12 @@ import ast
 import io
 import re
 import tokenize
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import accumulate
+
+from ckptlint.lazy_tree import parse_lazily
 
 
 class UnreadableSource(Exception):
@@ -111,16 +115,83 @@ def decode(data: bytes) -> str:
     return text.removeprefix("\ufeff")
 
 
-def parse(text: str, filename: str) -> ParsedSource:
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+# Characters str.splitlines breaks at but Python's tokenizer does not.
+_OTHER_LINE_BREAKS = re.compile("[\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as Python numbers them (str.splitlines also breaks at form feeds and more)."""
+    if _OTHER_LINE_BREAKS.search(text):
+        return _LINE.findall(text)
+    return text.splitlines(keepends=True)
+
+
+def word_starts(text: str, word: str) -> Iterator[int]:
+    """Offsets where ``word`` appears as a whole identifier (str.find: far faster than re)."""
+    start = text.find(word)
+    while start != -1:
+        end = start + len(word)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if not (_in_identifier(before) or _in_identifier(after)):
+            yield start
+        start = text.find(word, end)
+
+
+def _in_identifier(character: str) -> bool:
+    return character.isidentifier() or character.isdigit()
+
+
+def lines_with_words(
+    lines: list[str], words: Iterable[str], *, skip_assigned: bool = False
+) -> frozenset[int]:
+    """1-based numbers of the lines where any of ``words`` appears as a whole identifier.
+
+    With ``skip_assigned``, an occurrence followed by ``=`` (a keyword argument such as
+    ``checkpoint=_CHECKPOINT_FOR_DOC``, or a plain assignment target) does not count.
+    """
+    text = "".join(lines)
+    starts = sorted(start for word in words for start in word_starts(text, word))
+    if skip_assigned:
+        starts = [start for start in starts if not _assigned_at(text, start)]
+    if not starts:
+        return frozenset()
+    if "\r" in text:  # old Mac line ends: count by line lengths
+        line_ends = list(accumulate(len(line) for line in lines))
+        return frozenset(bisect_right(line_ends, start) + 1 for start in starts)
+    numbers, line, previous = set(), 1, 0
+    for start in starts:
+        line += text.count("\n", previous, start)
+        numbers.add(line)
+        previous = start
+    return frozenset(numbers)
+
+
+def _assigned_at(text: str, start: int) -> bool:
+    """``word =`` (not ``==``) for the identifier starting at ``start``."""
+    return _IDENTIFIER_THEN_EQUALS.match(text, start) is not None
+
+
+_IDENTIFIER_THEN_EQUALS = re.compile(r"\w+[ \t]*=(?!=)")
+
+
+def parse(text: str, filename: str, words: Iterable[str] | None = None) -> ParsedSource:
+    """Parse ``text``; with ``words``, definitions not touching them are parsed lazily."""
     if "\0" in text:
         line = text.count("\n", 0, text.index("\0")) + 1
         raise UnreadableSource("cannot parse file: it contains a NUL byte", line)
+    lines = split_lines(text)
     try:
-        tree = ast.parse(text, filename=filename)
+        if words is None:
+            tree = ast.parse(text, filename=filename)
+        else:
+            interesting = lines_with_words(lines, words, skip_assigned=True)
+            tree = parse_lazily(text, lines, filename, interesting)
     except SyntaxError as error:
         raise UnreadableSource(
             f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
         ) from None
     except (ValueError, RecursionError, MemoryError) as error:
         raise UnreadableSource(f"cannot parse file: {error}") from None
-    return ParsedSource(text, text.splitlines(keepends=True), tree)
+    return ParsedSource(text, lines, tree)

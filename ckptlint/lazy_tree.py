@@ -1,0 +1,207 @@
+"""A module tree whose top-level function and class bodies are parsed on first use.
+
+Parsing dominates the linter's time, yet most of a large model file is definitions that
+cannot hold a checkpoint call. The text is split at lines where a top-level ``def``,
+``class`` or decorator starts; every other top-level statement is parsed at once, and a
+definition that does not touch a line of interest gets a stub built from its header alone.
+The stub is an instance of a subclass of the real node type (``isinstance`` holds); its
+``body`` is parsed the first time anything reads it.
+
+Soundness: the split looks at raw lines, so a line that only looks like a definition (inside
+a multi-line string or brackets) must never be trusted. Every chunk must have balanced
+triple quotes, eagerly parsed chunks must parse, and a body parsed later must end where the
+stub said. Anything else raises ``LazyTreeMismatch`` (or falls back to ``ast.parse`` up
+front), and the caller parses the whole file instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_DEFINITION = re.compile(r"(?:async[ \t]+def|def|class)[ \t]")
+_CONTINUATION = re.compile(r"(?:else|elif|except|finally)\b")
+_MAX_HEADER_LINES = 40
+# First characters of lines that cannot start the ``def``/``class`` line of a chunk:
+# indented or blank lines, comments, decorators and the brackets that close them.
+_NOT_A_HEADER = frozenset(" \t\r\n\f#@)]}")
+
+
+class LazyTreeMismatch(Exception):
+    """A lazily parsed body did not match its stub: parse the whole file instead."""
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    start: int  # 0-based index of the first line
+    end: int  # index after the last line
+    is_definition: bool
+
+
+def parse_lazily(
+    text: str, lines: list[str], filename: str, lines_of_interest: Iterable[int]
+) -> ast.Module:
+    """``ast.parse(text)``, with the bodies of top-level definitions that do not touch
+    ``lines_of_interest`` (1-based) parsed only when first read. ``lines`` are the text's
+    lines as Python numbers them."""
+    chunks = _split(lines)
+    interesting = frozenset(lines_of_interest)
+    body: list[ast.stmt] = []
+    eager: list[_Chunk] = []
+
+    def flush() -> bool:
+        if not eager:
+            return True
+        statements = _parse_at(lines, eager[0].start, eager[-1].end, filename)
+        eager.clear()
+        if statements is None:
+            return False
+        body.extend(statements)
+        return True
+
+    for chunk in chunks:
+        stub = None
+        if chunk.is_definition and not any(chunk.start < line <= chunk.end for line in interesting):
+            stub = _stub(lines, chunk, filename)
+        if stub is None:
+            eager.append(chunk)
+            continue
+        if not flush():
+            return ast.parse(text, filename)
+        body.append(stub)
+    if not flush():
+        return ast.parse(text, filename)
+    return ast.Module(body=body, type_ignores=[])
+
+
+def _split(lines: list[str]) -> list[_Chunk]:
+    """Top-level statements by their first line; decorators join their definition."""
+    starts: list[int] = []
+    decorated = False
+    for index, line in enumerate(lines):
+        first = line[:1]
+        if not first or first in _NOT_A_HEADER - {"@"} or _CONTINUATION.match(line):
+            continue
+        if index and lines[index - 1].rstrip("\r\n").endswith("\\"):
+            continue
+        if decorated:  # a definition's own line, or another decorator of it
+            decorated = first == "@"
+            continue
+        starts.append(index)
+        decorated = first == "@"
+    starts.append(len(lines))
+    chunks = []
+    for start, end in zip(starts, starts[1:], strict=False):
+        header = next((line for line in lines[start:end] if line[:1] not in _NOT_A_HEADER), "")
+        chunks.append(_Chunk(start, end, bool(_DEFINITION.match(header))))
+    if starts[0] > 0:
+        chunks.insert(0, _Chunk(0, starts[0], False))
+    return chunks
+
+
+def _parse_at(lines: list[str], start: int, end: int, filename: str) -> list[ast.stmt] | None:
+    """Parse lines[start:end] with their real line numbers; None when they do not parse."""
+    source = "\n" * start + "".join(lines[start:end])
+    try:
+        return ast.parse(source, filename).body
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _balanced_quotes(text: str) -> bool:
+    return text.count('"""') % 2 == 0 and text.count("'''") % 2 == 0
+
+
+def _stub(lines: list[str], chunk: _Chunk, filename: str) -> ast.stmt | None:
+    """A node carrying the definition's header, with its body parsed on demand."""
+    if not _balanced_quotes("".join(lines[chunk.start : chunk.end])):
+        return None
+    last = chunk.end - 1  # the definition ends at its last line of code
+    while last > chunk.start and (not lines[last].strip() or lines[last].lstrip()[0] == "#"):
+        last -= 1
+    for header_end in range(chunk.start, min(chunk.end, chunk.start + _MAX_HEADER_LINES)):
+        if ":" not in lines[header_end]:
+            continue
+        header = "".join(lines[chunk.start : header_end + 1])
+        if not _balanced_quotes(header):
+            continue
+        try:
+            (node,) = ast.parse("\n" * chunk.start + header + "\n pass\n", filename).body
+        except (SyntaxError, ValueError):
+            continue
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return None
+        header_fields = {field: getattr(node, field) for field in node._fields if field != "body"}
+        lazy = _LAZY_TYPES[type(node)](**header_fields)
+        lazy._parsed_body = None  # newer Pythons fill an omitted list field with []
+        lazy.lineno, lazy.col_offset = node.lineno, node.col_offset
+        lazy.end_lineno = last + 1
+        lazy._source = (lines, chunk, filename)
+        return lazy
+    return None
+
+
+class _LazyBody:
+    """Mixin: ``body`` is parsed from the definition's own lines on first read."""
+
+    _real_type: type
+    _source: tuple[list[str], _Chunk, str]
+    _parsed_body: list[ast.stmt] | None = None
+
+    _parsed_end_col_offset: int | None = None
+
+    @property
+    def body(self) -> list[ast.stmt]:
+        if self._parsed_body is None:
+            self._parse()
+        return self._parsed_body  # type: ignore[return-value]
+
+    @body.setter
+    def body(self, statements: list[ast.stmt]) -> None:
+        self._parsed_body = statements
+
+    @property
+    def end_col_offset(self) -> int:
+        """Known only from the body's last statement (a trailing comment is not part of it)."""
+        if self._parsed_end_col_offset is None:
+            self._parse()
+        return self._parsed_end_col_offset  # type: ignore[return-value]
+
+    @end_col_offset.setter
+    def end_col_offset(self, value: int) -> None:
+        self._parsed_end_col_offset = value
+
+    def _parse(self) -> None:
+        lines, chunk, filename = self._source
+        statements = _parse_at(lines, chunk.start, chunk.end, filename)
+        if statements is None or len(statements) != 1:
+            raise LazyTreeMismatch(f"{filename}:{chunk.start + 1}")
+        (real,) = statements
+        if type(real) is not self._real_type or real.end_lineno != self.end_lineno:
+            raise LazyTreeMismatch(f"{filename}:{chunk.start + 1}")
+        self._parsed_body = real.body
+        self._parsed_end_col_offset = real.end_col_offset
+
+
+class LazyFunctionDef(_LazyBody, ast.FunctionDef):
+    _real_type = ast.FunctionDef
+
+
+class LazyAsyncFunctionDef(_LazyBody, ast.AsyncFunctionDef):
+    _real_type = ast.AsyncFunctionDef
+
+
+class LazyClassDef(_LazyBody, ast.ClassDef):
+    _real_type = ast.ClassDef
+
+
+_LAZY_TYPES: dict[type, type] = {
+    ast.FunctionDef: LazyFunctionDef,
+    ast.AsyncFunctionDef: LazyAsyncFunctionDef,
+    ast.ClassDef: LazyClassDef,
+}
+# ast.NodeVisitor dispatches on the class name (visit_FunctionDef): answer to the real one.
+for _real, _lazy in _LAZY_TYPES.items():
+    _lazy.__name__ = _lazy.__qualname__ = _real.__name__

@@ -1,0 +1,111 @@
+"""The lazily parsed tree equals ast.parse's once every body is read, whatever the layout."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from ckptlint.lazy_tree import LazyFunctionDef, LazyTreeMismatch, parse_lazily
+from ckptlint.source import split_lines
+
+LAYOUTS = {
+    "plain": """
+        import torch
+        def f(x):
+            return x
+        class C(Base, metaclass=M):
+            attribute = 1
+            def method(self):
+                return 2
+        """,
+    "decorators over several lines": """
+        @decorate(
+            "text",
+        )
+        @other
+        class C:
+            pass
+        @property
+        def g():  # comment after the colon
+            return 1  # trailing comment
+        # a comment at column 0 after a definition
+        x = 1
+        """,
+    "definition-looking lines inside strings": '''
+        def f():
+            """Example:
+        def not_a_function():
+            pass
+        class NotAClass:
+        """
+            return 1
+        TEXT = """
+        def inside():
+        """
+        ''',
+    "column-0 line inside brackets": """
+        def f():
+            return g(
+        1)
+        y = 2
+        """,
+    "else and except at column 0": """
+        if a:
+            def f():
+                pass
+        else:
+            def f():
+                return 1
+        try:
+            import x
+        except ImportError:
+            x = None
+        """,
+    "one-line definitions and async": """
+        def f(): return 1
+        class C: pass
+        async def g(
+            a,
+            b,
+        ) -> int:
+            await a
+        """,
+    "form feed and backslash continuation": (
+        "def f():\n    return 1\n\x0c\nx = 1 + \\\n2\ndef g():\n    pass\n"
+    ),
+    "old Mac line ends": "def f():\r    return 1\rx = 2\r",
+    "file without final newline": "def f():\n    return 1",
+}
+
+
+def materialized_dump(tree: ast.AST) -> str:
+    return ast.dump(tree, include_attributes=True)
+
+
+@pytest.mark.parametrize("source", LAYOUTS.values(), ids=LAYOUTS.keys())
+@pytest.mark.parametrize("interesting", [(), (2,), (1, 3, 5, 7)])
+def test_lazy_tree_equals_ast_parse(source: str, interesting: tuple[int, ...]) -> None:
+    text = textwrap.dedent(source).lstrip("\n") if source.startswith("\n") else source
+    lazy = parse_lazily(text, split_lines(text), "m.py", interesting)
+    assert materialized_dump(lazy) == materialized_dump(ast.parse(text))
+
+
+def test_bodies_are_parsed_only_when_read() -> None:
+    text = "import torch\n\ndef f(x):\n    return x\n"
+    tree = parse_lazily(text, split_lines(text), "m.py", ())
+    stub = tree.body[1]
+    assert isinstance(stub, LazyFunctionDef) and isinstance(stub, ast.FunctionDef)
+    assert stub._parsed_body is None
+    assert (stub.name, stub.lineno, stub.end_lineno) == ("f", 3, 4)
+    assert isinstance(stub.body[0], ast.Return)
+
+
+def test_a_body_that_does_not_match_its_stub_is_refused() -> None:
+    text = "def f():\n    return 1\n"
+    tree = parse_lazily(text, split_lines(text), "m.py", ())
+    stub = tree.body[0]
+    stub.end_lineno = 5
+    with pytest.raises(LazyTreeMismatch):
+        _ = stub.body
