@@ -16,6 +16,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ckptlint.rules.base import AddKeyword
+from ckptlint.source import decode, split_lines
 
 
 class FixFailed(Exception):
@@ -115,8 +116,8 @@ def _argument_line_whitespace(
 
 
 def unified_diff(path: str, before: bytes, after: bytes) -> str:
-    old = before.decode(errors="replace").splitlines(keepends=True)
-    new = after.decode(errors="replace").splitlines(keepends=True)
+    """The change as a unified diff, both sides decoded in the file's own encoding."""
+    old, new = split_lines(decode(before)), split_lines(decode(after))
     return "".join(difflib.unified_diff(old, new, fromfile=path, tofile=path))
 
 

@@ -64,5 +64,15 @@ class Model(nn.Module):
         x = checkpoint(self._dropout_block, x, use_reentrant=False, preserve_rng_state=False)
         return self.head(x)
 
+    def forward_rescaled(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        # CKP201: the region reads ATTENTION_SCALE, which set_attention_scale() mutates;
+        # a change between forward and backward makes the recompute differ.
+        x = checkpoint(self._rescaled_block, x, use_reentrant=False)
+        return self.head(x)
+
+    def _rescaled_block(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks[0](x) * ATTENTION_SCALE["value"]
+
     def _dropout_block(self, x: torch.Tensor) -> torch.Tensor:
         return F.dropout(self.blocks[0](x), p=0.1, training=self.training)

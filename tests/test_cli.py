@@ -230,3 +230,16 @@ class TestBadInput:
         result = run_ckptlint("--format", "json", "bom.py", "latin.py", cwd=project)
         found = [(i["path"], i["line"], i["column"], i["code"]) for i in json.loads(result.stdout)]
         assert found == [("bom.py", 3, 5, "CKP001"), ("latin.py", 3, 10, "CKP001")]
+
+
+def test_bundled_example_shows_every_rule() -> None:
+    """README's first command: each mistake marked in examples/model.py is found."""
+    root = Path(__file__).resolve().parent.parent
+    result = run_ckptlint("--format", "json", "examples/model.py", cwd=root)
+    found = sorted(item["code"] for item in json.loads(result.stdout))
+    marked = sorted(
+        line.split("# ", 1)[1].split(":", 1)[0]
+        for line in (root / "examples" / "model.py").read_text().splitlines()
+        if line.strip().startswith("# CKP")
+    )
+    assert found == marked == ["CKP001", "CKP101", "CKP201", "CKP202", "CKP301"]
