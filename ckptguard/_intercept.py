@@ -120,6 +120,7 @@ class RegionGuard:
             if ref() is tensor and input_fp(tensor) != old:
                 label = Label("tensor", f"input tensor #{index}", "argument of the region")
                 self._mismatch(label, old, input_fp(tensor))
+                return
 
     def _mismatch(self, label: Label, old: Any, new: Any) -> None:
         report(build_error(describe_region(self.fn), label, old, new), self.on_mismatch)
