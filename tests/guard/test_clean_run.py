@@ -133,9 +133,10 @@ def test_bad_on_mismatch_is_rejected() -> None:
 
 
 def _attribute_change_is_caught(run_region, block: Block) -> None:
-    """Forward through ``run_region``, change an attribute, backward: the guard must object."""
+    """A clean step passes; then forward, change an attribute, backward: the guard objects."""
     x = torch.randn(2, 16, requires_grad=True)
     block.extra = 1.0
+    run_region(x).sum().backward()
     out = run_region(x)
     block.extra = 2.0
     with pytest.raises(ckptguard.CheckpointMismatchError) as info:
@@ -143,16 +144,18 @@ def _attribute_change_is_caught(run_region, block: Block) -> None:
     assert info.value.kind == "attribute" and ".extra" in str(info.value)
 
 
-def test_checkpoint_sequential_is_guarded() -> None:
+@pytest.mark.parametrize("strict", [False, True], ids=["guard", "strict"])
+def test_checkpoint_sequential_is_guarded(strict: bool) -> None:
     sequence = nn.Sequential(Block(), Block(), Block())
-    ckptguard.enable()
+    ckptguard.enable(strict=strict)
     _attribute_change_is_caught(
         lambda x: checkpoint_sequential(sequence, 3, x, use_reentrant=False), sequence[0]
     )
 
 
+@pytest.mark.parametrize("strict", [False, True], ids=["guard", "strict"])
 @pytest.mark.parametrize("impl", ["NO_REENTRANT", "REENTRANT"])
-def test_checkpoint_wrapper_is_guarded(impl: str) -> None:
+def test_checkpoint_wrapper_is_guarded(impl: str, strict: bool) -> None:
     wrapper_module = pytest.importorskip(
         "torch.distributed.algorithms._checkpoint.checkpoint_wrapper"
     )
@@ -160,21 +163,23 @@ def test_checkpoint_wrapper_is_guarded(impl: str) -> None:
     wrapped = wrapper_module.checkpoint_wrapper(
         block, checkpoint_impl=getattr(wrapper_module.CheckpointImpl, impl)
     )
-    ckptguard.enable()
+    ckptguard.enable(strict=strict)
     _attribute_change_is_caught(wrapped, block)
 
 
-def test_composable_checkpoint_is_guarded() -> None:
+@pytest.mark.parametrize("strict", [False, True], ids=["guard", "strict"])
+def test_composable_checkpoint_is_guarded(strict: bool) -> None:
     composable = pytest.importorskip("torch.distributed._composable")
     block = Block()
     composable.checkpoint(block)
-    ckptguard.enable()
+    ckptguard.enable(strict=strict)
     _attribute_change_is_caught(block, block)
 
 
-def test_transformers_partial_pattern_is_guarded() -> None:
+@pytest.mark.parametrize("strict", [False, True], ids=["guard", "strict"])
+def test_transformers_partial_pattern_is_guarded(strict: bool) -> None:
     block = Block()
-    ckptguard.enable()
+    ckptguard.enable(strict=strict)
     _attribute_change_is_caught(lambda x: gradient_checkpointing_func(block.__call__, x), block)
 
 
