@@ -58,16 +58,15 @@ def timed(command: list[str], cwd: Path) -> tuple[float, str]:
     return elapsed, result.stdout
 
 
-def interleaved(
-    first: list[str], second: list[str], cwd: Path, repeat: int
-) -> tuple[float, float, str]:
-    """Median times of two commands run alternately, so load changes hit both alike."""
-    first_times, second_times, output = [], [], ""
+def interleaved(commands: list[list[str]], cwd: Path, repeat: int) -> list[tuple[float, str]]:
+    """Median time and last output of each command, run in turn so load hits all alike."""
+    times: list[list[float]] = [[] for _ in commands]
+    outputs = [""] * len(commands)
     for _ in range(repeat):
-        elapsed, output = timed(first, cwd)
-        first_times.append(elapsed)
-        second_times.append(timed(second, cwd)[0])
-    return statistics.median(first_times), statistics.median(second_times), output
+        for index, command in enumerate(commands):
+            elapsed, outputs[index] = timed(command, cwd)
+            times[index].append(elapsed)
+    return [(statistics.median(t), o) for t, o in zip(times, outputs, strict=True)]
 
 
 def main() -> None:
@@ -82,11 +81,17 @@ def main() -> None:
     print(f"tree: {PACKAGE} sources, {files} .py files, {lines:,} lines")
 
     ckptlint = [sys.executable, "-m", "ckptlint", "--select", "CKP001", "--format", "json", "."]
+    all_rules = [sys.executable, "-m", "ckptlint", "--format", "json", "."]
     ruff = ["ruff", "check", "--select", "E9", "--no-cache", "--quiet", "--exit-zero", "."]
-    ckptlint_time, ruff_time, report = interleaved(ckptlint, ruff, source, arguments.repeat)
+    (ckptlint_time, report), (all_rules_time, all_report), (ruff_time, _) = interleaved(
+        [ckptlint, all_rules, ruff], source, arguments.repeat
+    )
     ours = {(item["path"], item["line"]) for item in json.loads(report)}
 
-    rows = [("ckptlint --select CKP001", ckptlint_time, len(ours))]
+    rows = [
+        ("ckptlint --select CKP001", ckptlint_time, len(ours)),
+        ("ckptlint (all rules)", all_rules_time, len(json.loads(all_report))),
+    ]
     if not arguments.skip_torchfix:
         torchfix = ["torchfix", "--select", "TOR003", "."]
         torchfix_time, output = timed(torchfix, source)
@@ -107,13 +112,14 @@ def main() -> None:
         for path, line in extra:
             text = (source / path).read_text().splitlines()[line - 1].strip()
             print(f"  {path}:{line}: {text}")
-    print(f"ckptlint time / ruff time: {ckptlint_time / ruff_time:.2f}x")
+    print(f"ckptlint time / ruff time: {ckptlint_time / ruff_time:.2f}x (CKP001),", end=" ")
+    print(f"{all_rules_time / ruff_time:.2f}x (all rules)")
 
     plain = virtualenv("venv-flake8", "flake8")
     with_plugin = virtualenv("venv-flake8-ckptlint", "flake8", str(ROOT))
     flake8 = ["-m", "flake8", "--select", "E9", "--exit-zero", "."]
     times: dict[str, list[float]] = {"without": [], "with": []}
-    for _ in range(arguments.repeat):  # interleaved, so load changes hit both alike
+    for _ in range(3):  # interleaved, so load changes hit both alike; ~1 min a run
         times["without"].append(timed([str(plain), *flake8], source)[0])
         times["with"].append(timed([str(with_plugin), *flake8], source)[0])
     without, with_ = statistics.median(times["without"]), statistics.median(times["with"])
