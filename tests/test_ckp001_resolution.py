@@ -257,3 +257,11 @@ def test_verdicts_do_not_depend_on_hash_seed(tmp_path) -> None:
         outputs.add(result.stdout)
     assert len(outputs) == 1
     assert outputs.pop().count('"CKP001"') == 2
+
+
+def test_line_numbers_follow_python_past_form_feeds() -> None:
+    """str.splitlines breaks at a form feed; Python's line numbering does not."""
+    source = "import torch.utils.checkpoint as cp\n\x0c\ndef f(x):  # \x0c here too\n"
+    source += "    return cp.checkpoint(g, x)\n"
+    (finding,) = lint(source)
+    assert (finding.line, finding.column) == (4, 12)
