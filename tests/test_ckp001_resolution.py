@@ -82,6 +82,12 @@ FLAGGED = {
         from torch.utils.checkpoint import checkpoint
         checkpoint(f, *inputs)
     """,
+    "torch 2.14 decorator form without the keyword": """
+        from torch.utils.checkpoint import checkpoint
+        @checkpoint(preserve_rng_state=True)
+        def block(x):
+            return x
+    """,
     "global rebinding in a function is only an alternative": """
         from torch.utils.checkpoint import checkpoint
         def disable():
@@ -95,6 +101,12 @@ NOT_FLAGGED = {
     "use_reentrant passed": """
         from torch.utils.checkpoint import checkpoint
         checkpoint(f, x, use_reentrant=False)
+    """,
+    "torch 2.14 decorator form with the keyword": """
+        from torch.utils.checkpoint import checkpoint
+        @checkpoint(use_reentrant=False)
+        def block(x):
+            return x
     """,
     "**kwargs may carry it": """
         from torch.utils.checkpoint import checkpoint
