@@ -233,9 +233,33 @@ def _warn_no_input_requires_grad(region: RegionGuard) -> None:
     )
 
 
-def _guard_generator(original: Any) -> Any:
-    parameters = list(inspect.signature(original).parameters.values())
+def _generator_call_reader(original: Any) -> Any:
+    """How a generator receives (preserve_rng_state, user args, user kwargs).
+
+    Up to torch 2.13 the user's arguments trail the options as ``*args, **kwargs``; 2.14's
+    ``_checkpoint_without_reentrant_generator_impl(fn, args, kwargs, *, preserve_rng_state, ...)``
+    takes them packed, with keyword-only options.
+    """
+    signature = inspect.signature(original)
+    parameters = list(signature.parameters.values())
+    if signature.parameters["args"].kind is not inspect.Parameter.VAR_POSITIONAL:
+
+        def read_packed(fn: Any, args: tuple, kwargs: dict) -> tuple[bool, tuple, dict]:
+            bound = signature.bind(fn, *args, **kwargs).arguments
+            return bound.get("preserve_rng_state", True), bound["args"], bound["kwargs"]
+
+        return read_packed
     leading = sum(1 for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD)
+
+    def read_trailing(fn: Any, args: tuple, kwargs: dict) -> tuple[bool, tuple, dict]:
+        preserve = args[0] if args else kwargs.get("preserve_rng_state", True)
+        return preserve, args[leading - 1 :], kwargs
+
+    return read_trailing
+
+
+def _guard_generator(original: Any) -> Any:
+    read_call = _generator_call_reader(original)
 
     def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
         options = _options
@@ -248,10 +272,9 @@ def _guard_generator(original: Any) -> Any:
             or _measuring()
         ):
             return (yield from original(fn, *args, **kwargs))
-        preserve = args[0] if args else kwargs.get("preserve_rng_state", True)
-        user_args = args[leading - 1 :]
+        preserve, user_args, user_kwargs = read_call(fn, args, kwargs)
         region = RegionGuard(fn, options)
-        region.count_forward(user_args, kwargs)
+        region.count_forward(user_args, user_kwargs)
         before = _rng.snapshot(preserve)
         inner = original(region, *args, **kwargs)
         first = next(inner)
