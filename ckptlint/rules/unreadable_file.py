@@ -14,6 +14,10 @@ class UnreadableFile(Rule):
     unless a BOM or a `# -*- coding: ... -*-` line says otherwise), NUL bytes, and files
     the operating system refuses to read. The rest of the run goes on; the exit code is
     non-zero. Fix the file (or exclude it in `[tool.ckptlint]`).
+
+    Files named on the command line are always parsed. Files found by walking a folder
+    are decoded and parsed only when their text can reach a checkpoint function, so a
+    syntax error in an unrelated file is left to flake8's or ruff's E999.
     """
 
     code = "CKP901"
