@@ -23,7 +23,7 @@ from ckptlint.resolve import (
     CheckpointCall,
     Resolution,
 )
-from ckptlint.scopes import Binding, ModuleScopes, Position, Scope
+from ckptlint.scopes import Binding, ModuleScopes, Position, Scope, node_position
 from ckptlint.source import lines_with_words
 
 # Calls of same-module functions and modules are followed this many levels below the region.
@@ -169,7 +169,7 @@ class RegionAnalysis:
             self._regions[key] = (
                 None
                 if expression is None
-                else self.resolve(expression, call.scope, _position(expression), {}, 0)
+                else self.resolve(expression, call.scope, node_position(expression), {}, 0)
             )
         return self._regions[key]
 
@@ -223,7 +223,7 @@ class RegionAnalysis:
             return self.resolve(
                 argument.expression,
                 argument.scope,
-                _position(argument.expression),
+                node_position(argument.expression),
                 argument.environment,
                 depth + 1,
             )
@@ -307,7 +307,7 @@ class RegionAnalysis:
     def _resolve_call(
         self, call: ast.Call, scope: Scope, environment: Environment, depth: int
     ) -> Region | None:
-        position = _position(call)
+        position = node_position(call)
         qualified = self.qualified_name(call.func, scope, position)
         if qualified == PARTIAL:
             if not call.args or isinstance(call.args[0], ast.Starred):
@@ -369,7 +369,7 @@ class RegionAnalysis:
         element = arguments[0].elt
         element_scope = self.scopes.function_scope(arguments[0]) or container.scope
         region = self.resolve(
-            element, element_scope, _position(element), container.environment, depth + 1
+            element, element_scope, node_position(element), container.environment, depth + 1
         )
         return region if isinstance(region, TorchModule) else None
 
@@ -490,7 +490,7 @@ class RegionAnalysis:
             if region.class_name in ("Sequential", "ModuleList", "ModuleDict"):
                 for element in region.construction.args:
                     inner = self.resolve(
-                        element, region.scope, _position(element), region.environment, 0
+                        element, region.scope, node_position(element), region.environment, 0
                     )
                     if inner is not None:
                         self._collect(inner, reach, depth + 1, seen)
@@ -507,7 +507,7 @@ class RegionAnalysis:
             reach.draws.extend(facts.draws)
             for called in facts.calls:
                 callee = self.resolve(
-                    called.func, region.scope, _position(called), region.environment, 0
+                    called.func, region.scope, node_position(called), region.environment, 0
                 )
                 if isinstance(callee, TorchFunction):
                     draw = _random_function_draw(callee.qualified, called)
@@ -542,7 +542,7 @@ class RegionAnalysis:
         facts = _FunctionFacts([], [], [], [])
         for node, scope in self.nodes_with_scopes(statements, function.scope):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                if self.module_binding_kind(node.id, scope, _position(node)) == "data":
+                if self.module_binding_kind(node.id, scope, node_position(node)) == "data":
                     facts.reads.append(GlobalRead(node.id, node.lineno))
             elif isinstance(node, ast.Call):
                 facts.calls.append(node)
@@ -578,7 +578,7 @@ class RegionAnalysis:
                     yield GlobalWrite(root.id, node.lineno, "mutates")
 
     def _is_module_data(self, name: ast.Name, scope: Scope) -> bool:
-        return self.module_binding_kind(name.id, scope, _position(name)) == "data"
+        return self.module_binding_kind(name.id, scope, node_position(name)) == "data"
 
     # -- changes of globals anywhere in the file -----------------------------------------
     def changes_of_global(self, name: str) -> list[GlobalWrite]:
@@ -696,10 +696,6 @@ def _literal_argument(call: ast.Call, keyword: str, index: int) -> object:
     if len(call.args) > index and isinstance(call.args[index], ast.Constant):
         return call.args[index].value  # type: ignore[attr-defined]
     return None
-
-
-def _position(node: ast.AST) -> tuple[int, int]:
-    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
 
 def own_nodes(statements: list) -> Iterator[ast.AST]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from ckptlint.scopes import Binding, ModuleScopes, Scope, build_scopes
+from ckptlint.scopes import Binding, ModuleScopes, Scope, build_scopes, touches_lines
 from ckptlint.source import lines_with_words
 
 CHECKPOINT = "torch.utils.checkpoint.checkpoint"
@@ -176,15 +176,14 @@ def _aliases_of_targets(
 ) -> set[str]:
     """Names that a statement on a candidate line binds to a target or a partial of one."""
     names: set[str] = set()
+    sorted_lines = sorted(candidate_lines)
     for scope in [scopes.module, *scopes.scope_of_function.values()]:
         for bindings in (*scope.bindings.values(), *scope.instance_attributes.values()):
             for binding in bindings:
                 if binding.value is None and binding.imported is None:
                     continue
                 source = binding.value if binding.value is not None else binding.node
-                start = source.lineno  # type: ignore[attr-defined]
-                end = source.end_lineno or start  # type: ignore[attr-defined]
-                if not any(line in candidate_lines for line in range(start, end + 1)):
+                if not touches_lines(source, sorted_lines):
                     continue
                 if any(evaluator.is_target_like(v) for v in evaluator.value_of(binding)):
                     names.add(binding.name)

@@ -152,8 +152,19 @@ def build_scopes(tree: ast.Module, candidate_lines: frozenset[int] | None = None
     )
 
 
-def _position(node: ast.AST) -> Position:
+def node_position(node: ast.AST) -> Position:
+    """Where a node starts, for ordering bindings and uses."""
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def touches_lines(node: ast.AST, sorted_lines: list[int]) -> bool:
+    """Whether any of ``sorted_lines`` (ascending) falls within the node's line span."""
+    start = getattr(node, "lineno", None)
+    if start is None:
+        return True
+    end = getattr(node, "end_lineno", None) or start
+    index = bisect_left(sorted_lines, start)
+    return index < len(sorted_lines) and sorted_lines[index] <= end
 
 
 class _ScopeBuilder(ast.NodeVisitor):
@@ -170,14 +181,7 @@ class _ScopeBuilder(ast.NodeVisitor):
         self.calls: list[ast.Call] = []
 
     def touches_candidates(self, node: ast.AST) -> bool:
-        if self.candidate_lines is None:
-            return True
-        start = getattr(node, "lineno", None)
-        if start is None:
-            return True
-        end = getattr(node, "end_lineno", None) or start
-        index = bisect_left(self.candidate_lines, start)
-        return index < len(self.candidate_lines) and self.candidate_lines[index] <= end
+        return self.candidate_lines is None or touches_lines(node, self.candidate_lines)
 
     def visit(self, node: ast.AST) -> None:
         """Visit statements always; expressions only where they touch candidate lines."""
@@ -220,7 +224,7 @@ class _ScopeBuilder(ast.NodeVisitor):
         if name in target.global_names and target is not self.module:
             # A function rebinding a global may never run: an alternative, not a replacement.
             target, conditional = self.module, True
-        binding = Binding(name, node, target, _position(node), conditional, value, imported)
+        binding = Binding(name, node, target, node_position(node), conditional, value, imported)
         target.bindings.setdefault(name, []).append(binding)
 
     def visit_body(self, statements: list[ast.stmt], *, conditional: bool | None = None) -> None:
@@ -251,7 +255,9 @@ class _ScopeBuilder(ast.NodeVisitor):
             and isinstance(target.value, ast.Name)
             and target.value.id == self.scope.self_name
         ):
-            binding = Binding(target.attr, target, self.scope, _position(target), True, value, None)
+            binding = Binding(
+                target.attr, target, self.scope, node_position(target), True, value, None
+            )
             owner.instance_attributes.setdefault(target.attr, []).append(binding)
 
     def enter_function(self, node: ast.AST, args: ast.arguments, self_name: str | None) -> Scope:
@@ -259,7 +265,7 @@ class _ScopeBuilder(ast.NodeVisitor):
         self.scope_of_function[id(node)] = scope
         for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
             if arg is not None:
-                binding = Binding(arg.arg, arg, scope, _position(arg), False)
+                binding = Binding(arg.arg, arg, scope, node_position(arg), False)
                 scope.bindings.setdefault(arg.arg, []).append(binding)
         return scope
 
