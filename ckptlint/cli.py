@@ -14,10 +14,10 @@ from pathlib import Path
 
 from ckptlint import __version__, report
 from ckptlint.config import ConfigError, Settings, load_settings, parse_code_list
+from ckptlint.core import Finding
 from ckptlint.discovery import MissingPath, SourceFile, discover
 from ckptlint.engine import FileResult, Linter
 from ckptlint.rules import RULES_BY_CODE
-from ckptlint.rules.base import Finding
 from ckptlint.source import UnreadableSource, decode, read_bytes
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2

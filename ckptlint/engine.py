@@ -1,21 +1,28 @@
-"""Linting one file: read → prefilter → parse → resolve → rules → suppressions.
+"""Linting a project: read → prefilter → parse → project analysis → rules → suppressions.
 
-``analyze`` is shared by the command line and the flake8 plugin (which hands over the tree
-it already parsed), so both report the same findings at the same places.
+``Linter.lint_files`` lints the files of a run together, so a region defined in one file and
+checkpointed in another is seen whole. ``Linter.lint_text`` lints one text as if it were the
+file at ``path`` (tests, editors, the fix phase); the files around that path are still read
+when the analysis follows an import into them. The flake8 plugin calls ``analyze`` on the
+tree flake8 parsed, so both report the same findings at the same places.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
+from ckptlint.analysis import ProjectAnalysis, expand_words
 from ckptlint.config import Settings
+from ckptlint.core import FileContext, Finding
 from ckptlint.lazy_tree import LazyTreeMismatch
 from ckptlint.noqa import is_suppressed
-from ckptlint.resolve import Targets
+from ckptlint.project.index import Module, Project
+from ckptlint.project.layout import Layout
+from ckptlint.regions.sources import SourceTable, configured_source
 from ckptlint.rules import ALL_RULES
-from ckptlint.rules.base import FileContext, Finding
 from ckptlint.rules.unreadable_file import UnreadableFile
 from ckptlint.source import (
     Prefilter,
@@ -27,15 +34,13 @@ from ckptlint.source import (
 )
 
 
-def analyze(
-    tree: ast.Module, lines: list[str], targets: Targets, selected: frozenset[str]
-) -> list[Finding]:
-    """Findings of the selected rules on a parsed module, before any suppression."""
-    context = FileContext(tree, lines, targets)
+def analyze(module: Module, analysis: ProjectAnalysis, selected: frozenset[str]) -> list[Finding]:
+    """Findings of the selected rules on one module, before any suppression."""
+    context = FileContext(module, analysis)
     findings = [
         finding for rule in ALL_RULES if rule.code in selected for finding in rule.check(context)
     ]
-    return sorted(findings)
+    return sorted(set(findings))
 
 
 @dataclass(frozen=True)
@@ -45,47 +50,143 @@ class FileResult:
     internal_error: str | None = None
 
 
+@dataclass(frozen=True)
+class LintTarget:
+    """A file to lint; ``explicit`` when named on the command line (always parsed)."""
+
+    path: str
+    explicit: bool = True
+
+
 class Linter:
-    """Lints files under one set of settings. Cheap to pickle for worker processes."""
+    """Lints files under one set of settings."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
     @cached_property
-    def targets(self) -> Targets:
-        return Targets.with_extensions(self.settings.extend_checkpoint_functions)
+    def table(self) -> SourceTable:
+        extra = [configured_source(name) for name in self.settings.extend_checkpoint_functions]
+        return SourceTable.build(extra)
 
     @cached_property
     def prefilter(self) -> Prefilter:
-        return Prefilter(self.settings.extend_checkpoint_functions)
+        return Prefilter(self.table.words)
 
     @cached_property
     def selected(self) -> frozenset[str]:
         return frozenset(rule.code for rule in ALL_RULES if self.settings.is_selected(rule.code))
 
-    def lint_path(self, path: str, *, always_parse: bool = False) -> FileResult:
-        """Lint a file; files found by walking folders are skipped by the prefilter."""
+    # -- a run over files ------------------------------------------------------------------
+    def lint_files(self, targets: Iterable[LintTarget]) -> list[FileResult]:
+        """Lint files together; results in the order given."""
+        targets = list(targets)
         try:
-            data = read_bytes(path)
-            if not always_parse and not self.prefilter.passes(data):
-                return FileResult(path, [])
-            return FileResult(path, self.lint_text(decode(data), path))
+            return self._lint_files(targets, lazy=True)
+        except LazyTreeMismatch:  # the lazy split misread a file: parse everything in full
+            return self._lint_files(targets, lazy=False)
+
+    def _lint_files(self, targets: list[LintTarget], *, lazy: bool) -> list[FileResult]:
+        layout = Layout(target.path for target in targets)
+        project = Project(layout, self.table.words, lazy=lazy)
+        analysis = ProjectAnalysis(project, self.table)
+        data: dict[str, bytes] = {}
+        unreadable: dict[str, list[Finding]] = {}
+        for target in targets:
+            try:
+                data[target.path] = read_bytes(target.path)
+            except UnreadableSource as error:
+                unreadable[target.path] = [_unreadable(error)]
+        explicit = [t.path for t in targets if t.explicit]
+        initial = project.words
+
+        def candidates(words: frozenset[str]) -> list[str]:
+            """Files naming one of ``words``; in the first round, also every explicit file."""
+            prefilter = Prefilter(words)
+            first_round = words is initial
+            found = []
+            for target in targets:
+                path = target.path
+                if path not in data or project.is_loaded(path):
+                    continue
+                if (first_round and path in explicit) or prefilter.passes(data[path]):
+                    if self._load(project, path, data[path], unreadable):
+                        found.append(path)
+            return found
+
+        _, analysed_paths = expand_words(analysis, initial, candidates)
+        analysed = set(analysed_paths)
+        results = []
+        for target in targets:
+            path = target.path
+            if path in unreadable:
+                findings = unreadable[path]
+                lines = []
+            elif path in analysed:
+                module = project.module_at(path)
+                assert module is not None
+                findings, lines = analyze(module, analysis, self.selected), module.lines
+            else:
+                findings, lines = [], []
+            results.append(FileResult(path, self._keep(path, findings, lines)))
+        return results
+
+    def _load(
+        self, project: Project, path: str, data: bytes, unreadable: dict[str, list[Finding]]
+    ) -> bool:
+        """Parse a file into the project; a file that cannot be is reported as CKP901."""
+        if path in unreadable:
+            return False
+        try:
+            text = decode(data)
+            parsed = parse(text, path, project.words if project.lazy else None)
         except UnreadableSource as error:
-            return FileResult(path, self._keep(path, [_unreadable(error)], lines=[]))
-        except Exception as error:  # a bug of ours must not stop the run
-            return FileResult(path, [], internal_error=f"{type(error).__name__}: {error}")
+            unreadable[path] = [_unreadable(error)]
+            return False
+        except (RecursionError, MemoryError):
+            unreadable[path] = [
+                _unreadable(UnreadableSource("cannot parse file: too deeply nested"))
+            ]
+            return False
+        project.adopt(path, text, parsed.tree, parsed.lines)
+        return True
+
+    # -- one file --------------------------------------------------------------------------
+    def lint_path(self, path: str, *, always_parse: bool = False) -> FileResult:
+        """Lint one file; a file found by walking folders is skipped by the prefilter."""
+        return self.lint_files([LintTarget(path, explicit=always_parse)])[0]
 
     def lint_text(self, text: str, path: str) -> list[Finding]:
+        """Findings for ``text`` as the file ``path`` (selection and suppressions applied)."""
         try:
-            parsed = parse(text, path, self.targets.words)
+            return self._lint_text(text, path, lazy=True)
+        except LazyTreeMismatch:
+            return self._lint_text(text, path, lazy=False)
+
+    def _lint_text(self, text: str, path: str, *, lazy: bool) -> list[Finding]:
+        project = Project(Layout([path]), self.table.words, lazy=lazy)
+        try:
+            parsed = parse(text, path, project.words if lazy else None)
         except UnreadableSource as error:
             return self._keep(path, [_unreadable(error)], split_lines(text))
-        try:
-            findings = analyze(parsed.tree, parsed.lines, self.targets, self.selected)
-        except LazyTreeMismatch:  # the lazy split misread the file: parse all of it
-            tree = parse(text, path).tree
-            findings = analyze(tree, parsed.lines, self.targets, self.selected)
-        return self._keep(path, findings, parsed.lines)
+        module = project.adopt(path, text, parsed.tree, parsed.lines)
+        analysis = ProjectAnalysis(project, self.table)
+        expand_words(
+            analysis, project.words, lambda words: [path] if words is project.words else []
+        )
+        module = project.module_at(path) or module
+        return self._keep(path, analyze(module, analysis, self.selected), module.lines)
+
+    def analyze_tree(self, tree: ast.Module, lines: list[str], path: str) -> list[Finding]:
+        """Findings of every selected rule on a tree its caller parsed (the flake8 plugin),
+        before suppressions (the caller applies its own)."""
+        project = Project(Layout([path]), self.table.words)
+        module = project.adopt(path, "".join(lines), tree, lines)
+        analysis = ProjectAnalysis(project, self.table)
+        expand_words(
+            analysis, project.words, lambda words: [path] if words is project.words else []
+        )
+        return analyze(project.module_at(path) or module, analysis, self.selected)
 
     def _keep(self, path: str, findings: list[Finding], lines: list[str]) -> list[Finding]:
         """Drop unselected, per-file-ignored and ``# noqa``-suppressed findings."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ckptlint.rules.base import AddKeyword
+from ckptlint.core import AddKeyword
 from ckptlint.source import decode, split_lines
 
 

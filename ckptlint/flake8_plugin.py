@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ckptlint import __version__
+from ckptlint.regions.sources import SourceTable
 from ckptlint.source import Prefilter
 
 
@@ -21,11 +22,12 @@ class CheckpointChecker:
     version = __version__
 
     extend_checkpoint_functions: tuple[str, ...] = ()
-    _prefilter = Prefilter()
+    _prefilter = Prefilter(SourceTable.build().words)
 
-    def __init__(self, tree: ast.Module, lines: list[str]) -> None:
+    def __init__(self, tree: ast.Module, lines: list[str], filename: str) -> None:
         self.tree = tree
         self.lines = lines
+        self.filename = filename
 
     @classmethod
     def add_options(cls, option_manager: Any) -> None:
@@ -41,16 +43,18 @@ class CheckpointChecker:
     @classmethod
     def parse_options(cls, options: argparse.Namespace) -> None:
         cls.extend_checkpoint_functions = tuple(options.extend_checkpoint_functions or ())
-        cls._prefilter = Prefilter(cls.extend_checkpoint_functions)
+        from ckptlint.config import Settings
+        from ckptlint.engine import Linter
+
+        linter = Linter(Settings(extend_checkpoint_functions=cls.extend_checkpoint_functions))
+        cls._prefilter = Prefilter(linter.table.words)
 
     def run(self) -> Iterator[tuple[int, int, str, type]]:
         if not self._prefilter.passes("".join(self.lines).encode()):
             return
-        from ckptlint.engine import analyze
-        from ckptlint.resolve import Targets
-        from ckptlint.rules import ALL_RULES
+        from ckptlint.config import Settings
+        from ckptlint.engine import Linter
 
-        targets = Targets.with_extensions(self.extend_checkpoint_functions)
-        selected = frozenset(rule.code for rule in ALL_RULES)
-        for finding in analyze(self.tree, self.lines, targets, selected):
+        linter = Linter(Settings(extend_checkpoint_functions=self.extend_checkpoint_functions))
+        for finding in linter.analyze_tree(self.tree, self.lines, self.filename):
             yield finding.line, finding.column - 1, f"{finding.code} {finding.message}", type(self)

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from ckptlint import __version__
+from ckptlint.core import Finding
 from ckptlint.rules import ALL_RULES, RULES_BY_CODE
-from ckptlint.rules.base import Finding
 
 Report = list[tuple[str, Finding]]
 INFORMATION_URI = "https://pypi.org/project/ckptlint/"

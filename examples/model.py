@@ -30,7 +30,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         normed = self.norm1(x)
         attended, _ = self.attention(normed, normed, normed, need_weights=False)
-        x = x + self.dropout(attended) * ATTENTION_SCALE["value"]
+        x = x + self.dropout(attended)
         return x + self.dropout(self.mlp(self.norm2(x)))
 
 
@@ -54,7 +54,7 @@ class Model(nn.Module):
     def forward_scaled(self, tokens: torch.Tensor, scales: list[float]) -> torch.Tensor:
         x = self.embed(tokens)
         for block, scale in zip(self.blocks, scales, strict=True):
-            # CKP202: the lambda reads `scale` late; the recompute sees the last value.
+            # CKP202: the lambda reads `block` and `scale` late; the recompute sees the last ones.
             x = checkpoint(lambda h: block(h) * scale, x, use_reentrant=False)
         return self.head(x)
 

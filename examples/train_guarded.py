@@ -75,7 +75,7 @@ class TinyLM(nn.Module):
         x = self.embed(tokens)
         for block in self.blocks:
             if self.late_binding:
-                x = checkpoint(lambda t: block(t), x, use_reentrant=False)  # noqa: B023
+                x = checkpoint(lambda t: block(t), x, use_reentrant=False)  # noqa: B023, CKP202
             else:
                 x = checkpoint(
                     block, x, use_reentrant=False, preserve_rng_state=self.preserve_rng_state

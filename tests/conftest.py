@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ckptlint.config import Settings
+from ckptlint.core import Finding
 from ckptlint.engine import Linter
-from ckptlint.rules.base import Finding
 
 
 def lint(source: str, **settings: object) -> list[Finding]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptlint.core import AddKeyword
 from ckptlint.fixes import FixFailed, apply_edits
-from ckptlint.rules.base import AddKeyword
 from tests.conftest import run_ckptlint
 
 HEADER = "import torch.utils.checkpoint as cp\n"

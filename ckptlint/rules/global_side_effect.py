@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.rules.base import FileContext, Finding, Rule
+from ckptlint.core import FileContext, Finding
+from ckptlint.rules.base import Rule
 
 
 class GlobalSideEffect(Rule):
@@ -90,16 +91,18 @@ def forward(x):
     ]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
-        analysis = context.regions
-        for call in context.checkpoint_calls:
-            writes = analysis.reach(call).writes
+        analysis = context.analysis
+        for site in analysis.sites(context.module):
+            if site.delegates:
+                continue
+            writes = analysis.reach(site).writes
             if not writes:
                 continue
             first = writes[0]
             message = (
-                f"`{call.name}()` region {first.how} module global `{first.name}` (line"
-                f" {first.line}): the recompute in backward runs the side effect a second"
-                " time; move it out of the checkpointed function, before or after the"
-                " checkpoint call"
+                f"{site.subject} {first.how} module global `{first.name}`"
+                f" ({first.where.describe(context.module)}): the recompute in backward runs the"
+                " side effect a second time; move it out of the checkpointed function, before"
+                " or after the checkpoint call"
             )
-            yield context.finding(call.node, self.code, message)
+            yield context.finding(site.node, self.code, message)

@@ -6,17 +6,13 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ckptlint.regions import (
-    COMPREHENSIONS,
-    Function,
-    Partial,
-    Region,
-    RegionAnalysis,
-    statements_at,
-)
-from ckptlint.resolve import CheckpointCall
-from ckptlint.rules.base import FileContext, Finding, Rule
-from ckptlint.scopes import Binding, Scope
+from ckptlint.analysis import ProjectAnalysis
+from ckptlint.core import FileContext, Finding
+from ckptlint.effects.changes import statements_at
+from ckptlint.project.scopes import COMPREHENSIONS, Binding, Scope
+from ckptlint.regions.sites import callee_label
+from ckptlint.resolution.values import FunctionValue, PartialValue, Values
+from ckptlint.rules.base import Rule
 
 
 @dataclass(frozen=True)
@@ -134,49 +130,59 @@ def train(model, batches):
     ]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
-        analysis = context.regions
-        for call in context.checkpoint_calls:
-            region = analysis.region(call)
-            function = _closure_of(region)
-            if function is None:
+        analysis = context.analysis
+        for site in analysis.sites(context.module):
+            if site.delegates or not isinstance(site.node, ast.Call):
                 continue
-            found = late_binding(function, call, analysis)
-            if found is not None:
+            for function in _closures_of(analysis.region(site)):
+                if function.module is not context.module:
+                    continue
+                found = late_binding(function, site.node, analysis)
+                if found is None:
+                    continue
                 message = (
-                    f"`{call.name}()` region {function.label} reads `{found.name}` (line"
+                    f"{site.subject} {function.label} reads `{found.name}` (line"
                     f" {found.read_line}) through its closure, and the loop at line"
                     f" {found.loop_line} rebinds it: the recompute in backward runs after the"
                     " loop moved on and sees the last value, so gradients are silently wrong;"
                     f" bind it when making the region (`{found.name}={found.name}` default"
                     " argument, functools.partial) or pass it as a checkpoint input"
                 )
-                yield context.finding(call.node, self.code, message)
+                yield context.finding(site.node, self.code, message)
+                break
 
 
-def _closure_of(region: Region | None) -> Function | None:
-    while isinstance(region, Partial):
-        region = region.inner
-    return region if isinstance(region, Function) else None
+def _closures_of(region: Values) -> Iterator[FunctionValue]:
+    """The defs and lambdas a region runs, looking through ``functools.partial``."""
+    stack = list(region)
+    while stack:
+        value = stack.pop(0)
+        if isinstance(value, PartialValue):
+            stack.extend(value.inner)
+        elif isinstance(value, FunctionValue):
+            yield value
 
 
 def late_binding(
-    function: Function, call: CheckpointCall, analysis: RegionAnalysis
+    function: FunctionValue, call: ast.Call, analysis: ProjectAnalysis
 ) -> ClosureRead | None:
     """The first variable ``function`` reads from an enclosing function whose loop, around
     ``call``, rebinds it."""
     body = function.node.body
     statements = [body] if isinstance(body, ast.expr) else body
-    for node, scope in analysis.nodes_with_scopes(statements, function.scope):
+    own_scope = analysis.evaluator.scope_of(function)
+    bound = {id(parameter) for parameter, _ in function.context.env}
+    for node, scope in analysis.reaches.nodes_with_scopes(statements, own_scope, function.module):
         if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
             continue
         bindings = scope.lookup(node.id, (node.lineno, node.col_offset))
         owners = {id(b.scope): b.scope for b in bindings}
-        if len(owners) != 1:
+        if len(owners) != 1 or any(id(b.node) in bound for b in bindings):
             continue
         owner = next(iter(owners.values()))
-        if owner.kind != "function" or owner is scope or owner is function.scope:
+        if owner.kind != "function" or owner is scope or owner is own_scope:
             continue
-        loop = _rebinding_loop(owner, node.id, call.node)
+        loop = _rebinding_loop(owner, node.id, call)
         if loop is not None:
             return ClosureRead(node.id, node.lineno, loop.lineno)
     return None
@@ -232,6 +238,6 @@ def _runs_backward(loop: ast.AST) -> bool:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr == "backward":
                 return True
-            if node.func.attr == "grad" and "autograd" in ast.unparse(node.func.value):
+            if node.func.attr == "grad" and "autograd" in callee_label(node.func.value):
                 return True
     return False

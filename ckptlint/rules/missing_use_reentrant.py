@@ -5,7 +5,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.rules.base import AddKeyword, FileContext, Finding, Fix, Rule
+from ckptlint.core import AddKeyword, FileContext, Finding, Fix
+from ckptlint.regions.sites import SourceCall
+from ckptlint.regions.sources import ReentrantArgument
+from ckptlint.resolution.values import Arguments, PartialValue
+from ckptlint.rules.base import Rule
 
 
 class MissingUseReentrant(Rule):
@@ -128,17 +132,35 @@ def forward(self, x):
     ]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
-        for call in context.checkpoint_calls:
-            if not call.passes_use_reentrant():
-                yield self._finding(context, call.node, f"`{call.name}()` called")
-        for partial in context.unconsumed_partials:
-            name = partial.target.rsplit(".", 1)[-1]
-            yield self._finding(
-                context,
-                partial.creation,
-                f"`functools.partial({name}, ...)` made, and no call of it in this file passes"
-                " it either,",
-            )
+        module = context.module
+        regions = context.analysis.regions_of(module)
+        consumed: set[int] = set()
+        for site in regions.sites:
+            direct = [p for p in site.paths if p.source.reentrant is not None and not p.wrappers]
+            for path in direct:
+                consumed.update(id(partial.call) for partial in path.partials)
+            if not isinstance(site.node, ast.Call) or not direct:
+                continue
+            if any(p.context.module is not module for path in direct for p in path.partials):
+                continue  # a partial made in another module is reported where it is made
+            if not all(passes_use_reentrant(path) for path in direct):
+                yield self._finding(context, site.node, f"`{direct[0].source.label}()` called")
+        for creation in regions.partials:
+            consumed.update(id(inner.call) for inner in _inner_partials(creation.value))
+        for creation in regions.partials:
+            partial = creation.value
+            if id(partial.call) in consumed:
+                continue
+            paths = context.analysis.finder.paths((partial,), _no_arguments(partial.call))
+            direct = [p for p in paths if p.source.reentrant is not None and not p.wrappers]
+            if direct and not all(passes_use_reentrant(path) for path in direct):
+                name = direct[0].source.label
+                yield self._finding(
+                    context,
+                    partial.call,
+                    f"`functools.partial({name}, ...)` made, and no call of it in this file"
+                    " passes it either,",
+                )
 
     def _finding(self, context: FileContext, call: ast.Call, what: str) -> Finding:
         column = context.character_column(call.lineno, call.col_offset)
@@ -148,3 +170,40 @@ def forward(self, x):
             " or `use_reentrant=True` explicitly"
         )
         return context.finding(call, self.code, message, fix)
+
+
+def passes_use_reentrant(path: SourceCall) -> bool:
+    """True when ``use_reentrant`` is (or may be) passed with a value other than None."""
+    arguments = path.arguments
+    given = arguments.keywords.get("use_reentrant")
+    if given is not None:
+        return not _is_none(given[0])
+    if arguments.double_star:
+        return True
+    reentrant = path.source.reentrant
+    if reentrant is ReentrantArgument.KEYWORD_ONLY:
+        return False
+    for index, flow in enumerate(arguments.positional):
+        if flow is None:
+            return True  # a *args may carry it
+        if index == 3 and reentrant is ReentrantArgument.FOURTH_POSITIONAL:
+            return not _is_none(flow[0])
+    return False
+
+
+def _is_none(expression: ast.expr) -> bool:
+    return isinstance(expression, ast.Constant) and expression.value is None
+
+
+def _inner_partials(partial: PartialValue) -> Iterator[PartialValue]:
+    """The partials a partial wraps (``partial(partial(checkpoint), ...)``)."""
+    stack = list(partial.inner)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, PartialValue):
+            yield value
+            stack.extend(value.inner)
+
+
+def _no_arguments(call: ast.Call) -> Arguments:
+    return Arguments((), {}, False, (call,))

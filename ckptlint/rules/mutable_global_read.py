@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.regions import GlobalWrite, Reach
-from ckptlint.rules.base import FileContext, Finding, Rule
+from ckptlint.core import FileContext, Finding
+from ckptlint.effects.reach import GlobalWrite, Reach
+from ckptlint.rules.base import Rule
 
 
 class MutableGlobalRead(Rule):
@@ -102,31 +103,34 @@ def forward(x):
     ]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
-        analysis = context.regions
-        for call in context.checkpoint_calls:
-            reach = analysis.reach(call)
-            reported: set[str] = set()
+        analysis = context.analysis
+        for site in analysis.sites(context.module):
+            if site.delegates:
+                continue
+            reach = analysis.reach(site)
+            reported: set[tuple[str, str]] = set()
             for read in reach.reads:
-                if read.name in reported:
+                key = (read.module.path, read.name)
+                if key in reported:
                     continue
-                change = _change_outside(reach, analysis.changes_of_global(read.name))
+                change = _change_outside(reach, analysis.changes.changes_of(read.module, read.name))
                 if change is None:
                     continue
-                reported.add(read.name)
+                reported.add(key)
+                here = context.module
                 message = (
-                    f"`{call.name}()` region reads module global `{read.name}` (line"
-                    f" {read.line}), which is changed at line {change.line}: the recompute in"
-                    " backward may see another value than the forward did, so gradients are"
-                    f" silently wrong; pass `{read.name}` as a checkpoint input or bind it with"
-                    " functools.partial"
+                    f"{site.subject} reads module global `{read.name}`"
+                    f" ({read.where.describe(here)}), which is changed at"
+                    f" {change.where.describe(here)}: the recompute in backward may see another"
+                    " value than the forward did, so gradients are silently wrong; pass"
+                    f" `{read.name}` as a checkpoint input or bind it with functools.partial"
                 )
-                yield context.finding(call.node, self.code, message)
+                yield context.finding(site.node, self.code, message)
 
 
 def _change_outside(reach: Reach, changes: list[GlobalWrite]) -> GlobalWrite | None:
     """The first change not made by the region's own code (that is CKP203)."""
-    spans = [(f.node.lineno, f.node.end_lineno or f.node.lineno) for f in reach.functions]
     for change in changes:
-        if not any(start <= change.line <= end for start, end in spans):
+        if not reach.runs_code_of(change.where):
             return change
     return None

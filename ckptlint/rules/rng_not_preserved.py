@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
 
-from ckptlint.rules.base import FileContext, Finding, Rule
+from ckptlint.core import FileContext, Finding
+from ckptlint.rules.base import Rule
 
 
 class RngNotPreserved(Rule):
@@ -93,20 +93,19 @@ class Block(nn.Module):
     ]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
-        analysis = context.regions
-        for call in context.checkpoint_calls:
-            preserve = call.keywords.get("preserve_rng_state")
-            if not (isinstance(preserve, ast.Constant) and preserve.value is False):
+        analysis = context.analysis
+        for site in analysis.sites(context.module):
+            if site.delegates or not analysis.rng_switched_off(site):
                 continue
-            draws = analysis.reach(call).draws
+            draws = analysis.reach(site).draws
             if not draws:
                 continue
             first = draws[0]
-            where = f" (line {first.line})" if first.line and "line" not in first.what else ""
+            where = f" at {first.where.describe(context.module)}" if first.where else ""
             message = (
-                f"`{call.name}()` with `preserve_rng_state=False` runs a region that draws"
-                f" random numbers ({first.what}{where}): the recompute draws different ones"
-                " than the forward, so gradients are silently wrong; remove"
-                " `preserve_rng_state=False` or move the random op out of the region"
+                f"{site.subject} runs with `preserve_rng_state=False` and draws random numbers"
+                f" ({first.what}{where}): the recompute draws different ones than the forward,"
+                " so gradients are silently wrong; remove `preserve_rng_state=False` or move"
+                " the random op out of the region"
             )
-            yield context.finding(call.node, self.code, message)
+            yield context.finding(site.node, self.code, message)

@@ -5,18 +5,19 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.regions import (
-    Function,
-    LocalModule,
-    Partial,
-    Region,
-    RegionAnalysis,
-    TorchFunction,
-    TorchModule,
-    own_body,
+from ckptlint.core import FileContext, Finding
+from ckptlint.resolution.evaluator import Evaluator
+from ckptlint.resolution.values import (
+    Context,
+    External,
+    FunctionValue,
+    Instance,
+    PartialValue,
+    Value,
+    single,
 )
-from ckptlint.resolve import CHECKPOINT
-from ckptlint.rules.base import FileContext, Finding, Rule
+from ckptlint.rules.base import Rule
+from ckptlint.torch_catalogue import canonical, is_torch_module_class, short_name
 
 CHEAP_MODULES = frozenset(
     "ReLU ReLU6 GELU SiLU Mish Sigmoid Tanh LeakyReLU ELU SELU CELU PReLU GLU Hardswish"
@@ -148,54 +149,60 @@ def forward(x, w):
     ]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
-        analysis = context.regions
-        for call in context.checkpoint_calls:
-            if call.target != CHECKPOINT:
-                continue  # checkpoint_sequential splits a sequence; its parts are not one op
-            region = analysis.region(call)
-            op = None if region is None else cheap_op(region, analysis)
+        analysis = context.analysis
+        for site in analysis.sites(context.module):
+            if site.delegates or site.layer is not None:
+                continue
+            if any(source.kind == "sequence" for source in site.sources):
+                continue  # a sequence is split into segments; its parts are not one op
+            region = single(analysis.region(site))
+            op = None if region is None else cheap_op(region, analysis.evaluator)
             if op is not None:
                 message = (
-                    f"`{call.name}()` region is a single cheap op ({op}): its input stays alive"
-                    " as the checkpoint input, so the checkpoint saves (almost) no memory and"
-                    " adds a recompute; call it directly or checkpoint a larger block"
-                    " containing it"
+                    f"{site.subject} is a single cheap op ({op}): its input stays alive as the"
+                    " checkpoint input, so the checkpoint saves (almost) no memory and adds a"
+                    " recompute; call it directly or checkpoint a larger block containing it"
                 )
-                yield context.finding(call.node, self.code, message)
+                yield context.finding(site.node, self.code, message)
 
 
-def cheap_op(region: Region, analysis: RegionAnalysis) -> str | None:
+def cheap_op(region: Value, evaluator: Evaluator) -> str | None:
     """A description of the one cheap op ``region`` is, or None when it is more (or unknown)."""
-    if isinstance(region, Partial):
-        return cheap_op(region.inner, analysis)
-    if isinstance(region, TorchFunction):
-        namespace, _, short = region.qualified.rpartition(".")
-        return (
-            f"`{region.qualified}`"
-            if namespace in CHEAP_NAMESPACES and short in CHEAP_FUNCTIONS
-            else None
-        )
-    if isinstance(region, TorchModule):
-        return _cheap_module(region, analysis)
-    if isinstance(region, LocalModule):
-        return _cheap_body(region.forward, analysis)
-    return _cheap_body(region, analysis)
-
-
-def _cheap_module(module: TorchModule, analysis: RegionAnalysis) -> str | None:
-    if module.class_name in CHEAP_MODULES:
-        return f"`nn.{module.class_name}`"
-    if module.class_name == "Sequential" and len(module.construction.args) == 1:
-        element = module.construction.args[0]
-        inner = analysis.resolve(
-            element, module.scope, (element.lineno, element.col_offset), module.environment, 0
-        )
-        if isinstance(inner, TorchModule):
-            return _cheap_module(inner, analysis)
+    if isinstance(region, PartialValue):
+        inner = single(region.inner)
+        return None if inner is None else cheap_op(inner, evaluator)
+    if isinstance(region, External):
+        namespace, _, short = region.name.rpartition(".")
+        cheap = namespace in CHEAP_NAMESPACES and short in CHEAP_FUNCTIONS
+        return f"`{region.name}`" if cheap else None
+    if isinstance(region, Instance):
+        if isinstance(region.cls, External):
+            return _cheap_module(region, evaluator)
+        forward = single(evaluator.member((region,), "forward"))
+        call = single(evaluator.member((region,), "__call__"))
+        if call is not None or not isinstance(forward, FunctionValue):
+            return None
+        return _cheap_body(forward, evaluator)
+    if isinstance(region, FunctionValue):
+        return _cheap_body(region, evaluator)
     return None
 
 
-def _cheap_body(function: Function, analysis: RegionAnalysis) -> str | None:
+def _cheap_module(module: Instance, evaluator: Evaluator) -> str | None:
+    name = canonical(module.cls.name)  # type: ignore[union-attr]
+    short = short_name(name)
+    if not is_torch_module_class(name):
+        return None
+    if short in CHEAP_MODULES:
+        return f"`nn.{short}`"
+    if short == "Sequential" and module.call is not None and len(module.call.args) == 1:
+        inner = single(evaluator.iterate((module,)))
+        if isinstance(inner, Instance) and isinstance(inner.cls, External):
+            return _cheap_module(inner, evaluator)
+    return None
+
+
+def _cheap_body(function: FunctionValue, evaluator: Evaluator) -> str | None:
     """A def or lambda whose whole body returns one cheap op applied to leaf values."""
     expression = _returned_expression(function.node)
     if expression is None:
@@ -213,26 +220,28 @@ def _cheap_body(function: Function, analysis: RegionAnalysis) -> str | None:
         for argument in (*expression.args, *(k.value for k in expression.keywords))
     ):
         return None
+    context = evaluator.bind(function, None)
     func = expression.func
     if (
         isinstance(func, ast.Attribute)
         and func.attr in CHEAP_METHODS
         and isinstance(func.value, ast.Name)
-        and _is_value(func.value, function)
+        and _is_value(func.value, context)
     ):
         return f"`{ast.unparse(expression)}`"
-    callee = analysis.resolve(
-        func, function.scope, (func.lineno, func.col_offset), function.environment, 0
-    )
-    if isinstance(callee, (TorchFunction, TorchModule, Partial)):
-        return cheap_op(callee, analysis)
+    callee = single(evaluator.evaluate(func, context))
+    if isinstance(callee, (External, Instance, PartialValue)):
+        return cheap_op(callee, evaluator)
     return None
 
 
 def _returned_expression(node: ast.AST) -> ast.expr | None:
     if isinstance(node, ast.Lambda):
         return node.body
-    statements = own_body(node)
+    statements = node.body  # type: ignore[attr-defined]
+    first = statements[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        statements = statements[1:]  # a docstring
     if len(statements) == 1 and isinstance(statements[0], ast.Return):
         return statements[0].value
     return None
@@ -247,9 +256,9 @@ def _is_leaf(expression: ast.expr) -> bool:
     return isinstance(expression, (ast.Name, ast.Constant))
 
 
-def _is_value(name: ast.Name, function: Function) -> bool:
+def _is_value(name: ast.Name, context: Context) -> bool:
     """A parameter or variable (``h`` in ``h.relu()``), not an imported module or a class."""
-    bindings = function.scope.lookup(name.id, (name.lineno, name.col_offset))
+    bindings = context.scope.lookup(name.id, (name.lineno, name.col_offset))
     return bool(bindings) and all(
         b.imported is None and not isinstance(b.node, (ast.ClassDef, ast.FunctionDef))
         for b in bindings

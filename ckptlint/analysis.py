@@ -1,0 +1,272 @@
+"""The pipeline's middle for one run: resolution, regions and effects over the project.
+
+``ProjectAnalysis`` wires the layers together and keeps what they compute for the run:
+the sites of each module, the region of each site and what it reaches. ``expand_words``
+finds, across files, the names through which code reaches a region source (a project's
+wrappers, layer subclasses, attributes holding partials of ``checkpoint``), so that every
+file using one is analysed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ckptlint.effects.changes import ChangeFinder
+from ckptlint.effects.reach import Reach, ReachAnalysis
+from ckptlint.project.index import Module, Project
+from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
+from ckptlint.regions.sites import Site, SiteFinder, SourceCall
+from ckptlint.regions.sources import SourceTable
+from ckptlint.resolution.evaluator import PARTIAL, Evaluator
+from ckptlint.resolution.values import (
+    Arguments,
+    ClassValue,
+    Constant,
+    Context,
+    External,
+    FunctionValue,
+    PartialValue,
+    Value,
+    Values,
+)
+
+
+@dataclass(frozen=True)
+class PartialCreation:
+    """``functools.partial(<source>, ...)`` written in a module (CKP001 checks it)."""
+
+    value: PartialValue
+
+
+@dataclass
+class ModuleRegions:
+    sites: list[Site]
+    partials: list[PartialCreation]
+
+
+class ProjectAnalysis:
+    def __init__(self, project: Project, table: SourceTable) -> None:
+        self.project = project
+        self.table = table
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything computed (after modules were scoped again)."""
+        self.evaluator = Evaluator(self.project)
+        self.finder = SiteFinder(self.evaluator, self.table)
+        self.reaches = ReachAnalysis(self.evaluator)
+        self.changes = ChangeFinder(self.project, self.evaluator)
+        self._modules: dict[str, ModuleRegions] = {}
+        self._regions: dict[int, Values] = {}
+        self._reach: dict[int, Reach] = {}
+
+    # -- per module ------------------------------------------------------------------------
+    def regions_of(self, module: Module) -> ModuleRegions:
+        found = self._modules.get(module.path)
+        if found is None:
+            found = self._modules[module.path] = self._find(module)
+        return found
+
+    def sites(self, module: Module) -> list[Site]:
+        return self.regions_of(module).sites
+
+    def region(self, site: Site) -> Values:
+        key = id(site)
+        if key not in self._regions:
+            self._regions[key] = self.finder.region_values(site)
+        return self._regions[key]
+
+    def reach(self, site: Site) -> Reach:
+        key = id(site)
+        if key not in self._reach:
+            self._reach[key] = self.reaches.reach(self.region(site))
+        return self._reach[key]
+
+    def effective_paths(self, site: Site) -> list[SourceCall]:
+        """The site's source calls; an ``apply`` call counts as the wrapper it applies."""
+        found: list[SourceCall] = []
+        for path in site.paths:
+            if path.source.kind != "apply":
+                found.append(path)
+                continue
+            flow = path.arguments.get(1, "checkpoint_wrapper_fn")
+            if flow is None:
+                continue
+            applied = Arguments((), {}, False, path.arguments.calls)
+            found.extend(self.finder.paths(self.evaluator.evaluate(*flow), applied))
+        return found
+
+    def rng_switched_off(self, site: Site) -> bool:
+        """Whether some path passes ``preserve_rng_state=False`` (or its library's keyword)."""
+        for path in self.effective_paths(site):
+            keyword = path.source.rng_keyword
+            flow = path.keyword(keyword) if keyword else None
+            if flow is not None and any(
+                isinstance(value, Constant) and value.value is False
+                for value in self.evaluator.evaluate(*flow)
+            ):
+                return True
+        return False
+
+    def _find(self, module: Module) -> ModuleRegions:
+        sites = list(self.finder.sites(module))
+        partials = []
+        for call in module.scopes.calls:
+            if id(call) in {id(s.node) for s in sites}:
+                continue
+            context = Context(module, module.scopes.scope_of(call))
+            if PARTIAL not in _names(self.evaluator.evaluate(call.func, context)):
+                continue
+            for value in self.evaluator.evaluate(call, context):
+                if isinstance(value, PartialValue) and self._reaches_source(value):
+                    partials.append(PartialCreation(value))
+        return ModuleRegions(sites, partials)
+
+    def _reaches_source(self, partial: PartialValue) -> bool:
+        return bool(self.finder.paths((partial,), Arguments((), {}, False, (partial.call,))))
+
+    # -- names that reach a source, across files --------------------------------------------
+    def exports(self, module: Module) -> set[str]:
+        """Names other modules may use to reach a source through this one: wrappers, layer
+        subclasses, and module, class or instance attributes bound to a source."""
+        names: set[str] = set()
+        for site in self.sites(module):
+            if site.layer is not None:
+                names.add(site.layer.node.name)
+            elif site.delegates:
+                names.update(_enclosing_function_names(site.context.scope))
+        names.update(self._layer_classes(module))
+        for binding, visible in self._bindings_on_candidate_lines(module):
+            if visible and self._binds_source(module, binding):
+                names.add(binding.name)
+        return names
+
+    def local_aliases(self, module: Module) -> set[str]:
+        """Names a module binds (at any level) to a source: its lines using them are scoped
+        too (``ckpt = checkpoint`` ... ``ckpt(f, x)``)."""
+        return {
+            binding.name
+            for binding, _ in self._bindings_on_candidate_lines(module)
+            if self._binds_source(module, binding)
+        }
+
+    def _binds_source(self, module: Module, binding: Binding) -> bool:
+        values = self.evaluator.binding_values(binding, Context(module, binding.scope))
+        return any(self.is_source_like(value) for value in values)
+
+    def is_source_like(self, value: Value) -> bool:
+        if self.finder.source_of(value) is not None:
+            return True
+        if isinstance(value, PartialValue):
+            return self._reaches_source(value)
+        if isinstance(value, FunctionValue):
+            return bool(self.finder.wrapper_calls(value))
+        if isinstance(value, ClassValue):
+            return self.finder.layer_source(value) is not None
+        return False
+
+    def _layer_classes(self, module: Module) -> set[str]:
+        names = set()
+        for node in module.tree.body:
+            if isinstance(node, ast.ClassDef) and touches_lines(node, module.candidate_lines):
+                scope = module.scopes.function_scope(node)
+                if scope is None:
+                    continue
+                cls = ClassValue(node, Context(module, scope.parent))  # type: ignore[arg-type]
+                if self.finder.layer_source(cls) is not None:
+                    names.add(node.name)
+        return names
+
+    def _bindings_on_candidate_lines(self, module: Module) -> Iterable[tuple[Binding, bool]]:
+        """Bindings whose value is written on a candidate line, and whether other modules can
+        see them (module and class attributes, ``self.<name>``), unlike function locals."""
+        scopes = [module.scopes.module, *module.scopes.scope_of_function.values()]
+        lines = module.candidate_lines
+        for scope in scopes:
+            groups = [(b, scope.kind != "function") for b in scope.bindings.values()]
+            groups.extend((b, True) for b in scope.instance_attributes.values())
+            for bindings, visible in groups:
+                for binding in bindings:
+                    if binding.value is None and binding.imported is None:
+                        continue
+                    source = binding.value if binding.value is not None else binding.node
+                    if touches_lines(source, lines):
+                        yield binding, visible
+
+
+def expand_words(
+    analysis: ProjectAnalysis,
+    words: frozenset[str],
+    candidates: Callable[[frozenset[str]], list[str]],
+) -> tuple[frozenset[str], list[str]]:
+    """The names that reach a region source across the project, and the files using them.
+
+    ``candidates(new_words)`` lists the files whose text names one of ``new_words`` (as the
+    prefilter decides). Each round analyses the new candidate files, collects what they
+    export, and scopes again the files that name an exported word, until nothing new appears.
+    """
+    project = analysis.project
+    found: list[str] = []
+    seen: set[str] = set()
+    pending = list(candidates(words))
+    while pending:
+        exported: set[str] = set()
+        for path in pending:
+            module = project.module_at(path)
+            if module is None:
+                if path not in seen:
+                    seen.add(path)
+                    found.append(path)
+                continue
+            module = _with_local_aliases(analysis, module)
+            if path not in seen:
+                seen.add(path)
+                found.append(path)
+            exported |= analysis.exports(module)
+        new = frozenset(exported) - words
+        if not new:
+            break
+        words = words | new
+        project.words = words
+        pending = [p for p in candidates(new)]
+        for module in project.loaded_modules():
+            if module.path in seen and module.path not in pending and _names_any(module, new):
+                pending.append(module.path)
+        for path in pending:
+            loaded = project.module_at(path)
+            if loaded is not None and loaded.words != words:
+                project.rescope(loaded, words)
+        analysis.reset()
+    return words, found
+
+
+def _with_local_aliases(analysis: ProjectAnalysis, module: Module) -> Module:
+    """Scope the module again until the names it binds to sources are all scoped."""
+    for _ in range(8):
+        aliases = analysis.local_aliases(module) - module.words
+        if not aliases:
+            return module
+        module = analysis.project.rescope(module, module.words | aliases)
+        analysis.reset()
+    return module
+
+
+def _names_any(module: Module, words: frozenset[str]) -> bool:
+    from ckptlint.source import lines_with_words
+
+    return bool(lines_with_words(module.lines, sorted(words)))
+
+
+def _enclosing_function_names(scope: Scope | None) -> list[str]:
+    names = []
+    while scope is not None:
+        if isinstance(scope.node, FUNCTIONS):
+            names.append(scope.node.name)
+        scope = scope.parent
+    return names
+
+
+def _names(values: Values) -> list[str]:
+    return [v.name for v in values if isinstance(v, External)]

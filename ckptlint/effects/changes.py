@@ -1,0 +1,195 @@
+"""Where a module global changes while the program runs, as opposed to while it is set up.
+
+A recompute can only see another value than its forward when something changes the global
+between the two. Module-level statements run once, at import; so do functions used only at
+import (a registry's ``register`` decorator, decorator factories), functions called only
+from constructors (a kernel handle loaded when the model is built), and writes under a test
+of the same global (``if KERNEL is None: KERNEL = load()``, a memo). None of those is a
+run-time change. Changes are searched in the global's own module and in the other modules
+the run has loaded that name it after a dot (``config.SCALE = 2``).
+"""
+
+from __future__ import annotations
+
+import ast
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from ckptlint.effects.reach import (
+    MUTATING_METHODS,
+    GlobalWrite,
+    Location,
+    assigned_targets,
+    global_writes,
+    guarded_by_test_of,
+    header_nodes,
+    root_name,
+)
+from ckptlint.project.index import Module, Project
+from ckptlint.project.scopes import FUNCTIONS, Scope
+from ckptlint.resolution.evaluator import Evaluator
+from ckptlint.resolution.values import Context, ModuleValue
+
+# Functions that run while objects are built, not between a forward and its backward.
+SETUP_FUNCTIONS = frozenset(
+    "__init__ __new__ __post_init__ __init_subclass__ __set_name__ __setstate__"
+    " _init_weights init_weights reset_parameters _reset_parameters".split()
+)
+_MAX_CALLER_DEPTH = 3
+_DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
+
+
+class ChangeFinder:
+    def __init__(self, project: Project, evaluator: Evaluator) -> None:
+        self.project = project
+        self.evaluator = evaluator
+        self._changes: dict[tuple[str, str], list[GlobalWrite]] = {}
+
+    def changes_of(self, module: Module, name: str) -> list[GlobalWrite]:
+        """Run-time rebinding or mutation of ``module.name`` anywhere the run can see."""
+        key = (module.path, name)
+        if key not in self._changes:
+            found = list(self._changes_in_own_module(module, name))
+            for other in self.project.loaded_modules():
+                if other is not module:
+                    found.extend(self._changes_through_attribute(other, module, name))
+            self._changes[key] = found
+        return self._changes[key]
+
+    def _changes_in_own_module(self, module: Module, name: str) -> Iterator[GlobalWrite]:
+        seen: set[tuple[int, str]] = set()
+        for line in module.lines_naming(name):
+            located = self._statement_in_function(module, line)
+            if located is None:
+                continue
+            statement, functions, scope = located
+            if self.runs_at_setup_only(module, functions, 0):
+                continue
+            for write in global_writes(statement, scope, module):
+                if (
+                    write.name == name
+                    and (write.where.line, write.how) not in seen
+                    and not guarded_by_test_of(functions[-1].body, write)
+                ):
+                    seen.add((write.where.line, write.how))
+                    yield write
+
+    def _changes_through_attribute(
+        self, other: Module, owner: Module, name: str
+    ) -> Iterator[GlobalWrite]:
+        """``alias.NAME = ...``, ``alias.NAME[k] = ...``, ``alias.NAME.append(...)`` in another
+        module's functions, where ``alias`` is ``owner``."""
+        for line in other.lines_naming(name):
+            if f".{name}" not in other.lines[line - 1]:
+                continue
+            located = self._statement_in_function(other, line)
+            if located is None:
+                continue
+            statement, functions, scope = located
+            if self.runs_at_setup_only(other, functions, 0):
+                continue
+            context = Context(other, scope)
+            for target in self._written_attributes(statement):
+                if target.attr != name:
+                    continue
+                owners = self.evaluator.evaluate(target.value, context)
+                if any(isinstance(v, ModuleValue) and v.module is owner for v in owners):
+                    yield GlobalWrite(owner, name, Location(other, statement.lineno), "assigns")
+
+    def _written_attributes(self, statement: ast.stmt) -> Iterator[ast.Attribute]:
+        for target in assigned_targets(statement):
+            while isinstance(target, ast.Subscript):
+                target = target.value
+            if isinstance(target, ast.Attribute):
+                yield target
+        for node in header_nodes(statement):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MUTATING_METHODS
+                and isinstance(node.func.value, ast.Attribute)
+            ):
+                yield node.func.value
+
+    def _statement_in_function(
+        self, module: Module, line: int
+    ) -> tuple[ast.stmt, list[ast.AST], Scope] | None:
+        """The innermost statement at ``line``, the functions around it (outermost first) and
+        its scope; None at module or class level (those run at import)."""
+        path = statements_at(module.tree.body, line)
+        functions = [n for n in path if isinstance(n, FUNCTIONS)]
+        if not functions or isinstance(path[-1], _DEFINITIONS):
+            return None
+        scope = None
+        for definition in path:  # outermost first: building one builds those inside
+            if isinstance(definition, (*FUNCTIONS, ast.ClassDef)):
+                scope = module.scopes.function_scope(definition)
+        if scope is None:
+            return None
+        return path[-1], functions, scope
+
+    def runs_at_setup_only(self, module: Module, functions: list[ast.AST], depth: int) -> bool:
+        """Whether the outermost of ``functions`` runs only while the program is set up: a
+        constructor-like method, or a function whose every use is at module or class level,
+        in a decorator, or in such a function itself."""
+        outermost = functions[0]
+        name = outermost.name  # type: ignore[attr-defined]
+        if name in SETUP_FUNCTIONS:
+            return True
+        if depth >= _MAX_CALLER_DEPTH:
+            return False
+        uses = [
+            (other, line)
+            for other in self._modules_naming(module, name)
+            for line in other.lines_naming(name)
+            if not (other is module and line == outermost.lineno)  # type: ignore[attr-defined]
+        ]
+        if not uses:
+            return False  # public API nobody here calls: a user may call it at any time
+        for other, line in uses:
+            path = statements_at(other.tree.body, line)
+            callers = [n for n in path if isinstance(n, FUNCTIONS)]
+            if callers and not self.runs_at_setup_only(other, callers, depth + 1):
+                return False
+        return True
+
+    def _modules_naming(self, module: Module, name: str) -> list[Module]:
+        """The module itself, and the other loaded modules that name ``name`` after a dot
+        or import it."""
+        found = [module]
+        for other in self.project.loaded_modules():
+            if other is not module and other.lines_naming(name):
+                found.append(other)
+        return found
+
+
+def statements_at(body: list[ast.stmt], line: int) -> list[ast.stmt]:
+    """The statements containing ``line``, outermost first, by bisecting bodies."""
+    path: list[ast.stmt] = []
+    while body:
+        index = bisect_right([s.lineno for s in body], line) - 1
+        if index < 0:
+            break
+        statement = body[index]
+        if (statement.end_lineno or statement.lineno) < line:
+            break
+        path.append(statement)
+        body = _body_containing(statement, line)
+    return path
+
+
+def _body_containing(statement: ast.stmt, line: int) -> list[ast.stmt]:
+    bodies: list[list[ast.stmt]] = []
+    for name in ("body", "orelse", "finalbody"):
+        value = getattr(statement, name, None)
+        if isinstance(value, list):
+            bodies.append(value)
+    bodies.extend(handler.body for handler in getattr(statement, "handlers", []))
+    bodies.extend(case.body for case in getattr(statement, "cases", []))
+    for body in bodies:
+        if body and body[0].lineno <= line <= (body[-1].end_lineno or body[-1].lineno):
+            return body
+    return []
+
+
+__all__ = ["ChangeFinder", "SETUP_FUNCTIONS", "root_name", "statements_at"]

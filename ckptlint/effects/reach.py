@@ -1,0 +1,396 @@
+"""What a region runs, and what that code reads, writes and draws.
+
+From a region's values (functions, module instances, partials, torch functions) the analysis
+follows every call it can resolve, into any module of the project: ``module(...)`` runs the
+class's ``forward``, ``self.helper()`` its method, ``nn.Sequential`` its elements. Each
+function is analysed once per binding of its parameters; calls are followed to a bounded
+depth. What cannot be resolved is left out: the rules built on this only report what they
+saw.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ckptlint.project.index import Module
+from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, node_position
+from ckptlint.resolution.evaluator import Evaluator, children_run_here, own_nodes
+from ckptlint.resolution.values import (
+    Arguments,
+    Context,
+    Elements,
+    External,
+    FunctionValue,
+    Instance,
+    ModuleValue,
+    PartialValue,
+    Sequence,
+    Value,
+    Values,
+    known,
+)
+from ckptlint.torch_catalogue import (
+    CONTAINERS,
+    RANDOM_METHODS,
+    is_random_function,
+    is_random_module_class,
+    short_name,
+)
+
+# Calls are followed this many levels below the region.
+MAX_CALL_DEPTH = 8
+# Methods that change the object they are called on.
+MUTATING_METHODS = frozenset(
+    "append extend insert update pop popitem setdefault clear remove discard add sort reverse"
+    " __setitem__ __delitem__".split()
+)
+_DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
+
+
+@dataclass(frozen=True)
+class Location:
+    module: Module
+    line: int
+
+    def describe(self, relative_to: Module) -> str:
+        """``line 12`` in the reporting file, ``path:12`` elsewhere."""
+        if self.module is relative_to:
+            return f"line {self.line}"
+        return f"{self.module.display_path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class GlobalRead:
+    module: Module  # the module the global belongs to
+    name: str
+    where: Location
+
+
+@dataclass(frozen=True)
+class GlobalWrite:
+    """A statement that rebinds or mutates a module-level object."""
+
+    module: Module  # the module the global belongs to
+    name: str
+    where: Location
+    how: str  # "assigns", "mutates"
+
+
+@dataclass(frozen=True)
+class RandomDraw:
+    what: str
+    where: Location | None  # None: the region itself (``checkpoint(F.dropout, x)``)
+
+
+@dataclass
+class FunctionFacts:
+    """What one function body does by itself, before following its calls."""
+
+    reads: list[GlobalRead] = field(default_factory=list)
+    writes: list[GlobalWrite] = field(default_factory=list)
+    draws: list[RandomDraw] = field(default_factory=list)
+    callees: list[tuple[ast.Call, Values]] = field(default_factory=list)
+
+
+@dataclass
+class Reach:
+    """Everything a region runs, up to ``MAX_CALL_DEPTH`` levels of calls."""
+
+    functions: list[FunctionValue] = field(default_factory=list)
+    reads: list[GlobalRead] = field(default_factory=list)
+    writes: list[GlobalWrite] = field(default_factory=list)
+    draws: list[RandomDraw] = field(default_factory=list)
+
+    def runs_code_of(self, location: Location) -> bool:
+        """Whether ``location`` lies inside one of the functions the region runs."""
+        return any(
+            f.module is location.module
+            and f.node.lineno <= location.line <= (f.node.end_lineno or f.node.lineno)
+            for f in self.functions
+        )
+
+
+class ReachAnalysis:
+    def __init__(self, evaluator: Evaluator) -> None:
+        self.evaluator = evaluator
+        self._facts: dict[tuple[ast.AST, Context], FunctionFacts] = {}
+
+    def reach(self, region: Values) -> Reach:
+        reach = Reach()
+        seen: set[object] = set()
+        for value in known(region):
+            self._collect(value, None, reach, 0, seen)
+        return reach
+
+    def _collect(
+        self, value: Value, call: ast.Call | None, reach: Reach, depth: int, seen: set[object]
+    ) -> None:
+        if depth > MAX_CALL_DEPTH:
+            return
+        if isinstance(value, PartialValue):
+            for inner in known(value.inner):
+                bound = self._bound_partial(inner, value)
+                self._collect(bound, None, reach, depth, seen)
+        elif isinstance(value, External):
+            self._external(value, call, reach, None)
+        elif isinstance(value, Instance):
+            self._instance(value, call, reach, depth, seen)
+        elif isinstance(value, FunctionValue):
+            self._function(value, reach, depth, seen)
+        elif isinstance(value, (Sequence, Elements)):
+            for element in known(self.evaluator.iterate((value,))):
+                self._collect(element, None, reach, depth + 1, seen)
+
+    def _bound_partial(self, inner: Value, partial: PartialValue) -> Value:
+        """The function a partial calls, with the partial's own arguments bound."""
+        if not isinstance(inner, FunctionValue):
+            return inner
+        arguments = Arguments.of(partial.call, partial.context)
+        arguments = Arguments(arguments.positional[1:], arguments.keywords, True, ())
+        context = self.evaluator.bind(inner, arguments)
+        return FunctionValue(
+            inner.node, Context(context.module, inner.context.scope, context.env), inner.bound
+        )
+
+    def _external(
+        self, value: External, call: ast.Call | None, reach: Reach, where: Location | None
+    ) -> None:
+        if is_random_function(value.name) and not _switched_off(call, value.name):
+            reach.draws.append(RandomDraw(f"`{value.name}`", where))
+
+    def _instance(
+        self, instance: Instance, call: ast.Call | None, reach: Reach, depth: int, seen: set[object]
+    ) -> None:
+        cls = instance.cls
+        if isinstance(cls, External):
+            name = cls.name
+            if is_random_module_class(name) and not _module_switched_off(instance):
+                where = None
+                if instance.call is not None and instance.context is not None:
+                    where = Location(instance.context.module, instance.call.lineno)
+                reach.draws.append(RandomDraw(f"`nn.{short_name(name)}`", where))
+            elif name in CONTAINERS:
+                for element in known(self.evaluator.iterate((instance,))):
+                    self._collect(element, None, reach, depth + 1, seen)
+            return
+        key = ("instance", cls, instance.call, instance.context)
+        if key in seen:
+            return
+        seen.add(key)
+        for method in ("__call__", "forward"):
+            callees = [c for c in known(self.evaluator.member((instance,), method))]
+            if callees:
+                for callee in callees:
+                    self._collect(callee, None, reach, depth + 1, seen)
+                return
+
+    def _function(
+        self, function: FunctionValue, reach: Reach, depth: int, seen: set[object]
+    ) -> None:
+        context = self.evaluator.bind(function, None)
+        key = (function.node, context)
+        if key in seen:
+            return
+        seen.add(key)
+        reach.functions.append(function)
+        facts = self.facts(function, context)
+        reach.reads.extend(facts.reads)
+        reach.writes.extend(facts.writes)
+        reach.draws.extend(facts.draws)
+        for call, callees in facts.callees:
+            for callee in known(callees):
+                if isinstance(callee, External):
+                    self._external(callee, call, reach, Location(function.module, call.lineno))
+                else:
+                    self._collect(callee, call, reach, depth + 1, seen)
+
+    def facts(self, function: FunctionValue, context: Context) -> FunctionFacts:
+        key = (function.node, context)
+        if key not in self._facts:
+            self._facts[key] = self._facts_of(function, context)
+        return self._facts[key]
+
+    def _facts_of(self, function: FunctionValue, context: Context) -> FunctionFacts:
+        body = function.node.body
+        statements = [body] if isinstance(body, ast.expr) else body
+        module = function.module
+        facts = FunctionFacts()
+        for node, scope in self.nodes_with_scopes(statements, context.scope, module):
+            node_context = context.at(scope) if scope is not context.scope else context
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                if module_data(node.id, scope, node_position(node)):
+                    facts.reads.append(GlobalRead(module, node.id, Location(module, node.lineno)))
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                facts.reads.extend(self._module_attribute_reads(node, node_context))
+            elif isinstance(node, ast.Call):
+                callees = self.evaluator.evaluate(node.func, node_context)
+                facts.callees.append((node, callees))
+                if isinstance(node.func, ast.Attribute) and node.func.attr in RANDOM_METHODS:
+                    what = f"`.{node.func.attr}()`"
+                    facts.draws.append(RandomDraw(what, Location(module, node.lineno)))
+            if isinstance(node, ast.stmt):
+                facts.writes.extend(
+                    write
+                    for write in global_writes(node, scope, module)
+                    if not guarded_by_test_of(statements, write)
+                )
+        return facts
+
+    def _module_attribute_reads(
+        self, node: ast.Attribute, context: Context
+    ) -> Iterator[GlobalRead]:
+        """``config.SCALE`` where ``config`` is a module of the project."""
+        if not isinstance(node.value, (ast.Name, ast.Attribute)):
+            return
+        for owner in self.evaluator.evaluate(node.value, context):
+            if isinstance(owner, ModuleValue):
+                target = owner.module
+                bindings = target.scopes.module.bindings.get(node.attr, [])
+                if bindings and all(_is_data(b.node) for b in bindings):
+                    where = Location(context.module, node.lineno)
+                    yield GlobalRead(target, node.attr, where)
+
+    def nodes_with_scopes(
+        self, statements: list, scope: Scope, module: Module
+    ) -> Iterator[tuple[ast.AST, Scope]]:
+        """Nodes of a body with the scope each is evaluated in (comprehensions have their
+        own), not descending into nested definitions."""
+        stack = [(node, scope) for node in reversed(statements)]
+        scopes = module.scopes
+        while stack:
+            node, node_scope = stack.pop()
+            yield node, node_scope
+            if isinstance(node, COMPREHENSIONS):
+                inner = scopes.function_scope(node) or scopes.build_nested(node, node_scope)
+                stack.extend((child, inner) for child in reversed(children_run_here(node)))
+                continue
+            stack.extend((child, node_scope) for child in reversed(children_run_here(node)))
+
+
+def module_data(name: str, scope: Scope, position: tuple[int, int]) -> bool:
+    """Whether ``name`` refers only to module-level assignments (not imports, functions or
+    classes): a global whose value can change."""
+    bindings = scope.lookup(name, position)
+    return bool(bindings) and all(b.scope.kind == "module" and _is_data(b.node) for b in bindings)
+
+
+def _is_data(node: ast.AST) -> bool:
+    return not isinstance(node, (*_DEFINITIONS, ast.Import, ast.ImportFrom))
+
+
+def global_writes(statement: ast.stmt, scope: Scope, module: Module) -> Iterator[GlobalWrite]:
+    """Rebinding of a ``global`` name, or mutation of a module-level data object."""
+    for target in assigned_targets(statement):
+        if isinstance(target, ast.Name):
+            if target.id in scope.global_names:
+                where = Location(module, statement.lineno)
+                yield GlobalWrite(module, target.id, where, "assigns")
+            continue
+        root = root_name(target)
+        if root is not None and module_data(root.id, scope, node_position(root)):
+            yield GlobalWrite(module, root.id, Location(module, statement.lineno), "mutates")
+    for node in header_nodes(statement):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATING_METHODS
+        ):
+            root = root_name(node.func.value)
+            if root is not None and module_data(root.id, scope, node_position(root)):
+                yield GlobalWrite(module, root.id, Location(module, node.lineno), "mutates")
+
+
+def assigned_targets(statement: ast.stmt) -> list[ast.expr]:
+    if isinstance(statement, ast.Assign):
+        targets: list[ast.expr] = []
+        for target in statement.targets:
+            targets.extend(_flatten_target(target))
+        return targets
+    if isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+        if statement.value is not None or isinstance(statement, ast.AugAssign):
+            return [statement.target]
+        return []
+    if isinstance(statement, ast.Delete):
+        return [t for t in statement.targets if not isinstance(t, ast.Name)]
+    return []
+
+
+def _flatten_target(target: ast.expr) -> list[ast.expr]:
+    found: list[ast.expr] = []
+    stack = [target]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Tuple, ast.List)):
+            stack.extend(reversed(node.elts))
+        elif isinstance(node, ast.Starred):
+            stack.append(node.value)
+        else:
+            found.append(node)
+    return found
+
+
+def root_name(expression: ast.expr) -> ast.Name | None:
+    """``CACHE`` in ``CACHE[key].items``; None when the chain goes through a call."""
+    while isinstance(expression, (ast.Attribute, ast.Subscript)):
+        expression = expression.value
+    return expression if isinstance(expression, ast.Name) else None
+
+
+_BODY_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
+    """Nodes of a statement outside its nested statement bodies and definitions."""
+    if isinstance(statement, _DEFINITIONS):
+        return
+    stack: list[ast.AST] = []
+    for name, value in ast.iter_fields(statement):
+        if name in _BODY_FIELDS:
+            continue
+        if isinstance(value, ast.AST):
+            stack.append(value)
+        elif isinstance(value, list):
+            stack.extend(v for v in value if isinstance(v, ast.AST))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def guarded_by_test_of(body: list[ast.stmt], write: GlobalWrite) -> bool:
+    """A write after a test of the same global in the same function (``if key not in
+    CACHE:``, ``if KERNEL is None:``, an early ``return`` when it is set already): a lazy
+    initialisation or a memo, which a second run leaves as it was."""
+    for node in own_nodes(body):
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            test = node.test
+            if (test.end_lineno or test.lineno) < write.where.line and any(
+                isinstance(n, ast.Name) and n.id == write.name for n in ast.walk(test)
+            ):
+                return True
+    return False
+
+
+def _switched_off(call: ast.Call | None, qualified: str) -> bool:
+    """``F.dropout(x, p=0)`` or ``training=False``: draws nothing."""
+    if call is None or "dropout" not in qualified:
+        return False
+    return _literal_argument(call, "p", 1) == 0 or _literal_argument(call, "training", 2) is False
+
+
+def _module_switched_off(instance: Instance) -> bool:
+    """``nn.Dropout(0)``: draws nothing."""
+    return instance.call is not None and _literal_argument(instance.call, "p", 0) == 0
+
+
+def _literal_argument(call: ast.Call, keyword: str, index: int) -> object:
+    """A constant argument's value, or None when it is absent or not a constant."""
+    for given in call.keywords:
+        if given.arg == keyword:
+            return given.value.value if isinstance(given.value, ast.Constant) else None
+    if len(call.args) > index and isinstance(call.args[index], ast.Constant):
+        return call.args[index].value  # type: ignore[attr-defined]
+    return None

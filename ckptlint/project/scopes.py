@@ -1,0 +1,538 @@
+"""Lexical scopes of a module: which bindings a name may refer to at a given place.
+
+A scope records every binding of every name in source order; a lookup folds those bindings
+the way control flow would: an unconditional binding replaces what came before, a binding
+under ``if``/``for``/``while``/``except``/``match`` adds an alternative. Lookups follow
+Python's rules (function locals, ``global``/``nonlocal``, class bodies invisible from
+methods) and keep source order, so results never depend on hashing.
+
+Statements are visited recursively (Python itself bounds their nesting); expressions, whose
+depth the input controls (``a + a + ...``, nested calls, nested lambdas), iteratively.
+"""
+
+from __future__ import annotations
+
+import ast
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+ScopeKind = Literal["module", "class", "function"]
+Position = tuple[int, int]
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+@dataclass(frozen=True)
+class ImportTarget:
+    """What an import statement binds: ``from <level dots><module> import <name>`` or, with
+    ``name`` None, ``import <module>`` (binding the module itself)."""
+
+    level: int
+    module: str
+    name: str | None
+
+
+@dataclass(frozen=True, eq=False)
+class Binding:
+    """One place where a name is bound.
+
+    ``value`` is the assigned expression (``name = value``, walrus, the iterable of a ``for``
+    when ``iterated``); ``path`` picks the element of a tuple target (``a, (b, c) = ...``);
+    ``imported`` says what an import binds. Definitions, parameters and other bindings
+    have neither value nor import.
+    """
+
+    name: str
+    node: ast.AST
+    scope: Scope
+    position: Position
+    conditional: bool
+    value: ast.expr | None = None
+    imported: ImportTarget | None = None
+    iterated: bool = False
+    path: tuple[int, ...] = ()
+
+
+@dataclass(eq=False)
+class Scope:
+    kind: ScopeKind
+    node: ast.AST
+    parent: Scope | None
+    bindings: dict[str, list[Binding]] = field(default_factory=dict)
+    global_names: set[str] = field(default_factory=set)
+    nonlocal_names: set[str] = field(default_factory=set)
+    # For class scopes: ``self.<attr> = value`` assignments made in the class's methods.
+    instance_attributes: dict[str, list[Binding]] = field(default_factory=dict)
+    # For method scopes: the name of the instance parameter (``self``).
+    self_name: str | None = None
+    # For the module scope: ``from <module> import *`` statements, in order.
+    star_imports: list[ImportTarget] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        name = getattr(self.node, "name", type(self.node).__name__)
+        return f"<{self.kind} scope {name}@{getattr(self.node, 'lineno', 0)}>"
+
+    @property
+    def module(self) -> Scope:
+        scope = self
+        while scope.parent is not None:
+            scope = scope.parent
+        return scope
+
+    @property
+    def enclosing_class(self) -> Scope | None:
+        """The class whose method this scope is, when it is a method."""
+        if self.self_name is not None and self.parent is not None:
+            return self.parent
+        return None
+
+    def lookup(self, name: str, position: Position | None = None) -> list[Binding]:
+        """Bindings ``name`` may refer to when used in this scope at ``position``.
+
+        An empty list means the name is not bound in the module (a builtin, undefined, or
+        from a star import).
+        """
+        scope: Scope | None = self
+        from_nested = False
+        while scope is not None:
+            if name in scope.global_names:
+                return fold(scope.module.bindings.get(name, []), None)
+            if name in scope.nonlocal_names:
+                scope, from_nested = scope.parent, True
+                continue
+            if name in scope.bindings and not (from_nested and scope.kind == "class"):
+                return fold(scope.bindings[name], None if from_nested else position)
+            from_nested = from_nested or scope.kind != "class"
+            scope = scope.parent
+        return []
+
+
+def fold(bindings: list[Binding], position: Position | None) -> list[Binding]:
+    """Fold bindings in source order as control flow would (see module docstring).
+
+    With a position, only bindings before it count, unless none do (a use inside a loop
+    may see a binding made later in the loop body).
+    """
+    if position is not None:
+        before = [b for b in bindings if b.position < position]
+        if before:
+            bindings = before
+    possible: list[Binding] = []
+    for binding in bindings:
+        if binding.conditional:
+            possible.append(binding)
+        else:
+            possible = [binding]
+    return possible
+
+
+@dataclass
+class ModuleScopes:
+    """Scopes of one module, with the scope each call and each function body runs in.
+
+    Only the parts of the module that can matter are visited (see ``build_scopes``); the
+    scope of a definition body that was skipped is built on first request.
+    """
+
+    module: Scope
+    scope_of_call: dict[int, Scope]
+    scope_of_function: dict[int, Scope]
+    calls: list[ast.Call]
+    skipped: dict[int, tuple[ast.AST, Scope]]
+
+    def scope_of(self, call: ast.Call) -> Scope:
+        return self.scope_of_call[id(call)]
+
+    def function_scope(self, node: ast.AST) -> Scope | None:
+        """The scope of a def, lambda, class or comprehension, building it if it was skipped."""
+        scope = self.scope_of_function.get(id(node))
+        if scope is not None or id(node) not in self.skipped:
+            return scope
+        _, parent = self.skipped.pop(id(node))
+        builder = _ScopeBuilder(self.module, parent, candidate_lines=None)
+        builder.visit_definition_body(node)
+        self._merge(builder)
+        return self.scope_of_function.get(id(node))
+
+    def build_nested(self, node: ast.AST, parent: Scope) -> Scope:
+        """The scope of a lambda or comprehension in an expression that was not visited."""
+        builder = _ScopeBuilder(self.module, parent, candidate_lines=None)
+        builder.expressions([node])
+        self._merge(builder)
+        return self.scope_of_function[id(node)]
+
+    def _merge(self, builder: _ScopeBuilder) -> None:
+        """Record what a later builder found (``calls`` keeps the calls of interest only)."""
+        self.scope_of_function.update(builder.scope_of_function)
+        self.scope_of_call.update(builder.scope_of_call)
+        self.skipped.update(builder.skipped)
+
+
+def build_scopes(tree: ast.Module, candidate_lines: frozenset[int] | None = None) -> ModuleScopes:
+    """Scopes of ``tree``.
+
+    With ``candidate_lines`` (lines where a name of interest appears), expressions and
+    definition bodies that do not touch those lines are not visited: they can hold no call
+    of interest, and their local bindings are invisible elsewhere. Binding statements are
+    always recorded, so lookups from visited code stay exact.
+    """
+    module = Scope("module", tree, None)
+    builder = _ScopeBuilder(module, module, candidate_lines)
+    builder.visit_body(tree.body)
+    return ModuleScopes(
+        module, builder.scope_of_call, builder.scope_of_function, builder.calls, builder.skipped
+    )
+
+
+def node_position(node: ast.AST) -> Position:
+    """Where a node starts, for ordering bindings and uses."""
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def touches_lines(node: ast.AST, sorted_lines: list[int]) -> bool:
+    """Whether any of ``sorted_lines`` (ascending) falls within the node's line span."""
+    start = getattr(node, "lineno", None)
+    if start is None:
+        return True
+    end = getattr(node, "end_lineno", None) or start
+    index = bisect_left(sorted_lines, start)
+    return index < len(sorted_lines) and sorted_lines[index] <= end
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): a branch that never runs."""
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+
+
+def method_self_name(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The instance parameter of a method (None for static and class methods)."""
+    if any(
+        isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+        for d in node.decorator_list
+    ):
+        return None
+    positional = [*node.args.posonlyargs, *node.args.args]
+    return positional[0].arg if positional else None
+
+
+def parameters(args: ast.arguments) -> Iterator[ast.arg]:
+    for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
+        if arg is not None:
+            yield arg
+
+
+class _ScopeBuilder:
+    """One pass over the tree that records bindings per scope and the scope of each call."""
+
+    def __init__(self, module: Scope, scope: Scope, candidate_lines: frozenset[int] | None) -> None:
+        self.module = module
+        self.scope = scope
+        self.candidate_lines = None if candidate_lines is None else sorted(candidate_lines)
+        self.conditional = False
+        self.scope_of_call: dict[int, Scope] = {}
+        self.scope_of_function: dict[int, Scope] = {}
+        self.skipped: dict[int, tuple[ast.AST, Scope]] = {}
+        self.calls: list[ast.Call] = []
+
+    def touches_candidates(self, node: ast.AST) -> bool:
+        return self.candidate_lines is None or touches_lines(node, self.candidate_lines)
+
+    # -- scopes ----------------------------------------------------------------------------
+    def run_in(self, scope: Scope, action: Callable[[], None]) -> None:
+        saved_scope, saved_conditional = self.scope, self.conditional
+        self.scope, self.conditional = scope, False
+        try:
+            action()
+        finally:
+            self.scope, self.conditional = saved_scope, saved_conditional
+
+    def new_function_scope(
+        self, node: ast.AST, args: ast.arguments, self_name: str | None
+    ) -> Scope:
+        scope = Scope("function", node, self.scope, self_name=self_name)
+        self.scope_of_function[id(node)] = scope
+        for arg in parameters(args):
+            binding = Binding(arg.arg, arg, scope, node_position(arg), False)
+            scope.bindings.setdefault(arg.arg, []).append(binding)
+        return scope
+
+    def visit_definition_body(self, node: ast.AST) -> None:
+        """Build the scope of a def, lambda, class or comprehension whose body was skipped."""
+        if isinstance(node, ast.ClassDef):
+            scope = Scope("class", node, self.scope)
+            self.scope_of_function[id(node)] = scope
+            self.run_in(scope, lambda: self.visit_body(node.body))
+        elif isinstance(node, FUNCTIONS):
+            self_name = method_self_name(node) if self.scope.kind == "class" else None
+            scope = self.new_function_scope(node, node.args, self_name)
+            self.run_in(scope, lambda: self.visit_body(node.body))
+        else:  # a lambda or comprehension reached outside its expression
+            self.expressions([node])
+
+    def skip_body(self, node: ast.AST) -> bool:
+        """Remember a definition whose body need not be visited now."""
+        if self.touches_candidates(node):
+            return False
+        self.skipped[id(node)] = (node, self.scope)
+        return True
+
+    # -- bindings --------------------------------------------------------------------------
+    def bind(self, name: str, node: ast.AST, scope: Scope | None = None, **facts: object) -> None:
+        target = scope or self.scope
+        conditional = self.conditional
+        if name in target.global_names and target is not self.module:
+            # A function rebinding a global may never run: an alternative, not a replacement.
+            target, conditional = self.module, True
+        binding = Binding(name, node, target, node_position(node), conditional, **facts)  # type: ignore[arg-type]
+        target.bindings.setdefault(name, []).append(binding)
+
+    def bind_target(
+        self,
+        target: ast.expr,
+        value: ast.expr | None,
+        *,
+        iterated: bool = False,
+        path: tuple[int, ...] = (),
+    ) -> None:
+        """Bind the names of an assignment target; tuples bind element by element."""
+        stack = [(target, path)]
+        while stack:
+            node, node_path = stack.pop()
+            if isinstance(node, ast.Name):
+                self.bind(node.id, node, value=value, iterated=iterated, path=node_path)
+            elif isinstance(node, (ast.Tuple, ast.List)):
+                starred = any(isinstance(e, ast.Starred) for e in node.elts)
+                for index, element in reversed(list(enumerate(node.elts))):
+                    # After a starred element the index no longer says which value it gets.
+                    stack.append((element, () if starred else (*node_path, index)))
+            elif isinstance(node, ast.Starred):
+                stack.append((node.value, ()))
+            else:
+                self.expressions([node])
+                if isinstance(node, ast.Attribute):
+                    self.record_instance_attribute(node, value if not node_path else None)
+
+    def record_instance_attribute(self, target: ast.Attribute, value: ast.expr | None) -> None:
+        owner = self.scope.enclosing_class
+        if (
+            owner is not None
+            and isinstance(target.value, ast.Name)
+            and target.value.id == self.scope.self_name
+        ):
+            binding = Binding(target.attr, target, self.scope, node_position(target), True, value)
+            owner.instance_attributes.setdefault(target.attr, []).append(binding)
+
+    def function_scope_for_walrus(self) -> Scope:
+        scope = self.scope
+        while scope.parent is not None and isinstance(scope.node, COMPREHENSIONS):
+            scope = scope.parent
+        return scope
+
+    # -- statements ------------------------------------------------------------------------
+    def visit_body(self, statements: list[ast.stmt], *, conditional: bool | None = None) -> None:
+        saved = self.conditional
+        if conditional is not None:
+            self.conditional = saved or conditional
+        for statement in statements:
+            self.statement(statement)
+        self.conditional = saved
+
+    def statement(self, node: ast.stmt) -> None:
+        handler = getattr(self, f"visit_{type(node).__name__}", None)
+        if handler is not None:
+            handler(node)
+        else:  # expression statements, return, raise, assert, delete, pass...
+            self.expressions(list(ast.iter_child_nodes(node)))
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.expressions([*node.decorator_list, *_outside_parts(node.args)])
+        if node.returns is not None:
+            self.expressions([node.returns])
+        self.bind(node.name, node)
+        if not self.skip_body(node):
+            self.visit_definition_body(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.expressions([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)])
+        self.bind(node.name, node)
+        if not self.skip_body(node):
+            self.visit_definition_body(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.asname:
+                self.bind(alias.asname, node, imported=ImportTarget(0, alias.name, None))
+            else:
+                top = alias.name.split(".", 1)[0]
+                self.bind(top, node, imported=ImportTarget(0, top, None))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        for alias in node.names:
+            if alias.name == "*":
+                if self.scope is self.module:
+                    self.module.star_imports.append(ImportTarget(node.level, module, None))
+                continue
+            target = ImportTarget(node.level, module, alias.name)
+            self.bind(alias.asname or alias.name, node, imported=target)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.expressions([node.value])
+        for target in node.targets:
+            self.bind_target(target, node.value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.expressions([node.annotation] if node.value is None else [node.value, node.annotation])
+        if node.value is not None or not isinstance(node.target, ast.Name):
+            self.bind_target(node.target, node.value)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self.expressions([node.value])
+        if isinstance(node.target, ast.Name):
+            self.bind(node.target.id, node.target)
+        else:
+            self.expressions([node.target])
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self.scope.global_names.update(node.names)
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self.scope.nonlocal_names.update(node.names)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self.expressions([node.iter])
+        saved = self.conditional
+        self.conditional = True
+        self.bind_target(node.target, node.iter, iterated=True)
+        self.conditional = saved
+        self.visit_body(node.body, conditional=True)
+        self.visit_body(node.orelse, conditional=True)
+
+    visit_AsyncFor = visit_For
+
+    def visit_While(self, node: ast.While) -> None:
+        self.expressions([node.test])
+        self.visit_body(node.body, conditional=True)
+        self.visit_body(node.orelse, conditional=True)
+
+    def visit_If(self, node: ast.If) -> None:
+        if is_type_checking(node.test):  # never runs: binds nothing; its else always runs
+            self.visit_body(node.orelse)
+            return
+        self.expressions([node.test])
+        self.visit_body(node.body, conditional=True)
+        self.visit_body(node.orelse, conditional=True)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        self.visit_body(node.body)
+        for handler in node.handlers:
+            if handler.type is not None:
+                self.expressions([handler.type])
+            saved = self.conditional
+            self.conditional = True
+            if handler.name:
+                self.bind(handler.name, handler)
+            self.visit_body(handler.body)
+            self.conditional = saved
+        self.visit_body(node.orelse, conditional=True)
+        self.visit_body(node.finalbody)
+
+    visit_TryStar = visit_Try
+
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
+        for item in node.items:
+            self.expressions([item.context_expr])
+            if item.optional_vars is not None:
+                self.bind_target(item.optional_vars, None)
+        self.visit_body(node.body)
+
+    visit_AsyncWith = visit_With
+
+    def visit_Match(self, node: ast.Match) -> None:
+        self.expressions([node.subject])
+        for case in node.cases:
+            saved = self.conditional
+            self.conditional = True
+            self.patterns(case.pattern)
+            if case.guard is not None:
+                self.expressions([case.guard])
+            self.visit_body(case.body)
+            self.conditional = saved
+
+    def patterns(self, pattern: ast.pattern) -> None:
+        for node in ast.walk(pattern):
+            name = getattr(node, "name", None) or getattr(node, "rest", None)
+            if isinstance(name, str):
+                self.bind(name, node)
+            if isinstance(node, ast.MatchValue):
+                self.expressions([node.value])
+
+    # -- expressions (iterative) -----------------------------------------------------------
+    def expressions(self, roots: list[ast.AST]) -> None:
+        """Visit expressions without recursion; lambdas and comprehensions get their scopes."""
+        stack: list[tuple[ast.AST, Scope]] = [(root, self.scope) for root in reversed(roots)]
+        saved = self.scope
+        try:
+            while stack:
+                node, scope = stack.pop()
+                if isinstance(node, ast.expr) and not self.touches_candidates(node):
+                    continue
+                self.scope = scope
+                if isinstance(node, ast.Lambda):
+                    stack.extend((part, scope) for part in reversed(_outside_parts(node.args)))
+                    inner = self.new_function_scope(node, node.args, None)
+                    stack.append((node.body, inner))
+                elif isinstance(node, COMPREHENSIONS):
+                    stack.extend(self.comprehension(node))
+                elif isinstance(node, ast.NamedExpr):
+                    self.bind(
+                        node.target.id,
+                        node.target,
+                        scope=self.function_scope_for_walrus(),
+                        value=node.value,
+                    )
+                    stack.append((node.value, scope))
+                else:
+                    if isinstance(node, ast.Call):
+                        self.scope_of_call[id(node)] = scope
+                        self.calls.append(node)
+                    stack.extend((child, scope) for child in reversed(_children(node)))
+        finally:
+            self.scope = saved
+
+    def comprehension(self, node: ast.AST) -> list[tuple[ast.AST, Scope]]:
+        """Bind a comprehension's targets in its own scope; return the parts still to visit."""
+        generators: list[ast.comprehension] = node.generators  # type: ignore[attr-defined]
+        outer = self.scope
+        inner = Scope("function", node, outer)
+        self.scope_of_function[id(node)] = inner
+        self.scope = inner
+        for generator in generators:
+            self.bind_target(generator.target, generator.iter, iterated=True)
+        self.scope = outer
+        elements = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]  # type: ignore[attr-defined]
+        work = [(generators[0].iter, outer)]
+        for index, generator in enumerate(generators):
+            if index:
+                work.append((generator.iter, inner))
+            work.extend((condition, inner) for condition in generator.ifs)
+        work.extend((element, inner) for element in elements)
+        return list(reversed(work))
+
+
+def _outside_parts(args: ast.arguments) -> list[ast.expr]:
+    """Defaults and annotations: evaluated where the def or lambda is, not in its body."""
+    parts: list[ast.expr] = [d for d in (*args.defaults, *args.kw_defaults) if d is not None]
+    parts.extend(arg.annotation for arg in parameters(args) if arg.annotation is not None)
+    return parts
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """Child nodes to visit; ``ast.keyword``/``comprehension`` wrappers are looked through."""
+    return list(ast.iter_child_nodes(node))

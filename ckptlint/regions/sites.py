@@ -1,0 +1,379 @@
+"""Region sites: the places in a module where code is handed to a recompute mechanism.
+
+A site is a call of a region source (directly, through ``functools.partial`` chains, through
+a project's own wrapper functions at any depth and in any module) or a class deriving from a
+``layer`` source (transformers' ``GradientCheckpointingLayer``: its ``forward`` is the
+region). For each site the layer records what the source finally receives, with every
+argument paired with the context it is evaluated in, so the region and keywords such as
+``preserve_rng_state`` are evaluated where they were written, through every wrapper.
+
+Wrappers are found, not configured: a function whose source call's region depends on its
+own parameters (or on those of the functions it is nested in) hands its callers' argument
+on; a call of it is a site, its inner call only a delegation.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ckptlint.project.index import Module
+from ckptlint.project.scopes import FUNCTIONS, Scope
+from ckptlint.regions.sources import RegionSource, SourceTable
+from ckptlint.resolution.evaluator import Evaluator, own_nodes
+from ckptlint.resolution.values import (
+    UNKNOWN,
+    Arguments,
+    ClassValue,
+    Context,
+    External,
+    Flow,
+    FunctionValue,
+    Instance,
+    Parameter,
+    PartialValue,
+    Values,
+)
+
+# Wrappers are followed this many levels deep from a site.
+MAX_WRAPPER_DEPTH = 6
+
+
+@dataclass(frozen=True)
+class SourceCall:
+    """What one region source finally receives on one path from a site."""
+
+    source: RegionSource
+    arguments: Arguments
+    wrappers: tuple[FunctionValue, ...] = ()  # project wrappers passed through, outermost first
+    partials: tuple[PartialValue, ...] = ()  # partials passed through, outermost first
+
+    @property
+    def call(self) -> ast.Call:
+        """The call of the source itself (innermost)."""
+        return self.arguments.calls[-1]
+
+    def region_flow(self) -> Flow | None:
+        index, keyword = self.source.region
+        return self.arguments.get(index, keyword)
+
+    def keyword(self, name: str) -> Flow | None:
+        return self.arguments.keywords.get(name)
+
+
+@dataclass(eq=False)
+class Site:
+    """A place in ``module`` that makes code a region.
+
+    ``node`` is where findings are reported: the call, or a layer's ``def forward``.
+    ``paths`` are the source calls it may reach (several when branches or wrappers differ);
+    a layer site has none, but ``layer`` (the class) and ``layer_source``.
+    ``delegates``: the call is inside a wrapper and its region is the wrapper's argument,
+    so its callers are the sites that matter.
+    """
+
+    module: Module
+    node: ast.AST
+    context: Context
+    paths: tuple[SourceCall, ...] = ()
+    layer: ClassValue | None = None
+    layer_source: RegionSource | None = None
+    delegates: bool = False
+
+    @property
+    def sources(self) -> list[RegionSource]:
+        if self.layer_source is not None:
+            return [self.layer_source]
+        return list(dict.fromkeys(path.source for path in self.paths))
+
+    @property
+    def subject(self) -> str:
+        """How messages name the region: "`checkpoint()` region", or for a layer
+        "`Block.forward` (recomputed by `GradientCheckpointingLayer`)"."""
+        if self.layer is not None and self.layer_source is not None:
+            return f"`{self.layer.node.name}.forward` (recomputed by `{self.layer_source.label}`)"
+        if all(not path.wrappers for path in self.paths):
+            return f"`{self.paths[0].source.label}()` region"
+        return f"`{callee_label(self.node.func)}()` region"  # type: ignore[attr-defined]
+
+
+class SiteFinder:
+    """Finds the sites of modules and tells which functions are wrappers (memoised)."""
+
+    def __init__(self, evaluator: Evaluator, table: SourceTable) -> None:
+        self.evaluator = evaluator
+        self.table = table
+        self._wrappers: dict[tuple[ast.AST, int], list[ast.Call] | None] = {}
+        self._wrapper_depth = 0
+
+    # -- what a callee is ------------------------------------------------------------------
+    def paths(
+        self, callee: Values, arguments: Arguments, func: ast.expr | None = None
+    ) -> list[SourceCall]:
+        """The source calls reached by calling any of ``callee`` with ``arguments``."""
+        found: list[SourceCall] = []
+        for value in callee:
+            found.extend(self._paths_of(value, arguments))
+        if isinstance(func, ast.Attribute) and func.attr in self.table.by_attribute:
+            source = self.table.by_attribute[func.attr]
+            if not any(path.source is source for path in found):
+                found.append(SourceCall(source, arguments))
+        return found
+
+    def _paths_of(self, value: object, arguments: Arguments) -> list[SourceCall]:
+        source = self.source_of(value)
+        if source is not None:
+            return [SourceCall(source, arguments)]
+        if isinstance(value, PartialValue):
+            merged = Arguments((), {}, False, ()).then(value.call, value.context, skip=1)
+            merged = Arguments(
+                (*merged.positional, *arguments.positional),
+                {**merged.keywords, **arguments.keywords},
+                merged.double_star or arguments.double_star,
+                arguments.calls,
+            )
+            return [
+                SourceCall(p.source, p.arguments, p.wrappers, (value, *p.partials))
+                for p in self.paths(value.inner, merged)
+            ]
+        if isinstance(value, FunctionValue) and self._wrapper_depth < MAX_WRAPPER_DEPTH:
+            inner_calls = self.wrapper_calls(value)
+            if not inner_calls:
+                return []
+            context = self.evaluator.bind(value, arguments)
+            self._wrapper_depth += 1
+            try:
+                found = []
+                for call in inner_calls:
+                    callee = self.evaluator.evaluate(call.func, context)
+                    for path in self.paths(callee, Arguments.of(call, context), call.func):
+                        found.append(
+                            SourceCall(
+                                path.source, path.arguments, (value, *path.wrappers), path.partials
+                            )
+                        )
+                return found
+            finally:
+                self._wrapper_depth -= 1
+        return []
+
+    def source_of(self, value: object) -> RegionSource | None:
+        """The table row a value is, by its qualified name."""
+        if isinstance(value, External):
+            return self.table.by_name.get(value.name)
+        if isinstance(value, FunctionValue):
+            return self.table.by_name.get(qualified_name(value))
+        if isinstance(value, ClassValue):
+            return self.table.by_name.get(qualified_name(value))
+        return None
+
+    def wrapper_calls(self, function: FunctionValue) -> list[ast.Call]:
+        """The calls in ``function``'s body that hand a parameter on as a region (empty for a
+        function that is not a wrapper)."""
+        key = (function.node, id(function.context.module))
+        if key in self._wrappers:
+            return self._wrappers[key] or []
+        self._wrappers[key] = None  # a recursive wrapper ends here
+        found: list[ast.Call] = []
+        if not isinstance(function.node, ast.Lambda):
+            scope = self.evaluator.scope_of(function)
+            unbound = Context(function.module, scope)
+            for node in own_nodes(function.node.body):
+                if isinstance(node, ast.Call) and self._delegates(node, unbound):
+                    found.append(node)
+        self._wrappers[key] = found
+        return found
+
+    def _delegates(self, call: ast.Call, context: Context) -> bool:
+        scope = context.module.scopes.scope_of_call.get(id(call), context.scope)
+        context = Context(context.module, scope)
+        callee = self.evaluator.evaluate(call.func, context)
+        return any(
+            self.delegates(path)
+            for path in self.paths(callee, Arguments.of(call, context), call.func)
+        )
+
+    def delegates(self, path: SourceCall) -> bool:
+        """Whether the region is code the caller passes in: a parameter (or a partial of one,
+        or a closure calling one) of the function making the call."""
+        if path.wrappers:
+            return False
+        flow = path.region_flow()
+        if flow is None:
+            return False
+        stack = list(self.evaluator.evaluate(*flow))
+        closures = 0
+        while stack:
+            value = stack.pop()
+            if isinstance(value, Parameter):
+                return True
+            if isinstance(value, PartialValue):
+                stack.extend(value.inner)
+            elif isinstance(value, FunctionValue) and closures < 4:
+                closures += 1
+                stack.extend(self._called_values(value))
+        return False
+
+    def _called_values(self, function: FunctionValue) -> Iterator[object]:
+        context = self.evaluator.bind(function, None)
+        body = function.node.body
+        for node in own_nodes([body] if isinstance(body, ast.expr) else body):
+            if isinstance(node, ast.Call):
+                yield from self.evaluator.evaluate(node.func, context)
+
+    # -- sites of a module -----------------------------------------------------------------
+    def sites(self, module: Module) -> Iterator[Site]:
+        """Sites at the calls the module's scopes visited (lines naming a word of interest)
+        and at the ``forward`` of classes deriving from a layer source."""
+        scopes = module.scopes
+        for call in list(scopes.calls):
+            scope = scopes.scope_of(call)
+            context = Context(module, scope)
+            callee = self.evaluator.evaluate(call.func, context)
+            paths = self.paths(callee, Arguments.of(call, context), call.func)
+            if not paths:
+                continue
+            delegates = any(self.delegates(path) for path in paths)
+            yield Site(module, call, context, tuple(paths), delegates=delegates)
+        yield from self.layer_sites(module)
+
+    def layer_sites(self, module: Module) -> Iterator[Site]:
+        context = self.evaluator.module_context(module)
+        for node in _classes(module.tree.body):
+            scope = module.scopes.function_scope(node)
+            if scope is None:
+                continue
+            cls = ClassValue(node, context.at(scope.parent))  # type: ignore[arg-type]
+            source = self.layer_source(cls)
+            if source is None:
+                continue
+            forward = _own_method(node, "forward")
+            if forward is None:
+                continue
+            yield Site(module, forward, context, layer=cls, layer_source=source)
+
+    def layer_source(self, cls: ClassValue) -> RegionSource | None:
+        """The ``layer`` row a class derives from, if any."""
+        for ancestor in self.evaluator.mro(cls)[1:]:
+            source = self.source_of(ancestor)
+            if source is not None and source.kind == "layer":
+                return source
+        return None
+
+    def region_values(self, site: Site) -> Values:
+        """What the site makes a region: functions, modules, partials (UNKNOWN if unseen)."""
+        if site.layer is not None:
+            forward = _own_method(site.layer.node, "forward")
+            scope = self.evaluator.scope_of(site.layer)
+            function = FunctionValue(forward, Context(site.module, scope))  # type: ignore[arg-type]
+            return (
+                FunctionValue(
+                    function.node, function.context, (Instance(site.layer, exact=False),)
+                ),
+            )
+        values: list[object] = []
+        for path in site.paths:
+            flow = path.region_flow()
+            if flow is None:
+                values.append(UNKNOWN)
+            elif path.source.kind == "apply":
+                values.extend(self._selected_modules(path))
+            else:
+                values.extend(self.evaluator.evaluate(*flow))
+        return tuple(dict.fromkeys(values))  # type: ignore[arg-type]
+
+    def _selected_modules(self, path: SourceCall) -> Values:
+        """``apply_activation_checkpointing``: instances of the classes its ``check_fn``
+        tests with ``isinstance`` or its ``auto_wrap_policy`` names; UNKNOWN otherwise."""
+        classes: list[object] = []
+        check = path.arguments.get(2, "check_fn")
+        if check is not None:
+            for function in self.evaluator.evaluate(*check):
+                if isinstance(function, FunctionValue):
+                    classes.extend(self._isinstance_types(function))
+        policy = path.arguments.get(3, "auto_wrap_policy")
+        if policy is not None:
+            for value in self.evaluator.evaluate(*policy):
+                classes.extend(self._policy_types(value))
+        instances = [
+            Instance(cls, exact=False) for cls in classes if isinstance(cls, (ClassValue, External))
+        ]
+        return tuple(dict.fromkeys(instances)) or (UNKNOWN,)  # type: ignore[return-value]
+
+    def _isinstance_types(self, function: FunctionValue) -> Iterator[object]:
+        context = self.evaluator.bind(function, None)
+        body = function.node.body
+        for node in own_nodes([body] if isinstance(body, ast.expr) else body):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance"
+                and len(node.args) == 2
+            ):
+                yield from self._types(self.evaluator.evaluate(node.args[1], context))
+
+    def _policy_types(self, value: object) -> Iterator[object]:
+        """``partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})`` or
+        ``ModuleWrapPolicy({Block})``."""
+        if isinstance(value, PartialValue):
+            arguments = Arguments.of(value.call, value.context)
+            for name in ("transformer_layer_cls", "module_classes"):
+                flow = arguments.keywords.get(name)
+                if flow is not None:
+                    yield from self._types(self.evaluator.evaluate(*flow))
+        elif isinstance(value, Instance) and value.call is not None and value.context is not None:
+            if value.call.args:
+                yield from self._types(self.evaluator.evaluate(value.call.args[0], value.context))
+
+    def _types(self, values: Values) -> Iterator[object]:
+        for value in values:
+            if isinstance(value, (ClassValue, External)):
+                yield value
+            elif value is not UNKNOWN:
+                yield from (
+                    v
+                    for v in self.evaluator.iterate((value,))
+                    if isinstance(v, (ClassValue, External))
+                )
+
+
+def qualified_name(value: FunctionValue | ClassValue) -> str:
+    """``package.module.Class.method`` of a definition at module or class level."""
+    parts = [value.node.name] if not isinstance(value.node, ast.Lambda) else ["<lambda>"]
+    scope: Scope | None = value.context.scope
+    while scope is not None and scope.kind == "class":
+        parts.insert(0, scope.node.name)  # type: ignore[attr-defined]
+        scope = scope.parent
+    if scope is None or scope.kind != "module":
+        return ""
+    return ".".join([value.context.module.name, *parts])
+
+
+def _classes(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:
+    """Classes at module level, also under ``if``/``try`` (not inside functions)."""
+    stack = list(reversed(statements))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.ClassDef):
+            yield node
+        elif isinstance(node, (ast.If, ast.Try, ast.With)) and not isinstance(node, FUNCTIONS):
+            for field_name in ("body", "orelse", "finalbody"):
+                stack.extend(reversed(getattr(node, field_name, [])))
+            for handler in getattr(node, "handlers", []):
+                stack.extend(reversed(handler.body))
+
+
+def _own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    found = [s for s in node.body if isinstance(s, FUNCTIONS) and s.name == name]
+    return found[-1] if found else None
+
+
+def callee_label(func: ast.expr) -> str:
+    """``self._ckpt`` for the callee of ``self._ckpt(...)``; ``...`` for computed parts."""
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    parts.append(func.id if isinstance(func, ast.Name) else "...")
+    return ".".join(reversed(parts))

@@ -1,0 +1,725 @@
+"""One evaluator for the whole project: the possible values of an expression.
+
+Names are looked up through the module's scopes, imports are followed into the project's
+other modules (absolute, relative, re-exports through ``__init__``, star imports), classes
+resolve their members through their bases in any module, calls of project functions give
+what those functions return (with parameters bound to the call's arguments), and torch's
+containers (``nn.ModuleList``, ``nn.Sequential``, ``nn.ModuleDict``) give their elements.
+
+Every lookup is bounded (depth, cycles) and memoised per expression and context, so the cost
+does not grow with how deeply the input nests. Whatever cannot be seen is ``UNKNOWN``.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Iterator
+
+from ckptlint.project.index import Module, Project
+from ckptlint.project.scopes import (
+    FUNCTIONS,
+    Binding,
+    Scope,
+    fold,
+    node_position,
+)
+from ckptlint.resolution.values import (
+    UNKNOWN,
+    Argument,
+    Arguments,
+    ClassValue,
+    Constant,
+    Context,
+    Elements,
+    Environment,
+    External,
+    FunctionValue,
+    Instance,
+    Mapping,
+    Method,
+    ModuleValue,
+    Parameter,
+    PartialValue,
+    Row,
+    Sequence,
+    Super,
+    Value,
+    Values,
+    unique,
+)
+from ckptlint.torch_catalogue import (
+    CONTAINERS,
+    MAPPING_CONTAINERS,
+    SEQUENTIAL_CONTAINERS,
+    canonical,
+)
+
+PARTIAL = "functools.partial"
+# How deeply one evaluation may nest (names, calls, returns) before it gives up: UNKNOWN.
+MAX_DEPTH = 40
+_BUILTINS = frozenset(dir(builtins))
+_ITERATION_BUILTINS = frozenset({"list", "tuple", "iter", "reversed", "sorted", "set", "frozenset"})
+
+
+class Evaluator:
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._memo: dict[tuple[int, Context], Values] = {}
+        self._in_progress: set[tuple[int, Context]] = set()
+        self._depth = 0
+        self._mro: dict[ClassValue, list[ClassValue | External]] = {}
+        self._methods_built: set[int] = set()
+
+    # -- entry points ----------------------------------------------------------------------
+    def module_context(self, module: Module) -> Context:
+        return Context(module, module.scopes.module)
+
+    def evaluate(self, expression: ast.expr, context: Context) -> Values:
+        key = (id(expression), context)
+        cached = self._memo.get(key)
+        if cached is not None:
+            return cached
+        if key in self._in_progress or self._depth >= MAX_DEPTH:
+            return (UNKNOWN,)
+        self._in_progress.add(key)
+        self._depth += 1
+        try:
+            values = unique(self._evaluate(expression, context)) or (UNKNOWN,)
+        finally:
+            self._depth -= 1
+            self._in_progress.discard(key)
+        self._memo[key] = values
+        return values
+
+    def member(self, values: Values, attribute: str) -> Values:
+        return unique(v for value in values for v in self._member(value, attribute)) or (UNKNOWN,)
+
+    def iterate(self, values: Values) -> Values:
+        """What iterating over any of ``values`` yields."""
+        return unique(v for value in values for v in self._elements(value)) or (UNKNOWN,)
+
+    def call_result(self, callee: Values, call: ast.Call, context: Context) -> Values:
+        return unique(v for value in callee for v in self._call(value, call, context)) or (UNKNOWN,)
+
+    def bind_call(self, function: FunctionValue, call: ast.Call, context: Context) -> Context:
+        """The context a call of ``function`` runs its body in, parameters bound."""
+        return self.bind(function, Arguments.of(call, context))
+
+    def bind(self, function: FunctionValue, arguments: Arguments | None) -> Context:
+        """The context ``function``'s body runs in when it receives ``arguments`` (None: a
+        call the analysis does not see, parameters unbound)."""
+        node = function.node
+        scope = self.scope_of(function)
+        env: list[tuple[ast.arg, Argument]] = list(function.context.env)
+        positional = [*node.args.posonlyargs, *node.args.args]
+        if function.bound is not None and positional:
+            env.append((positional[0], Argument(None, None, function.bound)))
+            positional = positional[1:]
+        if arguments is not None:
+            supplied: set[str] = set()
+            for parameter, flow in zip(positional, arguments.positional, strict=False):
+                if flow is None:  # a *args: the rest is not known
+                    break
+                env.append((parameter, Argument(*flow)))
+                supplied.add(parameter.arg)
+            by_name = {p.arg: p for p in (*positional, *node.args.kwonlyargs)}
+            for name, flow in arguments.keywords.items():
+                if name in by_name:
+                    env.append((by_name[name], Argument(*flow)))
+                    supplied.add(name)
+            for parameter, default in _defaults(node.args).items():
+                if parameter.arg not in supplied and not arguments.double_star:
+                    env.append((parameter, Argument(default, function.context)))
+        return Context(function.module, scope, tuple(env))
+
+    def scope_of(self, function: FunctionValue | ClassValue) -> Scope:
+        scopes = function.context.module.scopes
+        scope = scopes.function_scope(function.node)
+        if scope is None:  # a lambda in an expression the scope builder did not visit
+            scope = scopes.build_nested(function.node, function.context.scope)
+        return scope
+
+    def returned(self, function: FunctionValue, arguments: Arguments | None) -> Values:
+        """What calling ``function`` returns (union over its ``return`` statements)."""
+        inner = self.bind(function, arguments)
+        if isinstance(function.node, ast.Lambda):
+            return self.evaluate(function.node.body, inner)
+        results: list[Value] = []
+        for node in own_nodes(function.node.body):
+            if isinstance(node, (ast.Yield, ast.YieldFrom)):
+                return (UNKNOWN,)
+            if isinstance(node, ast.Return):
+                if node.value is None:
+                    results.append(Constant(None))
+                else:
+                    results.extend(self.evaluate(node.value, inner))
+        return unique(results) or (Constant(None),)
+
+    def mro(self, cls: ClassValue) -> list[ClassValue | External]:
+        """The class and its bases, left to right, each once (external bases end a branch)."""
+        cached = self._mro.get(cls)
+        if cached is not None:
+            return cached
+        self._mro[cls] = [cls]  # a cycle of bases stops here
+        order: list[ClassValue | External] = [cls]
+        outer = cls.context
+        for base in cls.node.bases:
+            for value in self.evaluate(base, outer):
+                for ancestor in self.mro(value) if isinstance(value, ClassValue) else [value]:
+                    if isinstance(ancestor, (ClassValue, External)) and ancestor not in order:
+                        order.append(ancestor)
+        self._mro[cls] = order
+        return order
+
+    def instance_assignments(self, cls: ClassValue, attribute: str) -> list[Binding]:
+        """``self.<attribute> = ...`` in the methods of ``cls`` (every method is scoped)."""
+        scope = self.scope_of(cls)
+        if id(scope) not in self._methods_built:
+            self._methods_built.add(id(scope))
+            for statement in cls.node.body:
+                if isinstance(statement, FUNCTIONS):
+                    cls.context.module.scopes.function_scope(statement)
+        return scope.instance_attributes.get(attribute, [])
+
+    # -- expressions -----------------------------------------------------------------------
+    def _evaluate(self, node: ast.expr, context: Context) -> Iterator[Value]:
+        if isinstance(node, ast.Name):
+            yield from self._name(node, context)
+        elif isinstance(node, ast.Attribute):
+            yield from self.member(self.evaluate(node.value, context), node.attr)
+        elif isinstance(node, ast.Call):
+            yield from self._call_expression(node, context)
+        elif isinstance(node, ast.Subscript):
+            yield from self._subscript(node, context)
+        elif isinstance(node, ast.Constant):
+            yield Constant(node.value)
+        elif isinstance(node, ast.Lambda):
+            yield FunctionValue(node, context)
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.ListComp, ast.SetComp)):
+            yield Sequence(node, context)
+        elif isinstance(node, ast.GeneratorExp):
+            yield Sequence(node, context)
+        elif isinstance(node, (ast.Dict, ast.DictComp)):
+            yield Mapping(node, context)
+        elif isinstance(node, ast.BoolOp):
+            for operand in node.values:
+                yield from self.evaluate(operand, context)
+        elif isinstance(node, ast.IfExp):
+            yield from self.evaluate(node.body, context)
+            yield from self.evaluate(node.orelse, context)
+        elif isinstance(node, ast.NamedExpr):
+            yield from self.evaluate(node.value, context)
+        else:
+            yield UNKNOWN
+
+    def _name(self, node: ast.Name, context: Context) -> Iterator[Value]:
+        bindings = context.scope.lookup(node.id, node_position(node))
+        if not bindings:
+            yield from self._unbound_name(node.id, context.module)
+            return
+        for binding in bindings:
+            yield from self.binding_values(binding, context)
+
+    def _unbound_name(self, name: str, module: Module) -> Values:
+        """A name no statement of the module binds: star imports, then builtins."""
+        for target in module.scopes.module.star_imports:
+            absolute = module.resolve_import(target.level, target.module)
+            imported = None if absolute is None else self.project.module_named(absolute)
+            if imported is not None:
+                found = self._module_member(imported, name, follow_submodules=False)
+                if found:
+                    return found
+            elif absolute is not None and name not in _BUILTINS:
+                return (External(f"{absolute}.{name}"),)
+        return (External(f"builtins.{name}"),) if name in _BUILTINS else (UNKNOWN,)
+
+    def binding_values(self, binding: Binding, context: Context) -> Values:
+        node = binding.node
+        if binding.imported is not None:
+            return self._imported(binding, context.module)
+        if isinstance(node, FUNCTIONS):
+            return (FunctionValue(node, context.at(binding.scope)),)
+        if isinstance(node, ast.ClassDef):
+            return (ClassValue(node, context.at(binding.scope)),)
+        if isinstance(node, ast.arg):
+            return self._parameter(node, binding, context)
+        if binding.value is None:
+            return (UNKNOWN,)
+        values = self.evaluate(binding.value, context.at(binding.scope))
+        if binding.iterated:
+            values = self.iterate(values)
+        for index in binding.path:
+            values = unique(v for value in values for v in _item(value, index, self)) or (UNKNOWN,)
+        return values
+
+    def _parameter(self, node: ast.arg, binding: Binding, context: Context) -> Values:
+        argument = context.argument(node)
+        if argument is not None:
+            if argument.expression is None:
+                return argument.values
+            return self.evaluate(argument.expression, argument.context)  # type: ignore[arg-type]
+        scope = binding.scope
+        owner = scope.enclosing_class
+        if owner is not None and scope.self_name == node.arg and _is_first(node, scope.node):
+            return (Instance(ClassValue(owner.node, context.at(owner.parent)), exact=False),)  # type: ignore[arg-type]
+        values: list[Value] = [Parameter(node, scope.node)]
+        if node.annotation is not None and not isinstance(node.annotation, ast.Constant):
+            for annotated in self.evaluate(node.annotation, context.at(scope.parent)):  # type: ignore[arg-type]
+                if isinstance(annotated, ClassValue):
+                    values.append(Instance(annotated, exact=False))
+        return tuple(values)
+
+    def _imported(self, binding: Binding, module: Module) -> Values:
+        target = binding.imported
+        assert target is not None
+        absolute = module.resolve_import(target.level, target.module)
+        if absolute is None:
+            return (UNKNOWN,)
+        if target.name is None:  # ``import a.b`` binds ``a``; ``import a.b as c`` binds a.b
+            return (self.module_value(absolute),)
+        source = self.project.module_named(absolute)
+        if source is None:
+            if self.project.layout.is_project_package(absolute):
+                return (self.module_value(f"{absolute}.{target.name}"),)
+            return (External(canonical(f"{absolute}.{target.name}")),)
+        return self._module_member(source, target.name) or (UNKNOWN,)
+
+    def module_value(self, name: str) -> Value:
+        module = self.project.module_named(name)
+        if module is not None:
+            return ModuleValue(module)
+        if self.project.layout.is_project_package(name):
+            return External(name)  # a namespace package: its members are submodules
+        return External(canonical(name))
+
+    def _module_member(
+        self, module: Module, name: str, *, follow_submodules: bool = True
+    ) -> Values:
+        bindings = module.scopes.module.bindings.get(name)
+        if bindings:
+            context = self.module_context(module)
+            return unique(v for b in fold(bindings, None) for v in self.binding_values(b, context))
+        if follow_submodules and module.is_package:
+            submodule = self.project.module_named(f"{module.name}.{name}")
+            if submodule is not None:
+                return (ModuleValue(submodule),)
+        return self._unbound_name(name, module) if module.scopes.module.star_imports else ()
+
+    # -- members ---------------------------------------------------------------------------
+    def _member(self, value: Value, attribute: str) -> Values:
+        if isinstance(value, External):
+            if self.project.layout.is_project_package(value.name):
+                return (self.module_value(f"{value.name}.{attribute}"),)
+            return (External(canonical(f"{value.name}.{attribute}")),)
+        if isinstance(value, ModuleValue):
+            return self._module_member(value.module, attribute) or (UNKNOWN,)
+        if isinstance(value, Instance):
+            return self._instance_member(value, attribute)
+        if isinstance(value, ClassValue):
+            return self._class_member(value, attribute, None)
+        if isinstance(value, Super):
+            return self._super_member(value, attribute)
+        if isinstance(value, (Mapping, Sequence)):
+            return (Method(value, attribute),)
+        if isinstance(value, FunctionValue) and attribute == "__call__":
+            return (value,)
+        return (UNKNOWN,)
+
+    def _instance_member(self, instance: Instance, attribute: str) -> Values:
+        cls = instance.cls
+        if isinstance(cls, External):
+            return self._external_instance_member(instance, attribute)
+        results: list[Value] = []
+        classes = [cls]
+        if not instance.exact:
+            classes.extend(self._subclasses_overriding(cls, attribute))
+        for owner in classes:
+            view = instance if owner is cls else Instance(owner, exact=False)
+            results.extend(self._member_in_mro(owner, attribute, view))
+        return unique(results) or (UNKNOWN,)
+
+    def _member_in_mro(self, cls: ClassValue, attribute: str, instance: Instance) -> Values:
+        order = self.mro(cls)
+        for owner in order:
+            if isinstance(owner, External):
+                break
+            assigned = self.instance_assignments(owner, attribute)
+            if assigned:
+                return unique(v for b in assigned for v in self._assigned(b, owner, instance))
+        for owner in order:
+            if isinstance(owner, External):
+                return (UNKNOWN,)
+            found = self._class_member(owner, attribute, instance)
+            if found != (UNKNOWN,):
+                return found
+        return (UNKNOWN,)
+
+    def _assigned(self, binding: Binding, owner: ClassValue, instance: Instance) -> Values:
+        if binding.value is None:
+            return (UNKNOWN,)
+        method = binding.scope
+        self_parameter = _first_parameter(method.node)
+        env: Environment = ()
+        if self_parameter is not None:
+            env = ((self_parameter, Argument(None, None, (instance,))),)
+        return self.evaluate(binding.value, Context(owner.module, method, env))
+
+    def _class_member(self, cls: ClassValue, attribute: str, instance: Instance | None) -> Values:
+        for owner in self.mro(cls):
+            if isinstance(owner, External):
+                return (UNKNOWN,)
+            scope = self.scope_of(owner)
+            bindings = scope.bindings.get(attribute)
+            if not bindings:
+                continue
+            results: list[Value] = []
+            class_context = Context(owner.module, scope)
+            for binding in fold(bindings, None):
+                node = binding.node
+                if isinstance(node, FUNCTIONS):
+                    function = FunctionValue(node, Context(owner.module, scope))
+                    results.append(_bind_method(function, instance, owner))
+                else:
+                    for value in self.binding_values(binding, class_context):
+                        results.append(_unwrap_descriptor(value, instance))
+            return unique(results) or (UNKNOWN,)
+        return (UNKNOWN,)
+
+    def _super_member(self, value: Super, attribute: str) -> Values:
+        instance = next((v for v in value.instance if isinstance(v, Instance)), None)
+        order = self.mro(instance.cls) if instance and isinstance(instance.cls, ClassValue) else []
+        if value.cls not in order:
+            order = self.mro(value.cls)
+        after = order[order.index(value.cls) + 1 :]
+        for owner in after:
+            if isinstance(owner, External):
+                return (UNKNOWN,)
+            found = self._class_member(owner, attribute, instance)
+            if found != (UNKNOWN,):
+                return found
+        return (UNKNOWN,)
+
+    def _subclasses_overriding(self, cls: ClassValue, attribute: str) -> list[ClassValue]:
+        """Classes of the same module deriving from ``cls`` (by base name) that define or
+        assign ``attribute``: a ``self`` inside ``cls`` may be one of them."""
+        found: list[ClassValue] = []
+        names = {cls.node.name}
+        module = cls.module
+        for statement in module.tree.body:
+            if not isinstance(statement, ast.ClassDef) or statement is cls.node:
+                continue
+            if not any(_base_name(base) in names for base in statement.bases):
+                continue
+            names.add(statement.name)
+            subclass = ClassValue(statement, self.module_context(module))
+            scope = self.scope_of(subclass)
+            if attribute in scope.bindings or self.instance_assignments(subclass, attribute):
+                found.append(subclass)
+        return found
+
+    def _external_instance_member(self, instance: Instance, attribute: str) -> Values:
+        name = instance.cls.name  # type: ignore[union-attr]
+        if name in MAPPING_CONTAINERS and instance.call is not None:
+            return self._mapping_item(instance, Constant(attribute))
+        if name in CONTAINERS and attribute in ("values", "items", "children", "modules", "keys"):
+            return (Method(instance, attribute),)
+        return (UNKNOWN,)
+
+    # -- calls -----------------------------------------------------------------------------
+    def _call_expression(self, call: ast.Call, context: Context) -> Values:
+        callee = self.evaluate(call.func, context)
+        return self.call_result(callee, call, context)
+
+    def _call(self, callee: Value, call: ast.Call, context: Context) -> Iterator[Value]:
+        if isinstance(callee, External):
+            yield from self._external_call(callee.name, call, context)
+        elif isinstance(callee, ClassValue):
+            yield Instance(callee, call, context)
+        elif isinstance(callee, FunctionValue):
+            yield from self.returned(callee, Arguments.of(call, context))
+        elif isinstance(callee, Method):
+            yield from self._method_call(callee)
+        else:
+            yield UNKNOWN
+
+    def _external_call(self, name: str, call: ast.Call, context: Context) -> Iterator[Value]:
+        arguments, keywords = _arguments(call)
+        first = arguments[0] if arguments and not isinstance(arguments[0], ast.Starred) else None
+        if name == PARTIAL and first is not None:
+            yield PartialValue(self.evaluate(first, context), call, context)
+        elif name in ("builtins.staticmethod", "builtins.classmethod") and first is not None:
+            yield from self.evaluate(first, context)
+        elif name == "builtins.getattr" and len(arguments) >= 2:
+            attribute = arguments[1]
+            if isinstance(attribute, ast.Constant) and isinstance(attribute.value, str):
+                yield from self.member(self.evaluate(arguments[0], context), attribute.value)
+                if len(arguments) > 2:
+                    yield from self.evaluate(arguments[2], context)
+            else:
+                yield UNKNOWN
+        elif name == "builtins.super":
+            yield from self._super(context)
+        elif name == "builtins.dict":
+            yield Mapping(call, context)
+        elif name in ("builtins.enumerate", "builtins.zip") and first is not None:
+            columns = [self.iterate(self.evaluate(a, context)) for a in arguments]
+            if name == "builtins.enumerate":
+                columns = [(UNKNOWN,), columns[0]]
+            yield Elements((Row(tuple(columns)),))
+        elif name.removeprefix("builtins.") in _ITERATION_BUILTINS and first is not None:
+            yield Elements(self.iterate(self.evaluate(first, context)))
+        elif name.startswith("torch.nn.") and name.rpartition(".")[2][:1].isupper():
+            yield Instance(External(name), call, context)
+        elif name == "collections.OrderedDict":
+            yield Mapping(call, context)
+        else:
+            yield UNKNOWN
+
+    def _super(self, context: Context) -> Iterator[Value]:
+        scope = context.scope
+        while scope.parent is not None and scope.enclosing_class is None:
+            scope = scope.parent
+        owner = scope.enclosing_class
+        if owner is None or owner.parent is None:
+            yield UNKNOWN
+            return
+        cls = ClassValue(owner.node, context.at(owner.parent))  # type: ignore[arg-type]
+        self_parameter = _first_parameter(scope.node)
+        instance = (UNKNOWN,)
+        if self_parameter is not None:
+            binding = scope.bindings[self_parameter.arg][0]
+            instance = self._parameter(self_parameter, binding, context.at(scope))
+        yield Super(cls, instance)
+
+    def _method_call(self, method: Method) -> Iterator[Value]:
+        receiver, name = method.receiver, method.name
+        if name in ("values", "children", "modules"):
+            yield Elements(self._container_values(receiver))
+        elif name == "items":
+            yield Elements((Row(((UNKNOWN,), self._container_values(receiver))),))
+        else:
+            yield UNKNOWN
+
+    # -- containers ------------------------------------------------------------------------
+    def _elements(self, value: Value) -> Values:
+        if isinstance(value, Elements):
+            return value.of
+        if isinstance(value, Sequence):
+            return self._sequence_elements(value)
+        if isinstance(value, Mapping):
+            return (UNKNOWN,)  # keys
+        if isinstance(value, Instance) and isinstance(value.cls, External):
+            if value.cls.name in SEQUENTIAL_CONTAINERS:
+                return self._container_values(value)
+            return (UNKNOWN,)
+        return (UNKNOWN,)
+
+    def _sequence_elements(self, sequence: Sequence) -> Values:
+        node, context = sequence.node, sequence.context
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            results: list[Value] = []
+            for element in node.elts:
+                if isinstance(element, ast.Starred):
+                    results.extend(self.iterate(self.evaluate(element.value, context)))
+                else:
+                    results.extend(self.evaluate(element, context))
+            return unique(results) or (UNKNOWN,)
+        scope = context.module.scopes.function_scope(node) or context.module.scopes.build_nested(
+            node, context.scope
+        )
+        return self.evaluate(node.elt, context.at(scope))  # type: ignore[union-attr]
+
+    def _container_values(self, value: Value) -> Values:
+        """The modules (or values) a torch container or a mapping holds."""
+        if isinstance(value, Mapping):
+            return self._mapping_values(value.node, value.context)
+        if not isinstance(value, Instance) or value.call is None or value.context is None:
+            return (UNKNOWN,)
+        name = value.cls.name if isinstance(value.cls, External) else ""
+        arguments, keywords = _arguments(value.call)
+        context = value.context
+        if name in MAPPING_CONTAINERS:
+            if not arguments:
+                return unique(v for k in keywords.values() for v in self.evaluate(k, context))
+            return unique(
+                v
+                for mapping in self.evaluate(arguments[0], context)
+                for v in (
+                    self._mapping_values(mapping.node, mapping.context)
+                    if isinstance(mapping, Mapping)
+                    else (UNKNOWN,)
+                )
+            )
+        if name == "torch.nn.ModuleList":
+            if not arguments:
+                return (UNKNOWN,)
+            return self.iterate(self.evaluate(arguments[0], context))
+        if name == "torch.nn.Sequential":
+            results: list[Value] = []
+            for argument in arguments:
+                if isinstance(argument, ast.Starred):
+                    results.extend(self.iterate(self.evaluate(argument.value, context)))
+                    continue
+                for value_of in self.evaluate(argument, context):
+                    if isinstance(value_of, Mapping):  # Sequential(OrderedDict(...))
+                        results.extend(self._mapping_values(value_of.node, value_of.context))
+                    else:
+                        results.append(value_of)
+            return unique(results) or (UNKNOWN,)
+        return (UNKNOWN,)
+
+    def _mapping_values(self, node: ast.AST, context: Context) -> Values:
+        if isinstance(node, ast.Dict):
+            return unique(v for value in node.values for v in self.evaluate(value, context))
+        if isinstance(node, ast.DictComp):
+            scope = context.module.scopes.function_scope(
+                node
+            ) or context.module.scopes.build_nested(node, context.scope)
+            return self.evaluate(node.value, context.at(scope))
+        if isinstance(node, ast.Call):
+            arguments, keywords = _arguments(node)
+            results = [v for value in keywords.values() for v in self.evaluate(value, context)]
+            for argument in arguments:
+                for pair in self.iterate(self.evaluate(argument, context)):
+                    results.extend(_item(pair, 1, self))
+            return unique(results) or (UNKNOWN,)
+        return (UNKNOWN,)
+
+    def _mapping_item(self, value: Value, key: Value) -> Values:
+        """``mapping[key]`` or ``module_dict.key``: the value under a constant key, else any."""
+        if isinstance(value, Mapping):
+            node, context = value.node, value.context
+        elif isinstance(value, Instance) and value.call is not None and value.context is not None:
+            arguments, keywords = _arguments(value.call)
+            if not arguments:
+                if isinstance(key, Constant) and key.value in keywords:
+                    return self.evaluate(keywords[key.value], value.context)  # type: ignore[index]
+                return self._container_values(value)
+            mappings = self.evaluate(arguments[0], value.context)
+            return unique(v for m in mappings for v in self._mapping_item(m, key)) or (UNKNOWN,)
+        else:
+            return (UNKNOWN,)
+        if isinstance(key, Constant):
+            if isinstance(node, ast.Dict):
+                for item_key, item_value in zip(node.keys, node.values, strict=True):
+                    if isinstance(item_key, ast.Constant) and item_key.value == key.value:
+                        return self.evaluate(item_value, context)
+            elif isinstance(node, ast.Call):
+                _, keywords = _arguments(node)
+                if key.value in keywords:
+                    return self.evaluate(keywords[key.value], context)  # type: ignore[index]
+        return self._mapping_values(node, context)
+
+    def _subscript(self, node: ast.Subscript, context: Context) -> Iterator[Value]:
+        containers = self.evaluate(node.value, context)
+        index = node.slice
+        key: Value = UNKNOWN
+        if isinstance(index, ast.Constant):
+            key = Constant(index.value)
+        for container in containers:
+            if isinstance(container, Mapping) or (
+                isinstance(container, Instance)
+                and isinstance(container.cls, External)
+                and container.cls.name in MAPPING_CONTAINERS
+            ):
+                yield from self._mapping_item(container, key)
+            elif isinstance(container, Sequence) and isinstance(key, Constant):
+                yield from self._indexed(container, key.value)
+            else:
+                yield from self._elements(container)
+
+    def _indexed(self, sequence: Sequence, index: object) -> Values:
+        node = sequence.node
+        if isinstance(node, (ast.List, ast.Tuple)) and isinstance(index, int):
+            if not any(isinstance(e, ast.Starred) for e in node.elts) and -len(
+                node.elts
+            ) <= index < len(node.elts):
+                return self.evaluate(node.elts[index], sequence.context)
+        return self._elements(sequence)
+
+
+def _item(value: Value, index: int, evaluator: Evaluator) -> Values:
+    """Element ``index`` of a tuple value (a row of ``enumerate``/``zip``, a tuple literal)."""
+    if isinstance(value, Row):
+        return value.items[index] if index < len(value.items) else (UNKNOWN,)
+    if isinstance(value, Sequence) and isinstance(value.node, ast.Tuple):
+        return evaluator._indexed(value, index)
+    return (UNKNOWN,)
+
+
+def _bind_method(function: FunctionValue, instance: Instance | None, owner: ClassValue) -> Value:
+    decorators = {_decorator_name(d) for d in function.node.decorator_list}  # type: ignore[union-attr]
+    if "staticmethod" in decorators or instance is None and "classmethod" not in decorators:
+        return function
+    if "classmethod" in decorators:
+        return FunctionValue(function.node, function.context, (owner,))
+    return FunctionValue(function.node, function.context, (instance,))
+
+
+def _unwrap_descriptor(value: Value, instance: Instance | None) -> Value:
+    """A function stored as a class attribute binds like a method (unless staticmethod)."""
+    if isinstance(value, FunctionValue) and value.bound is None and instance is not None:
+        if not isinstance(value.node, ast.Lambda) or value.node.args.args:
+            return FunctionValue(value.node, value.context, (instance,))
+    return value
+
+
+def _decorator_name(decorator: ast.expr) -> str:
+    while isinstance(decorator, ast.Call):
+        decorator = decorator.func
+    if isinstance(decorator, ast.Attribute):
+        return decorator.attr
+    return decorator.id if isinstance(decorator, ast.Name) else ""
+
+
+def _base_name(base: ast.expr) -> str | None:
+    if isinstance(base, ast.Name):
+        return base.id
+    return base.attr if isinstance(base, ast.Attribute) else None
+
+
+def _first_parameter(node: ast.AST) -> ast.arg | None:
+    args = getattr(node, "args", None)
+    if not isinstance(args, ast.arguments):
+        return None
+    positional = [*args.posonlyargs, *args.args]
+    return positional[0] if positional else None
+
+
+def _is_first(parameter: ast.arg, function: ast.AST) -> bool:
+    return _first_parameter(function) is parameter
+
+
+def _defaults(args: ast.arguments) -> dict[ast.arg, ast.expr]:
+    positional = [*args.posonlyargs, *args.args]
+    found = dict(
+        zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)
+    )
+    found.update({p: d for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d})
+    return found
+
+
+def _arguments(call: ast.Call) -> tuple[list[ast.expr], dict[str, ast.expr]]:
+    return list(call.args), {k.arg: k.value for k in call.keywords if k.arg is not None}
+
+
+def own_nodes(statements: list) -> Iterator[ast.AST]:
+    """Nodes of a body, not descending into nested definitions (their code runs only if
+    called) but including their defaults and decorators."""
+    stack = list(reversed(statements))
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children_run_here(node)))
+
+
+def children_run_here(node: ast.AST) -> list[ast.AST]:
+    """Child nodes evaluated where ``node`` is, leaving out the bodies of definitions."""
+    if isinstance(node, (*FUNCTIONS, ast.Lambda)):
+        arguments = node.args
+        defaults = [d for d in (*arguments.defaults, *arguments.kw_defaults) if d]
+        return [*getattr(node, "decorator_list", []), *defaults]
+    if isinstance(node, ast.ClassDef):
+        return [*node.decorator_list, *node.bases]
+    return list(ast.iter_child_nodes(node))

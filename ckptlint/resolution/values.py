@@ -1,0 +1,259 @@
+"""Static values: what an expression may evaluate to, as far as the project's source shows.
+
+An expression evaluates to a tuple of possible values, in source order (one per branch that
+may bind it). ``UNKNOWN`` stands for anything the analysis cannot see; it is a value like the
+others, so "any branch" and "exactly one" are decisions of the caller (see ``evaluator``).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ckptlint.project.index import Module
+from ckptlint.project.scopes import Scope
+
+
+@dataclass(frozen=True)
+class Argument:
+    """What a parameter is bound to: an expression evaluated where the call was written,
+    or values known already (``self`` of a bound method)."""
+
+    expression: ast.expr | None
+    context: Context | None
+    values: tuple[Value, ...] = ()
+
+
+Environment = tuple[tuple[ast.arg, Argument], ...]
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where code is evaluated: its module, scope and the parameters bound by its callers."""
+
+    module: Module
+    scope: Scope
+    env: Environment = ()
+
+    def argument(self, parameter: ast.arg) -> Argument | None:
+        for bound, argument in reversed(self.env):
+            if bound is parameter:
+                return argument
+        return None
+
+    def at(self, scope: Scope) -> Context:
+        """The same activation, in another (enclosing or nested) scope of the module."""
+        if scope.kind != "function":
+            return Context(self.module, scope)
+        return Context(self.module, scope, self.env)
+
+
+Flow = tuple[ast.expr, Context]
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """The arguments a callee receives, each with the context it is evaluated in (a
+    ``functools.partial`` adds its own before the call's). ``None`` in ``positional`` marks
+    a ``*args``: what follows is not known by position."""
+
+    positional: tuple[Flow | None, ...]
+    keywords: dict[str, Flow]
+    double_star: bool
+    calls: tuple[ast.Call, ...]  # the calls that supplied them, outermost first
+
+    @classmethod
+    def of(cls, call: ast.Call, context: Context) -> Arguments:
+        return cls((), {}, False, ()).then(call, context, skip=0)
+
+    def then(self, call: ast.Call, context: Context, *, skip: int) -> Arguments:
+        """These arguments followed by ``call``'s (less its first ``skip`` positionals)."""
+        positional = list(self.positional)
+        for argument in call.args[skip:]:
+            positional.append(None if isinstance(argument, ast.Starred) else (argument, context))
+        keywords = dict(self.keywords)
+        keywords.update({k.arg: (k.value, context) for k in call.keywords if k.arg is not None})
+        double_star = self.double_star or any(k.arg is None for k in call.keywords)
+        return Arguments(tuple(positional), keywords, double_star, (*self.calls, call))
+
+    def __hash__(self) -> int:
+        return hash((self.positional, tuple(self.keywords.items()), self.double_star))
+
+    def get(self, index: int, keyword: str | None) -> Flow | None:
+        """The argument at ``index`` or passed as ``keyword``; None when absent or unknown."""
+        if keyword is not None and keyword in self.keywords:
+            return self.keywords[keyword]
+        for position, flow in enumerate(self.positional):
+            if flow is None:
+                return None
+            if position == index:
+                return flow
+        return None
+
+
+class _Unknown:
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: object
+
+
+@dataclass(frozen=True)
+class External:
+    """An object outside the linted code, by qualified name (``torch.nn.Dropout``)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ModuleValue:
+    module: Module
+
+
+@dataclass(frozen=True)
+class FunctionValue:
+    """A def or lambda; ``context`` is where it was made (closures see its bindings).
+    ``bound`` holds the instance of a bound method."""
+
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+    context: Context
+    bound: tuple[Value, ...] | None = None
+
+    @property
+    def module(self) -> Module:
+        return self.context.module
+
+    @property
+    def label(self) -> str:
+        return "lambda" if isinstance(self.node, ast.Lambda) else f"`{self.node.name}()`"
+
+
+@dataclass(frozen=True)
+class ClassValue:
+    node: ast.ClassDef
+    context: Context
+
+    @property
+    def module(self) -> Module:
+        return self.context.module
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An instance of a class, made by ``call`` evaluated in ``context`` when known.
+
+    ``exact`` is False for ``self`` inside a class's own methods: the object may be of a
+    subclass that overrides what the method uses.
+    """
+
+    cls: ClassValue | External
+    call: ast.Call | None = None
+    context: Context | None = None
+    exact: bool = True
+
+
+@dataclass(frozen=True)
+class PartialValue:
+    """``functools.partial(inner, *args, **keywords)``: ``call`` is the partial call."""
+
+    inner: tuple[Value, ...]
+    call: ast.Call
+    context: Context
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """A list, tuple or set: literal elements, or a comprehension's element expression."""
+
+    node: ast.List | ast.Tuple | ast.Set | ast.ListComp | ast.SetComp | ast.GeneratorExp
+    context: Context
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A dict literal or ``dict(...)`` call."""
+
+    node: ast.Dict | ast.Call | ast.DictComp
+    context: Context
+
+
+@dataclass(frozen=True)
+class Elements:
+    """What iterating ``of`` yields (``enumerate``/``zip`` give ``tuple_of`` rows)."""
+
+    of: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class Row:
+    """A tuple whose positions hold the given values (one row of ``enumerate``/``zip``)."""
+
+    items: tuple[tuple[Value, ...], ...]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter no caller bound: what a wrapper receives and passes on."""
+
+    node: ast.arg
+    function: ast.AST
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method of a value the evaluator models (``ModuleDict.items``, ``dict.values``)."""
+
+    receiver: Value
+    name: str
+
+
+@dataclass(frozen=True)
+class Super:
+    """``super()`` in a method of ``cls``: members are looked up after ``cls`` in the MRO."""
+
+    cls: ClassValue
+    instance: tuple[Value, ...]
+
+
+Value = (
+    _Unknown
+    | Constant
+    | External
+    | ModuleValue
+    | FunctionValue
+    | ClassValue
+    | Instance
+    | PartialValue
+    | Sequence
+    | Mapping
+    | Elements
+    | Row
+    | Parameter
+    | Method
+    | Super
+)
+Values = tuple[Value, ...]
+
+
+def unique(values) -> Values:
+    """Deduplicate, keeping first-seen (source) order so results never depend on hashing."""
+    seen: dict = {}
+    for value in values:
+        seen.setdefault(value, None)
+    return tuple(seen)
+
+
+def known(values: Values) -> Values:
+    """The values the analysis can see ("any branch" policy)."""
+    return tuple(v for v in values if v is not UNKNOWN)
+
+
+def single(values: Values) -> Value | None:
+    """The value when exactly one, known, is possible ("exactly one" policy)."""
+    return values[0] if len(values) == 1 and values[0] is not UNKNOWN else None
