@@ -19,7 +19,7 @@ from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
 from ckptlint.regions.sites import Site, SiteFinder, SourceCall
 from ckptlint.regions.sources import SourceTable
-from ckptlint.resolution.evaluator import PARTIAL, Evaluator
+from ckptlint.resolution.evaluator import PARTIAL, Evaluator, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
     ClassValue,
@@ -141,16 +141,40 @@ class ProjectAnalysis:
         for binding, visible in self._bindings_on_candidate_lines(module):
             if visible and self._binds_source(module, binding):
                 names.add(binding.name)
+        names.update(name for name, visible in self._factories(module) if visible)
         return names
 
     def local_aliases(self, module: Module) -> set[str]:
         """Names a module binds (at any level) to a source: its lines using them are scoped
         too (``ckpt = checkpoint`` ... ``ckpt(f, x)``)."""
-        return {
+        names = {
             binding.name
             for binding, _ in self._bindings_on_candidate_lines(module)
             if self._binds_source(module, binding)
         }
+        names.update(name for name, _ in self._factories(module))
+        for site in self.sites(module):
+            if site.delegates:
+                names.update(_enclosing_function_names(site.context.scope))
+        return names
+
+    def _factories(self, module: Module) -> Iterable[tuple[str, bool]]:
+        """Functions returning a source (``return partial(checkpoint, ...)``), and whether
+        other modules can see them (module-level functions and methods)."""
+        lines = module.candidate_lines
+        for scope in list(module.scopes.scope_of_function.values()):
+            node = scope.node
+            if not isinstance(node, FUNCTIONS) or scope.parent is None:
+                continue
+            returns = [
+                n for n in own_nodes(node.body) if isinstance(n, ast.Return) and n.value is not None
+            ]
+            if not any(touches_lines(r.value, lines) for r in returns):
+                continue
+            function = FunctionValue(node, Context(module, scope.parent))
+            returned = self.evaluator.returned(function, None)
+            if any(self.is_source_like(value) for value in returned):
+                yield node.name, scope.parent.kind != "function"
 
     def _binds_source(self, module: Module, binding: Binding) -> bool:
         values = self.evaluator.binding_values(binding, Context(module, binding.scope))
@@ -168,16 +192,15 @@ class ProjectAnalysis:
         return False
 
     def _layer_classes(self, module: Module) -> set[str]:
-        names = set()
-        for node in module.tree.body:
-            if isinstance(node, ast.ClassDef) and touches_lines(node, module.candidate_lines):
-                scope = module.scopes.function_scope(node)
-                if scope is None:
-                    continue
-                cls = ClassValue(node, Context(module, scope.parent))  # type: ignore[arg-type]
-                if self.finder.layer_source(cls) is not None:
-                    names.add(node.name)
-        return names
+        context = self.evaluator.module_context(module)
+        lines = module.candidate_lines
+        return {
+            node.name
+            for node in module.tree.body
+            if isinstance(node, ast.ClassDef)
+            and any(touches_lines(base, lines) for base in node.bases)
+            and self.finder.layer_source(ClassValue(node, context)) is not None
+        }
 
     def _bindings_on_candidate_lines(self, module: Module) -> Iterable[tuple[Binding, bool]]:
         """Bindings whose value is written on a candidate line, and whether other modules can

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import multiprocessing
-import os
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +13,7 @@ from ckptlint import __version__, report
 from ckptlint.config import ConfigError, Settings, load_settings, parse_code_list
 from ckptlint.core import Finding
 from ckptlint.discovery import MissingPath, SourceFile, discover
-from ckptlint.engine import FileResult, Linter
+from ckptlint.engine import FileResult, Linter, LintTarget
 from ckptlint.rules import RULES_BY_CODE
 from ckptlint.source import UnreadableSource, decode, read_bytes
 
@@ -160,28 +157,8 @@ def _settings(arguments: argparse.Namespace, start: Path) -> Settings:
     return settings
 
 
-_worker_linter: Linter | None = None
-
-
-def _init_worker(linter: Linter) -> None:
-    global _worker_linter
-    _worker_linter = linter
-
-
-def _lint_in_worker(file: SourceFile) -> FileResult:
-    assert _worker_linter is not None
-    return _worker_linter.lint_path(file.path, always_parse=file.explicit)
-
-
 def _lint_all(linter: Linter, files: list[SourceFile], jobs: int | None) -> list[FileResult]:
-    processes = jobs or min(os.cpu_count() or 1, 1 + len(files) // FILES_PER_EXTRA_PROCESS)
-    if processes <= 1 or len(files) < 2:
-        return [linter.lint_path(f.path, always_parse=f.explicit) for f in files]
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    chunk = max(1, len(files) // (processes * 8))
-    with ProcessPoolExecutor(processes, context, _init_worker, (linter,)) as pool:
-        return list(pool.map(_lint_in_worker, files, chunksize=chunk))
+    return linter.lint_files(LintTarget(f.path, f.explicit) for f in files)
 
 
 class _FixOutcome:

@@ -63,14 +63,15 @@ class ChangeFinder:
             if located is None:
                 continue
             statement, functions, scope = located
-            if self.runs_at_setup_only(module, functions, 0):
-                continue
-            for write in global_writes(statement, scope, module):
-                if (
-                    write.name == name
-                    and (write.where.line, write.how) not in seen
-                    and not guarded_by_test_of(functions[-1].body, write)
-                ):
+            writes = [
+                write
+                for write in global_writes(statement, scope, module)
+                if write.name == name
+                and (write.where.line, write.how) not in seen
+                and not guarded_by_test_of(functions[-1].body, write)
+            ]
+            if writes and not self.runs_at_setup_only(module, functions, 0):
+                for write in writes:
                     seen.add((write.where.line, write.how))
                     yield write
 
@@ -79,6 +80,8 @@ class ChangeFinder:
     ) -> Iterator[GlobalWrite]:
         """``alias.NAME = ...``, ``alias.NAME[k] = ...``, ``alias.NAME.append(...)`` in another
         module's functions, where ``alias`` is ``owner``."""
+        if f".{name}" not in other.text:
+            return
         for line in other.lines_naming(name):
             if f".{name}" not in other.lines[line - 1]:
                 continue
@@ -86,15 +89,18 @@ class ChangeFinder:
             if located is None:
                 continue
             statement, functions, scope = located
-            if self.runs_at_setup_only(other, functions, 0):
-                continue
             context = Context(other, scope)
-            for target in self._written_attributes(statement):
-                if target.attr != name:
-                    continue
-                owners = self.evaluator.evaluate(target.value, context)
-                if any(isinstance(v, ModuleValue) and v.module is owner for v in owners):
-                    yield GlobalWrite(owner, name, Location(other, statement.lineno), "assigns")
+            writes = [
+                target
+                for target in self._written_attributes(statement)
+                if target.attr == name
+                and any(
+                    isinstance(v, ModuleValue) and v.module is owner
+                    for v in self.evaluator.evaluate(target.value, context)
+                )
+            ]
+            if writes and not self.runs_at_setup_only(other, functions, 0):
+                yield GlobalWrite(owner, name, Location(other, statement.lineno), "assigns")
 
     def _written_attributes(self, statement: ast.stmt) -> Iterator[ast.Attribute]:
         for target in assigned_targets(statement):
@@ -154,13 +160,23 @@ class ChangeFinder:
         return True
 
     def _modules_naming(self, module: Module, name: str) -> list[Module]:
-        """The module itself, and the other loaded modules that name ``name`` after a dot
-        or import it."""
+        """The module itself, and the other loaded modules that import ``name`` from it or
+        name it as an attribute (``module.name``)."""
         found = [module]
         for other in self.project.loaded_modules():
-            if other is not module and other.lines_naming(name):
+            if other is module or name not in other.text or not other.lines_naming(name):
+                continue
+            if f".{name}" in other.text or self._imports_from(other, module, name):
                 found.append(other)
         return found
+
+    def _imports_from(self, other: Module, module: Module, name: str) -> bool:
+        for binding in other.scopes.module.bindings.get(name, []):
+            target = binding.imported
+            if target is not None and target.name == name:
+                if other.resolve_import(target.level, target.module) == module.name:
+                    return True
+        return False
 
 
 def statements_at(body: list[ast.stmt], line: int) -> list[ast.stmt]:

@@ -31,6 +31,7 @@ class Module:
     words: frozenset[str] = field(repr=False)
     candidate_lines: list[int] = field(repr=False)  # lines naming one of ``words``, ascending
     scopes: ModuleScopes = field(repr=False)
+    _lines_naming: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     @property
     def display_path(self) -> str:
@@ -43,7 +44,11 @@ class Module:
 
     def lines_naming(self, name: str) -> list[int]:
         """Lines where ``name`` appears as a whole identifier (a text search, no parsing)."""
-        return sorted(lines_with_words(self.lines, [name]))
+        found = self._lines_naming.get(name)
+        if found is None:
+            found = sorted(lines_with_words(self.lines, [name])) if name in self.text else []
+            self._lines_naming[name] = found
+        return found
 
 
 class Project:

@@ -66,8 +66,17 @@ class Layout:
         return any(os.path.isdir(os.path.join(root, relative)) for root in self.roots)
 
 
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
+_SOURCE_FOLDERS = frozenset({"src", "lib", "python"})
+
+
 def _split_at_root(path: str) -> tuple[str, list[str]]:
-    """The import root above ``path`` and the module name parts below it."""
+    """The import root above ``path`` and the module name parts below it.
+
+    The root is the first folder above the packages; but a folder without ``__init__.py``
+    directly inside a project (``megatron/`` next to ``pyproject.toml``) is a namespace
+    package, and the project folder is the root.
+    """
     folder, filename = os.path.split(path)
     stem = filename[:-3] if filename.endswith(".py") else filename
     parts = [] if stem == "__init__" else [stem]
@@ -76,6 +85,14 @@ def _split_at_root(path: str) -> tuple[str, list[str]]:
         parts.insert(0, package)
         if not package:
             break
+    parent, name = os.path.split(folder)
+    if (
+        len(parts) > 1
+        and name.isidentifier()
+        and name not in _SOURCE_FOLDERS
+        and any(os.path.isfile(os.path.join(parent, marker)) for marker in _PROJECT_MARKERS)
+    ):
+        return parent, [name, *parts]
     return folder, parts
 
 

@@ -151,7 +151,8 @@ class ModuleScopes:
         if scope is not None or id(node) not in self.skipped:
             return scope
         _, parent = self.skipped.pop(id(node))
-        builder = _ScopeBuilder(self.module, parent, candidate_lines=None)
+        # Built on demand for a lookup: bindings only; nested bodies wait for their own turn.
+        builder = _ScopeBuilder(self.module, parent, candidate_lines=frozenset())
         builder.visit_definition_body(node)
         self._merge(builder)
         return self.scope_of_function.get(id(node))
@@ -219,6 +220,15 @@ def method_self_name(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None
     return positional[0].arg if positional else None
 
 
+def parameter_defaults(args: ast.arguments) -> dict[ast.arg, ast.expr]:
+    positional = [*args.posonlyargs, *args.args]
+    found = dict(
+        zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)
+    )
+    found.update({p: d for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d})
+    return found
+
+
 def parameters(args: ast.arguments) -> Iterator[ast.arg]:
     for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
         if arg is not None:
@@ -255,8 +265,10 @@ class _ScopeBuilder:
     ) -> Scope:
         scope = Scope("function", node, self.scope, self_name=self_name)
         self.scope_of_function[id(node)] = scope
+        defaults = parameter_defaults(args)
         for arg in parameters(args):
-            binding = Binding(arg.arg, arg, scope, node_position(arg), False)
+            value = defaults.get(arg)  # a parameter with a default: its value when not passed
+            binding = Binding(arg.arg, arg, scope, node_position(arg), False, value)
             scope.bindings.setdefault(arg.arg, []).append(binding)
         return scope
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, Scope
+from ckptlint.project.scopes import FUNCTIONS, Scope, touches_lines
 from ckptlint.regions.sources import RegionSource, SourceTable
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
 from ckptlint.resolution.values import (
@@ -34,6 +34,7 @@ from ckptlint.resolution.values import (
     Parameter,
     PartialValue,
     Values,
+    known,
 )
 
 # Wrappers are followed this many levels deep from a site.
@@ -103,6 +104,7 @@ class SiteFinder:
 
     def __init__(self, evaluator: Evaluator, table: SourceTable) -> None:
         self.evaluator = evaluator
+        self.guesser = Evaluator(evaluator.project, duck_typing=True)
         self.table = table
         self._wrappers: dict[tuple[ast.AST, int], list[ast.Call] | None] = {}
         self._wrapper_depth = 0
@@ -196,26 +198,28 @@ class SiteFinder:
 
     def delegates(self, path: SourceCall) -> bool:
         """Whether the region is code the caller passes in: a parameter (or a partial of one,
-        or a closure calling one) of the function making the call."""
+        or a closure calling one) of the function making the call or of one around it."""
         if path.wrappers:
             return False
         flow = path.region_flow()
         if flow is None:
             return False
+        owners = _enclosing_functions(flow[1].scope)
         stack = list(self.evaluator.evaluate(*flow))
-        closures = 0
+        closures: list[ast.AST] = []
         while stack:
             value = stack.pop()
-            if isinstance(value, Parameter):
+            if isinstance(value, Parameter) and value.function in owners:
                 return True
             if isinstance(value, PartialValue):
                 stack.extend(value.inner)
-            elif isinstance(value, FunctionValue) and closures < 4:
-                closures += 1
+            elif isinstance(value, FunctionValue) and len(closures) < 4:
+                closures.append(value.node)
                 stack.extend(self._called_values(value))
         return False
 
     def _called_values(self, function: FunctionValue) -> Iterator[object]:
+        """What a closure calls (its own parameters are its caller's business, not ours)."""
         context = self.evaluator.bind(function, None)
         body = function.node.body
         for node in own_nodes([body] if isinstance(body, ast.expr) else body):
@@ -239,19 +243,17 @@ class SiteFinder:
         yield from self.layer_sites(module)
 
     def layer_sites(self, module: Module) -> Iterator[Site]:
+        """Classes whose bases name a word of interest and derive from a layer source."""
         context = self.evaluator.module_context(module)
+        lines = module.candidate_lines
         for node in _classes(module.tree.body):
-            scope = module.scopes.function_scope(node)
-            if scope is None:
+            if not any(touches_lines(base, lines) for base in node.bases):
                 continue
-            cls = ClassValue(node, context.at(scope.parent))  # type: ignore[arg-type]
+            cls = ClassValue(node, context)
             source = self.layer_source(cls)
-            if source is None:
-                continue
             forward = _own_method(node, "forward")
-            if forward is None:
-                continue
-            yield Site(module, forward, context, layer=cls, layer_source=source)
+            if source is not None and forward is not None:
+                yield Site(module, forward, context, layer=cls, layer_source=source)
 
     def layer_source(self, cls: ClassValue) -> RegionSource | None:
         """The ``layer`` row a class derives from, if any."""
@@ -280,7 +282,10 @@ class SiteFinder:
             elif path.source.kind == "apply":
                 values.extend(self._selected_modules(path))
             else:
-                values.extend(self.evaluator.evaluate(*flow))
+                found = self.evaluator.evaluate(*flow)
+                if not known(found):  # nothing says what it is: guess from its attributes
+                    found = self.guesser.evaluate(*flow)
+                values.extend(found)
         return tuple(dict.fromkeys(values))  # type: ignore[arg-type]
 
     def _selected_modules(self, path: SourceCall) -> Values:
@@ -348,6 +353,15 @@ def qualified_name(value: FunctionValue | ClassValue) -> str:
     if scope is None or scope.kind != "module":
         return ""
     return ".".join([value.context.module.name, *parts])
+
+
+def _enclosing_functions(scope: Scope | None) -> list[ast.AST]:
+    owners = []
+    while scope is not None:
+        if isinstance(scope.node, FUNCTIONS):
+            owners.append(scope.node)
+        scope = scope.parent
+    return owners
 
 
 def _classes(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:

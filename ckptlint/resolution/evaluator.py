@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import (
@@ -23,6 +24,7 @@ from ckptlint.project.scopes import (
     Scope,
     fold,
     node_position,
+    parameter_defaults,
 )
 from ckptlint.resolution.values import (
     UNKNOWN,
@@ -46,6 +48,7 @@ from ckptlint.resolution.values import (
     Super,
     Value,
     Values,
+    known,
     unique,
 )
 from ckptlint.torch_catalogue import (
@@ -59,24 +62,49 @@ PARTIAL = "functools.partial"
 # How deeply one evaluation may nest (names, calls, returns) before it gives up: UNKNOWN.
 MAX_DEPTH = 40
 _BUILTINS = frozenset(dir(builtins))
+_DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
 _ITERATION_BUILTINS = frozenset({"list", "tuple", "iter", "reversed", "sorted", "set", "frozenset"})
 
 
 class Evaluator:
-    def __init__(self, project: Project) -> None:
+    """``duck_typing``: an unannotated parameter's attributes are looked up in the classes
+    its module defines or imports (see ``_duck_typed_member``); used only for regions, where
+    guessing what ``model.transformer.h`` holds is worth its cost and its risk."""
+
+    def __init__(self, project: Project, *, duck_typing: bool = False) -> None:
         self.project = project
-        self._memo: dict[tuple[int, Context], Values] = {}
-        self._in_progress: set[tuple[int, Context]] = set()
+        self.duck_typing = duck_typing
+        self._memo: dict[object, Values] = {}
+        self._in_progress: set[object] = set()
         self._depth = 0
         self._mro: dict[ClassValue, list[ClassValue | External]] = {}
         self._methods_built: set[int] = set()
+        self._visible: dict[str, list[ClassValue]] = {}
 
     # -- entry points ----------------------------------------------------------------------
     def module_context(self, module: Module) -> Context:
         return Context(module, module.scopes.module)
 
     def evaluate(self, expression: ast.expr, context: Context) -> Values:
-        key = (id(expression), context)
+        return self._guarded((id(expression), context), lambda: self._evaluate(expression, context))
+
+    def member(self, values: Values, attribute: str) -> Values:
+        return unique(
+            v
+            for value in values
+            for v in self._guarded(("member", value, attribute), self._member, value, attribute)
+        ) or (UNKNOWN,)
+
+    def iterate(self, values: Values) -> Values:
+        """What iterating over any of ``values`` yields."""
+        return unique(
+            v for value in values for v in self._guarded(("iterate", value), self._elements, value)
+        ) or (UNKNOWN,)
+
+    def _guarded(
+        self, key: object, compute: Callable[..., Iterable[Value]], *args: object
+    ) -> Values:
+        """Memoised, and bounded: a cycle or a chain deeper than MAX_DEPTH is UNKNOWN."""
         cached = self._memo.get(key)
         if cached is not None:
             return cached
@@ -85,19 +113,12 @@ class Evaluator:
         self._in_progress.add(key)
         self._depth += 1
         try:
-            values = unique(self._evaluate(expression, context)) or (UNKNOWN,)
+            values = unique(compute(*args)) or (UNKNOWN,)
         finally:
             self._depth -= 1
             self._in_progress.discard(key)
         self._memo[key] = values
         return values
-
-    def member(self, values: Values, attribute: str) -> Values:
-        return unique(v for value in values for v in self._member(value, attribute)) or (UNKNOWN,)
-
-    def iterate(self, values: Values) -> Values:
-        """What iterating over any of ``values`` yields."""
-        return unique(v for value in values for v in self._elements(value)) or (UNKNOWN,)
 
     def call_result(self, callee: Values, call: ast.Call, context: Context) -> Values:
         return unique(v for value in callee for v in self._call(value, call, context)) or (UNKNOWN,)
@@ -128,7 +149,7 @@ class Evaluator:
                 if name in by_name:
                     env.append((by_name[name], Argument(*flow)))
                     supplied.add(name)
-            for parameter, default in _defaults(node.args).items():
+            for parameter, default in parameter_defaults(node.args).items():
                 if parameter.arg not in supplied and not arguments.double_star:
                     env.append((parameter, Argument(default, function.context)))
         return Context(function.module, scope, tuple(env))
@@ -236,8 +257,9 @@ class Evaluator:
 
     def binding_values(self, binding: Binding, context: Context) -> Values:
         node = binding.node
-        if binding.imported is not None:
-            return self._imported(binding, context.module)
+        if binding.imported is not None:  # imports chain through modules: bounded
+            key = (binding, self.module_context(context.module))
+            return self._guarded(key, self._imported, binding, context.module)
         if isinstance(node, FUNCTIONS):
             return (FunctionValue(node, context.at(binding.scope)),)
         if isinstance(node, ast.ClassDef):
@@ -247,6 +269,8 @@ class Evaluator:
         if binding.value is None:
             return (UNKNOWN,)
         values = self.evaluate(binding.value, context.at(binding.scope))
+        if not binding.iterated and not binding.path:
+            values = _made_for(values, binding)
         if binding.iterated:
             values = self.iterate(values)
         for index in binding.path:
@@ -263,7 +287,9 @@ class Evaluator:
         owner = scope.enclosing_class
         if owner is not None and scope.self_name == node.arg and _is_first(node, scope.node):
             return (Instance(ClassValue(owner.node, context.at(owner.parent)), exact=False),)  # type: ignore[arg-type]
-        values: list[Value] = [Parameter(node, scope.node)]
+        values: list[Value] = [Parameter(node, scope.node, context.module)]
+        if binding.value is not None:  # not passed: its default
+            values.extend(self.evaluate(binding.value, context.at(scope.parent)))  # type: ignore[arg-type]
         if node.annotation is not None and not isinstance(node.annotation, ast.Constant):
             for annotated in self.evaluate(node.annotation, context.at(scope.parent)):  # type: ignore[arg-type]
                 if isinstance(annotated, ClassValue):
@@ -324,7 +350,38 @@ class Evaluator:
             return (Method(value, attribute),)
         if isinstance(value, FunctionValue) and attribute == "__call__":
             return (value,)
+        if self.duck_typing and isinstance(value, Parameter) and value.node.annotation is None:
+            return self._duck_typed_member(value.module, attribute)
         return (UNKNOWN,)
+
+    def _duck_typed_member(self, module: Module, attribute: str) -> Values:
+        """``model.transformer`` where nothing says what ``model`` is: the member of each
+        class the module defines or imports that has such an attribute (or UNKNOWN)."""
+        results: list[Value] = []
+        for cls in self.visible_classes(module):
+            if any(self.instance_assignments(c, attribute) for c in self._project_mro(cls)):
+                results.extend(self._member_in_mro(cls, attribute, Instance(cls, exact=False)))
+        return unique(results) or (UNKNOWN,)
+
+    def visible_classes(self, module: Module) -> list[ClassValue]:
+        """Classes a module binds at its top level under a capitalised name (defined or
+        imported): what an unannotated parameter of its functions most likely is."""
+        cached = self._visible.get(module.path)
+        if cached is None:
+            cached = []
+            context = self.module_context(module)
+            for name, bindings in module.scopes.module.bindings.items():
+                if not name[:1].isupper():
+                    continue
+                for binding in fold(bindings, None):
+                    for value in self.binding_values(binding, context):
+                        if isinstance(value, ClassValue) and value not in cached:
+                            cached.append(value)
+            self._visible[module.path] = cached
+        return cached
+
+    def _project_mro(self, cls: ClassValue) -> list[ClassValue]:
+        return [c for c in self.mro(cls) if isinstance(c, ClassValue)]
 
     def _instance_member(self, instance: Instance, attribute: str) -> Values:
         cls = instance.cls
@@ -363,7 +420,7 @@ class Evaluator:
         env: Environment = ()
         if self_parameter is not None:
             env = ((self_parameter, Argument(None, None, (instance,))),)
-        return self.evaluate(binding.value, Context(owner.module, method, env))
+        return _made_for(self.evaluate(binding.value, Context(owner.module, method, env)), binding)
 
     def _class_member(self, cls: ClassValue, attribute: str, instance: Instance | None) -> Values:
         for owner in self.mro(cls):
@@ -502,6 +559,48 @@ class Evaluator:
             yield UNKNOWN
 
     # -- containers ------------------------------------------------------------------------
+    def added_to(self, origin: Binding, context: Context) -> Values:
+        """Values added to a container through the name it was made for: ``.append(x)``,
+        ``.extend(xs)``, ``.insert(i, x)``, ``.add_module(n, x)``, ``[key] = x``, ``+= xs``,
+        in the function that made it (or, for ``self.<name>``, in its class's methods)."""
+        module = context.module
+        owner = origin.scope if origin.scope.kind == "function" else None
+        is_attribute = isinstance(origin.node, ast.Attribute)
+        span = _span(owner.node if owner is not None and not is_attribute else None)
+        if is_attribute:
+            cls = origin.scope.enclosing_class
+            span = _span(cls.node if cls is not None else None)
+        results: list[Value] = []
+        for line in module.lines_naming(origin.name):
+            if span is not None and not span[0] <= line <= span[1]:
+                continue
+            for statement, scope in self._statements_at(module, line):
+                for expression in _added_expressions(statement, origin, is_attribute):
+                    here = Context(module, scope, context.env if scope is owner else ())
+                    added, spread = expression
+                    values = self.evaluate(added, here)
+                    results.extend(self.iterate(values) if spread else values)
+        return unique(results)
+
+    def _statements_at(self, module: Module, line: int) -> Iterator[tuple[ast.stmt, Scope]]:
+        """The innermost statement at ``line`` and its scope."""
+        body: list[ast.stmt] = module.tree.body
+        scope = module.scopes.module
+        found: ast.stmt | None = None
+        while body:
+            candidates = [s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)]
+            if not candidates:
+                break
+            found = candidates[0]
+            if isinstance(found, (*FUNCTIONS, ast.ClassDef)):
+                inner = module.scopes.function_scope(found)
+                if inner is None:
+                    return
+                scope = inner
+            body = _inner_body(found, line)
+        if found is not None and not isinstance(found, (*FUNCTIONS, ast.ClassDef)):
+            yield found, scope
+
     def _elements(self, value: Value) -> Values:
         if isinstance(value, Elements):
             return value.of
@@ -516,6 +615,12 @@ class Evaluator:
         return (UNKNOWN,)
 
     def _sequence_elements(self, sequence: Sequence) -> Values:
+        values = self._literal_elements(sequence)
+        if sequence.origin is None:
+            return values
+        return unique((*values, *self.added_to(sequence.origin, sequence.context)))
+
+    def _literal_elements(self, sequence: Sequence) -> Values:
         node, context = sequence.node, sequence.context
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
             results: list[Value] = []
@@ -531,7 +636,16 @@ class Evaluator:
         return self.evaluate(node.elt, context.at(scope))  # type: ignore[union-attr]
 
     def _container_values(self, value: Value) -> Values:
-        """The modules (or values) a torch container or a mapping holds."""
+        """The modules (or values) a torch container or a mapping holds, also those added
+        later through the name it was made for."""
+        values = self._constructed_values(value)
+        origin = getattr(value, "origin", None)
+        context = getattr(value, "context", None)
+        if origin is None or context is None:
+            return values
+        return unique((*known(values), *self.added_to(origin, context))) or (UNKNOWN,)
+
+    def _constructed_values(self, value: Value) -> Values:
         if isinstance(value, Mapping):
             return self._mapping_values(value.node, value.context)
         if not isinstance(value, Instance) or value.call is None or value.context is None:
@@ -617,6 +731,9 @@ class Evaluator:
         key: Value = UNKNOWN
         if isinstance(index, ast.Constant):
             key = Constant(index.value)
+        if isinstance(index, ast.Slice):  # a slice of a container holds the same kind
+            yield from containers
+            return
         for container in containers:
             if isinstance(container, Mapping) or (
                 isinstance(container, Instance)
@@ -637,6 +754,69 @@ class Evaluator:
             ) <= index < len(node.elts):
                 return self.evaluate(node.elts[index], sequence.context)
         return self._elements(sequence)
+
+
+_ADDING_METHODS = {"append": False, "extend": True, "insert": False, "add_module": False}
+
+
+def _added_expressions(
+    statement: ast.stmt, origin: Binding, is_attribute: bool
+) -> Iterator[tuple[ast.expr, bool]]:
+    """Expressions a statement adds to the container named by ``origin`` (and whether they
+    are spread: ``extend``, ``+=``)."""
+
+    def names_origin(target: ast.expr) -> bool:
+        if is_attribute:
+            return isinstance(target, ast.Attribute) and target.attr == origin.name
+        return isinstance(target, ast.Name) and target.id == origin.name
+
+    for node in ast.walk(statement) if not isinstance(statement, _DEFINITIONS) else ():
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _ADDING_METHODS
+            and names_origin(node.func.value)
+            and node.args
+        ):
+            yield node.args[-1], _ADDING_METHODS[node.func.attr]
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript) and names_origin(target.value):
+                    yield node.value, False
+        elif isinstance(node, ast.AugAssign) and names_origin(node.target):
+            yield node.value, True
+
+
+def _span(node: ast.AST | None) -> tuple[int, int] | None:
+    if node is None:
+        return None
+    return node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
+
+
+def _inner_body(statement: ast.stmt, line: int) -> list[ast.stmt]:
+    for name in ("body", "orelse", "finalbody"):
+        body = getattr(statement, name, None)
+        if isinstance(body, list) and body and body[0].lineno <= line <= (body[-1].end_lineno or 0):
+            return body
+    for handler in getattr(statement, "handlers", []):
+        if handler.body and handler.body[0].lineno <= line <= (handler.body[-1].end_lineno or 0):
+            return handler.body
+    for case in getattr(statement, "cases", []):
+        if case.body and case.body[0].lineno <= line <= (case.body[-1].end_lineno or 0):
+            return case.body
+    return []
+
+
+def _made_for(values: Values, binding: Binding) -> Values:
+    """Containers made by ``binding``'s own value remember the name they were made for."""
+    node = binding.value
+    return tuple(
+        replace(value, origin=binding)
+        if (isinstance(value, (Sequence, Mapping)) and value.node is node)
+        or (isinstance(value, Instance) and value.call is node and isinstance(value.cls, External))
+        else value
+        for value in values
+    )
 
 
 def _item(value: Value, index: int, evaluator: Evaluator) -> Values:
@@ -689,15 +869,6 @@ def _first_parameter(node: ast.AST) -> ast.arg | None:
 
 def _is_first(parameter: ast.arg, function: ast.AST) -> bool:
     return _first_parameter(function) is parameter
-
-
-def _defaults(args: ast.arguments) -> dict[ast.arg, ast.expr]:
-    positional = [*args.posonlyargs, *args.args]
-    found = dict(
-        zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)
-    )
-    found.update({p: d for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d})
-    return found
 
 
 def _arguments(call: ast.Call) -> tuple[list[ast.expr], dict[str, ast.expr]]:

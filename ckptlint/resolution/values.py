@@ -9,11 +9,31 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import Scope
+from ckptlint.project.scopes import Binding, Scope
+
+_T = TypeVar("_T")
 
 
+def _cached_hash(cls: type[_T]) -> type[_T]:
+    """Values nest (a context holds the arguments of its callers, which hold contexts):
+    compute each hash once, not on every dictionary lookup."""
+    compute = cls.__hash__
+
+    def __hash__(self) -> int:  # noqa: N807
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = compute(self)
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    cls.__hash__ = __hash__  # type: ignore[method-assign]
+    return cls
+
+
+@_cached_hash
 @dataclass(frozen=True)
 class Argument:
     """What a parameter is bound to: an expression evaluated where the call was written,
@@ -27,6 +47,7 @@ class Argument:
 Environment = tuple[tuple[ast.arg, Argument], ...]
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Context:
     """Where code is evaluated: its module, scope and the parameters bound by its callers."""
@@ -77,7 +98,11 @@ class Arguments:
         return Arguments(tuple(positional), keywords, double_star, (*self.calls, call))
 
     def __hash__(self) -> int:
-        return hash((self.positional, tuple(self.keywords.items()), self.double_star))
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.positional, tuple(self.keywords.items()), self.double_star))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     def get(self, index: int, keyword: str | None) -> Flow | None:
         """The argument at ``index`` or passed as ``keyword``; None when absent or unknown."""
@@ -99,11 +124,13 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Constant:
     value: object
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class External:
     """An object outside the linted code, by qualified name (``torch.nn.Dropout``)."""
@@ -111,11 +138,13 @@ class External:
     name: str
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class ModuleValue:
     module: Module
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class FunctionValue:
     """A def or lambda; ``context`` is where it was made (closures see its bindings).
@@ -134,6 +163,7 @@ class FunctionValue:
         return "lambda" if isinstance(self.node, ast.Lambda) else f"`{self.node.name}()`"
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class ClassValue:
     node: ast.ClassDef
@@ -144,6 +174,7 @@ class ClassValue:
         return self.context.module
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Instance:
     """An instance of a class, made by ``call`` evaluated in ``context`` when known.
@@ -156,8 +187,10 @@ class Instance:
     call: ast.Call | None = None
     context: Context | None = None
     exact: bool = True
+    origin: Binding | None = None  # the variable a container was made for (see Sequence)
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class PartialValue:
     """``functools.partial(inner, *args, **keywords)``: ``call`` is the partial call."""
@@ -167,22 +200,31 @@ class PartialValue:
     context: Context
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Sequence:
-    """A list, tuple or set: literal elements, or a comprehension's element expression."""
+    """A list, tuple or set: literal elements, or a comprehension's element expression.
+
+    ``origin`` is the variable (or ``self.<attribute>``) the container was made for: what
+    is later added to it through that name (``layers.append(block)``) is an element too.
+    """
 
     node: ast.List | ast.Tuple | ast.Set | ast.ListComp | ast.SetComp | ast.GeneratorExp
     context: Context
+    origin: Binding | None = None
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Mapping:
     """A dict literal or ``dict(...)`` call."""
 
     node: ast.Dict | ast.Call | ast.DictComp
     context: Context
+    origin: Binding | None = None
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Elements:
     """What iterating ``of`` yields (``enumerate``/``zip`` give ``tuple_of`` rows)."""
@@ -190,6 +232,7 @@ class Elements:
     of: tuple[Value, ...]
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Row:
     """A tuple whose positions hold the given values (one row of ``enumerate``/``zip``)."""
@@ -197,14 +240,17 @@ class Row:
     items: tuple[tuple[Value, ...], ...]
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Parameter:
     """A parameter no caller bound: what a wrapper receives and passes on."""
 
     node: ast.arg
     function: ast.AST
+    module: Module
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Method:
     """A method of a value the evaluator models (``ModuleDict.items``, ``dict.values``)."""
@@ -213,6 +259,7 @@ class Method:
     name: str
 
 
+@_cached_hash
 @dataclass(frozen=True)
 class Super:
     """``super()`` in a method of ``cls``: members are looked up after ``cls`` in the MRO."""
