@@ -31,6 +31,7 @@ from ckptlint.resolution.values import (
     Value,
     Values,
 )
+from ckptlint.source import lines_with_words
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ def expand_words(
                     seen.add(path)
                     found.append(path)
                 continue
-            module = _with_local_aliases(analysis, module)
+            module = with_local_aliases(analysis, module)
             if path not in seen:
                 seen.add(path)
                 found.append(path)
@@ -255,7 +256,7 @@ def expand_words(
         project.words = words
         pending = [p for p in candidates(new)]
         for module in project.loaded_modules():
-            if module.path in seen and module.path not in pending and _names_any(module, new):
+            if module.path in seen and module.path not in pending and names_any(module, new):
                 pending.append(module.path)
         for path in pending:
             loaded = project.module_at(path)
@@ -265,7 +266,7 @@ def expand_words(
     return words, found
 
 
-def _with_local_aliases(analysis: ProjectAnalysis, module: Module) -> Module:
+def with_local_aliases(analysis: ProjectAnalysis, module: Module) -> Module:
     """Scope the module again until the names it binds to sources are all scoped."""
     for _ in range(8):
         aliases = analysis.local_aliases(module) - module.words
@@ -276,10 +277,11 @@ def _with_local_aliases(analysis: ProjectAnalysis, module: Module) -> Module:
     return module
 
 
-def _names_any(module: Module, words: frozenset[str]) -> bool:
-    from ckptlint.source import lines_with_words
-
-    return bool(lines_with_words(module.lines, sorted(words)))
+def names_any(module: Module, words: frozenset[str]) -> bool:
+    """Whether the module's text names one of ``words`` as an identifier."""
+    return any(word in module.text for word in words) and bool(
+        lines_with_words(module.lines, sorted(words))
+    )
 
 
 def _enclosing_function_names(scope: Scope | None) -> list[str]:

@@ -158,7 +158,7 @@ def _settings(arguments: argparse.Namespace, start: Path) -> Settings:
 
 
 def _lint_all(linter: Linter, files: list[SourceFile], jobs: int | None) -> list[FileResult]:
-    return linter.lint_files(LintTarget(f.path, f.explicit) for f in files)
+    return linter.lint_files((LintTarget(f.path, f.explicit) for f in files), jobs)
 
 
 class _FixOutcome:

@@ -68,7 +68,7 @@ class ChangeFinder:
                 for write in global_writes(statement, scope, module)
                 if write.name == name
                 and (write.where.line, write.how) not in seen
-                and not guarded_by_test_of(functions[-1].body, write)
+                and not guarded_by_test_of(functions[-1].body, write, scope)
             ]
             if writes and not self.runs_at_setup_only(module, functions, 0):
                 for write in writes:

@@ -175,10 +175,13 @@ class ReachAnalysis:
                 for element in known(self.evaluator.iterate((instance,))):
                     self._collect(element, None, reach, depth + 1, seen)
             return
-        key = ("instance", cls, instance.call, instance.context)
+        key = ("instance", cls)
         if key in seen:
             return
         seen.add(key)
+        # What an instance runs does not depend on where it was made (constructor arguments
+        # are not followed): one canonical instance per class shares the work across sites.
+        instance = Instance(cls, exact=False)
         for method in ("__call__", "forward"):
             callees = [c for c in known(self.evaluator.member((instance,), method))]
             if callees:
@@ -234,7 +237,7 @@ class ReachAnalysis:
                 facts.writes.extend(
                     write
                     for write in global_writes(node, scope, module)
-                    if not guarded_by_test_of(statements, write)
+                    if not guarded_by_test_of(statements, write, scope)
                 )
         return facts
 
@@ -360,15 +363,17 @@ def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
             stack.extend(ast.iter_child_nodes(node))
 
 
-def guarded_by_test_of(body: list[ast.stmt], write: GlobalWrite) -> bool:
-    """A write after a test of the same global in the same function (``if key not in
-    CACHE:``, ``if KERNEL is None:``, an early ``return`` when it is set already): a lazy
-    initialisation or a memo, which a second run leaves as it was."""
+def guarded_by_test_of(body: list[ast.stmt], write: GlobalWrite, scope: Scope) -> bool:
+    """A write after a test of the same global, or of a ``global`` the function keeps as a
+    "loaded" flag (``if KERNEL is None:``, ``if key not in CACHE:``, ``if _loaded != impl:``,
+    an early ``return`` when set already): a lazy initialisation or a memo, which a second
+    run leaves as it was."""
+    sentinels = {write.name, *scope.global_names}
     for node in own_nodes(body):
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
             test = node.test
             if (test.end_lineno or test.lineno) < write.where.line and any(
-                isinstance(n, ast.Name) and n.id == write.name for n in ast.walk(test)
+                isinstance(n, ast.Name) and n.id in sentinels for n in ast.walk(test)
             ):
                 return True
     return False
