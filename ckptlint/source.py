@@ -38,14 +38,13 @@ _IMPORT_LIST_PREFIX = re.compile(
 
 
 class Prefilter:
-    """Says from raw bytes whether a file can hold a call the resolver would recognise.
+    """Says from raw bytes whether a file can hold a reference the analysis would follow.
 
-    The resolver recognises a checkpoint function only through an attribute access that
-    ends in its name (``torch.utils.checkpoint``, ``cp.checkpoint``) or an import that
-    names it (``from torch.utils import checkpoint``). So a file passes when one of the
-    names (``checkpoint``, ``checkpoint_sequential``, the last part of each configured
-    extra) appears as a whole identifier right after a dot or inside an import list.
-    Anything unsure (a comment between the dot and the name) passes too.
+    A module reaches a region source only through a name that spells one of the words of
+    interest (``checkpoint``, a table row's last name, a project wrapper's name): as an
+    attribute (``torch.utils.checkpoint``, ``self._ckpt_fn``), in an import list, as a
+    string (``getattr(module, "name")``), or bare in a file that star-imports. Anything
+    unsure (a comment between the dot and the name) passes too.
     """
 
     def __init__(self, extra_names: Iterable[str] = ()) -> None:
@@ -53,12 +52,16 @@ class Prefilter:
         self.words = sorted(word.encode() for word in words)
 
     def passes(self, data: bytes) -> bool:
+        star_import = b"import *" in data  # names from a star import are used bare
         for word in self.words:
             start = data.find(word)
             while start != -1:
                 end = start + len(word)
                 if _whole_identifier(data, start, end) and (
-                    _after_dot(data, start) or _in_import_list(data, start)
+                    star_import
+                    or _after_dot(data, start)
+                    or _in_import_list(data, start)
+                    or _quoted(data, start, end)
                 ):
                     return True
                 start = data.find(word, end)
@@ -69,6 +72,11 @@ def _whole_identifier(data: bytes, start: int, end: int) -> bool:
     before = data[start - 1 : start] if start else b""
     after = data[end : end + 1]
     return not (_IDENTIFIER_BYTE.match(before) or _IDENTIFIER_BYTE.match(after))
+
+
+def _quoted(data: bytes, start: int, end: int) -> bool:
+    """``getattr(module, "name")``, ``setattr(self, "name", ...)``: a name as a string."""
+    return data[start - 1 : start] in (b"'", b'"') and data[end : end + 1] in (b"'", b'"')
 
 
 def _after_dot(data: bytes, start: int) -> bool:

@@ -36,3 +36,37 @@ def run_ckptlint(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]
 def project(tmp_path: Path) -> Path:
     """An empty project folder (the tests write files and a pyproject.toml into it)."""
     return tmp_path
+
+
+def lint_tree(
+    root: Path, files: dict[str, str], **settings: object
+) -> list[tuple[str, int, int, str]]:
+    """Write a multi-file project under ``root``, lint the whole folder in-process as the CLI
+    does, and return ``(relative path, line, column, code)`` of every finding."""
+    import textwrap
+
+    from ckptlint.discovery import discover
+    from ckptlint.engine import LintTarget
+
+    for relative, source in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    config = Settings(root=root, **settings)  # type: ignore[arg-type]
+    targets = [LintTarget(f.path, f.explicit) for f in discover([str(root)], config)]
+    found = []
+    for result in Linter(config).lint_files(targets, jobs=1):
+        relative = Path(result.path).resolve().relative_to(root.resolve()).as_posix()
+        found.extend((relative, f.line, f.column, f.code) for f in result.findings)
+    return sorted(found)
+
+
+def messages_of(root: Path, files: dict[str, str], **settings: object) -> list[str]:
+    """The messages of every finding of a project written as ``lint_tree`` does."""
+    from ckptlint.discovery import discover
+    from ckptlint.engine import LintTarget
+
+    lint_tree(root, files, **settings)
+    config = Settings(root=root, **settings)  # type: ignore[arg-type]
+    targets = [LintTarget(f.path, f.explicit) for f in discover([str(root)], config)]
+    return [f.message for r in Linter(config).lint_files(targets, jobs=1) for f in r.findings]

@@ -192,19 +192,18 @@ class SiteFinder:
         context = Context(context.module, scope)
         callee = self.evaluator.evaluate(call.func, context)
         return any(
-            self.delegates(path)
+            self.delegates(path, scope)
             for path in self.paths(callee, Arguments.of(call, context), call.func)
         )
 
-    def delegates(self, path: SourceCall) -> bool:
+    def delegates(self, path: SourceCall, scope: Scope) -> bool:
         """Whether the region is code the caller passes in: a parameter (or a partial of one,
-        or a closure calling one) of the function making the call or of one around it."""
-        if path.wrappers:
-            return False
+        or a closure calling one) of the function making the call at ``scope`` or of one
+        around it, also when it reaches the source through wrappers."""
         flow = path.region_flow()
         if flow is None:
             return False
-        owners = _enclosing_functions(flow[1].scope)
+        owners = _enclosing_functions(scope)
         stack = list(self.evaluator.evaluate(*flow))
         closures: list[ast.AST] = []
         while stack:
@@ -238,7 +237,7 @@ class SiteFinder:
             paths = self.paths(callee, Arguments.of(call, context), call.func)
             if not paths:
                 continue
-            delegates = any(self.delegates(path) for path in paths)
+            delegates = any(self.delegates(path, scope) for path in paths)
             yield Site(module, call, context, tuple(paths), delegates=delegates)
         yield from self.layer_sites(module)
 

@@ -93,8 +93,6 @@ def forward(x):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            if site.delegates:
-                continue
             writes = analysis.reach(site).writes
             if not writes:
                 continue

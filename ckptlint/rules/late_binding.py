@@ -132,7 +132,7 @@ def train(model, batches):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            if site.delegates or not isinstance(site.node, ast.Call):
+            if not isinstance(site.node, ast.Call):
                 continue
             for function in _closures_of(analysis.region(site)):
                 if function.module is not context.module:

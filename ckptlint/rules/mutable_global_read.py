@@ -105,8 +105,6 @@ def forward(x):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            if site.delegates:
-                continue
             reach = analysis.reach(site)
             reported: set[tuple[str, str]] = set()
             for read in reach.reads:

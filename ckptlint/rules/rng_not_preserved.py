@@ -95,7 +95,7 @@ class Block(nn.Module):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            if site.delegates or not analysis.rng_switched_off(site):
+            if not analysis.rng_switched_off(site):
                 continue
             draws = analysis.reach(site).draws
             if not draws:

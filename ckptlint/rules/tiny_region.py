@@ -151,7 +151,7 @@ def forward(x, w):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            if site.delegates or site.layer is not None:
+            if site.layer is not None:
                 continue
             if any(source.kind == "sequence" for source in site.sources):
                 continue  # a sequence is split into segments; its parts are not one op
