@@ -194,7 +194,9 @@ def test_factory_returning_a_partial(tmp_path: Path) -> None:
                 def __init__(self, checkpoint_func=None):
                     super().__init__()
                     self.dropout = nn.Dropout(0.1)
-                    self._activation_checkpoint_fn = checkpoint_func or activation_checkpoint_function(0.1)
+                    self._activation_checkpoint_fn = (
+                        checkpoint_func or activation_checkpoint_function(0.1)
+                    )
 
                 def attend(self, x):
                     h = x.softmax(-1)
@@ -204,7 +206,7 @@ def test_factory_returning_a_partial(tmp_path: Path) -> None:
                     return self._activation_checkpoint_fn(self.attend, x)
         """,
     }
-    assert lint_tree(tmp_path, files) == [("olmo_like.py", 21, 16, "CKP301")]
+    assert lint_tree(tmp_path, files) == [("olmo_like.py", 23, 16, "CKP301")]
 
 
 def test_staticmethod_checkpoint_as_class_attribute(tmp_path: Path) -> None:
@@ -345,12 +347,15 @@ def test_unannotated_model_parameter_resolved_from_the_classes_its_module_import
 
                 if activation_checkpointing:
                     model.transformer.h = torch.nn.ModuleList(
-                        [checkpoint_wrapper(el, preserve_rng_state=False) for el in model.transformer.h]
+                        [
+                            checkpoint_wrapper(el, preserve_rng_state=False)
+                            for el in model.transformer.h
+                        ]
                     )
                 return model
         """,
     }
-    assert lint_tree(tmp_path, files) == [("lit/finetune.py", 12, 14, "CKP301")]
+    assert lint_tree(tmp_path, files) == [("lit/finetune.py", 13, 17, "CKP301")]
     (message,) = messages_of(tmp_path, files)
     assert "`nn.Dropout`" in message and "lit/lora.py:9" in message
     files["lit/finetune.py"] = files["lit/finetune.py"].replace(
