@@ -182,12 +182,10 @@ class ReachAnalysis:
         # What an instance runs does not depend on where it was made (constructor arguments
         # are not followed): one canonical instance per class shares the work across sites.
         instance = Instance(cls, exact=False)
-        for method in ("__call__", "forward"):
-            callees = [c for c in known(self.evaluator.member((instance,), method))]
-            if callees:
-                for callee in callees:
-                    self._collect(callee, None, reach, depth + 1, seen)
-                return
+        member = self.evaluator.member
+        own_call = [c for c in member((instance,), "__call__") if isinstance(c, FunctionValue)]
+        for callee in own_call or known(member((instance,), "forward")):
+            self._collect(callee, None, reach, depth + 1, seen)
 
     def _function(
         self, function: FunctionValue, reach: Reach, depth: int, seen: set[object]

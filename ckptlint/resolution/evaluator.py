@@ -394,6 +394,8 @@ class Evaluator:
         for owner in classes:
             view = instance if owner is cls else Instance(owner, exact=False)
             results.extend(self._member_in_mro(owner, attribute, view))
+        if attribute == "__call__" and not known(tuple(results)):
+            return (instance,)  # ``module.__call__`` runs the module, as calling it does
         return unique(results) or (UNKNOWN,)
 
     def _member_in_mro(self, cls: ClassValue, attribute: str, instance: Instance) -> Values:
@@ -481,7 +483,9 @@ class Evaluator:
             return self._mapping_item(instance, Constant(attribute))
         if name in CONTAINERS and attribute in ("values", "items", "children", "modules", "keys"):
             return (Method(instance, attribute),)
-        return (UNKNOWN,)
+        if attribute == "__call__":
+            return (instance,)
+        return (External(f"{name}.{attribute}"),)  # a method, by its qualified name
 
     # -- calls -----------------------------------------------------------------------------
     def _call_expression(self, call: ast.Call, context: Context) -> Values:
@@ -526,7 +530,7 @@ class Evaluator:
             yield Elements((Row(tuple(columns)),))
         elif name.removeprefix("builtins.") in _ITERATION_BUILTINS and first is not None:
             yield Elements(self.iterate(self.evaluate(first, context)))
-        elif name.startswith("torch.nn.") and name.rpartition(".")[2][:1].isupper():
+        elif name.rpartition(".")[2][:1].isupper():  # a class, by convention
             yield Instance(External(name), call, context)
         elif name == "collections.OrderedDict":
             yield Mapping(call, context)

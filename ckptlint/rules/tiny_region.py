@@ -180,7 +180,7 @@ def cheap_op(region: Value, evaluator: Evaluator) -> str | None:
             return _cheap_module(region, evaluator)
         forward = single(evaluator.member((region,), "forward"))
         call = single(evaluator.member((region,), "__call__"))
-        if call is not None or not isinstance(forward, FunctionValue):
+        if isinstance(call, FunctionValue) or not isinstance(forward, FunctionValue):
             return None
         return _cheap_body(forward, evaluator)
     if isinstance(region, FunctionValue):
