@@ -1,4 +1,9 @@
-"""The ``ckptlint`` command: discover → lint (in processes for large trees) → fix → report."""
+"""The ``ckptlint`` command: discover → lint (and fix) in processes for large trees → report.
+
+Every path given is accounted for in the report: findings, "All checks passed!", a CKP901
+(cannot parse or analyse) or CKP902 (cannot access) finding, or an internal error naming
+the file. No exception from one file stops the run.
+"""
 
 from __future__ import annotations
 
@@ -9,20 +14,22 @@ import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ckptlint import __version__, report
-from ckptlint.config import ConfigError, Settings, load_settings, parse_code_list
-from ckptlint.discovery import MissingPath, SourceFile, discover
+from ckptlint.config import ConfigError, RuleSelection, Settings, load_settings, parse_code_list
+from ckptlint.discovery import SourceFile, discover
 from ckptlint.engine import FileResult, Linter
+from ckptlint.report import Problem
 from ckptlint.rules import RULES_BY_CODE
 from ckptlint.rules.base import Finding
-from ckptlint.source import UnreadableSource, decode, read_bytes
+from ckptlint.source import CannotRead, read_bytes
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 # Below this many files, starting worker processes costs more than it saves.
 FILES_PER_EXTRA_PROCESS = 100
+STDIN = "-"
 
 
 class UsageError(Exception):
@@ -35,20 +42,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find misuse of torch.utils.checkpoint: missing use_reentrant, regions "
         "too small to pay off, and recomputes that can see a different world than the forward.",
     )
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: .)")
+    parser.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files or folders (default: .); - reads stdin"
+    )
     parser.add_argument(
         "--select",
         action="append",
         default=[],
         metavar="CODES",
-        help="comma-separated codes or prefixes to report",
+        help="comma-separated codes or prefixes to report (replaces the configuration's "
+        "select and ignore)",
     )
     parser.add_argument(
         "--ignore",
         action="append",
         default=[],
         metavar="CODES",
-        help="comma-separated codes or prefixes to skip",
+        help="comma-separated codes or prefixes to skip (added to the configuration's ignore)",
     )
     parser.add_argument("--fix", action="store_true", help="apply safe fixes to the files")
     parser.add_argument(
@@ -62,7 +72,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the fixes as a unified diff instead of writing them",
     )
     parser.add_argument("--format", choices=("text", "json", "github", "sarif"), default="text")
+    parser.add_argument(
+        "--output-file", "-o", metavar="FILE", help="write the report to FILE instead of stdout"
+    )
+    parser.add_argument(
+        "--statistics", action="store_true", help="print the number of findings per code"
+    )
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="print findings only, no summary line"
+    )
+    parser.add_argument(
+        "--stdin-filename",
+        metavar="PATH",
+        help="lint standard input as if it were the file PATH (configuration, excludes and "
+        "per-file ignores apply as for PATH); implies reading stdin when no path is given",
+    )
+    parser.add_argument(
+        "--no-respect-gitignore",
+        dest="respect_gitignore",
+        action="store_false",
+        default=None,
+        help="also lint files that .gitignore files exclude",
+    )
     parser.add_argument("--explain", metavar="CODE", help="print what a rule checks, with examples")
+    parser.add_argument(
+        "--show-rules", action="store_true", help="list every rule (text or --format json)"
+    )
     parser.add_argument(
         "--exit-zero", action="store_true", help="exit 0 even when there are findings"
     )
@@ -106,6 +141,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+@dataclass(frozen=True)
+class FileOutcome:
+    """One path's result, with what its fixes did (``--fix``/``--diff``)."""
+
+    result: FileResult
+    fixed: int = 0
+    problems: tuple[Problem, ...] = ()
+    diff: str = ""
+    fixed_bytes: bytes | None = None  # standard input's fixed text (for stdout)
+
+
 def run(arguments: argparse.Namespace) -> int:
     if arguments.explain:
         code = arguments.explain.strip().upper()
@@ -114,37 +160,49 @@ def run(arguments: argparse.Namespace) -> int:
             raise UsageError(f"unknown rule code {arguments.explain!r} (known: {known})")
         print(report.explain(code), end="")
         return EXIT_CLEAN
+    if arguments.show_rules:
+        sys.stdout.write(report.rule_list(arguments.format))
+        return EXIT_CLEAN
+    if arguments.statistics and arguments.format not in ("text", "json"):
+        raise UsageError("--statistics prints text or json only")
 
-    paths = arguments.paths or ["."]
-    settings = _settings(arguments, Path(paths[0]))
-    try:
-        files = discover(paths, settings)
-    except MissingPath as error:
-        raise UsageError(f"no such file or folder: {error}") from None
+    paths = arguments.paths or ([STDIN] if arguments.stdin_filename else ["."])
+    from_stdin = STDIN in paths
+    if from_stdin and len(paths) > 1:
+        raise UsageError("- (standard input) cannot be combined with other paths")
+    start = Path(arguments.stdin_filename or ".") if from_stdin else Path(paths[0])
+    settings = _settings(arguments, start)
+    mode = "diff" if arguments.diff else "fix" if arguments.fix else "lint"
+    job = _Job(Linter(settings), mode, arguments.unsafe_fixes)
 
-    linter = Linter(settings)
-    results = _lint_all(linter, files, arguments.jobs)
-    internal_errors = [r for r in results if r.internal_error]
-    for result in internal_errors:
-        print(
-            f"ckptlint: internal error on {result.path}: {result.internal_error}", file=sys.stderr
-        )
-
-    if arguments.fix or arguments.diff:
-        outcome = _apply_fixes(linter, results, arguments)
-        if arguments.diff:
-            return (
-                EXIT_ERROR
-                if internal_errors or outcome.failed
-                else (EXIT_FINDINGS if outcome.changed else EXIT_CLEAN)
-            )
-        results, fixed = outcome.results, outcome.fixed
+    if from_stdin:
+        outcomes = [_lint_stdin(job, arguments.stdin_filename)]
     else:
-        fixed = 0
+        outcomes = _run_all(job, discover(paths, settings), arguments.jobs)
 
-    findings = [(r.path, f) for r in results for f in r.findings]
-    _print_report(findings, arguments, fixed)
-    if internal_errors:
+    problems = [problem for outcome in outcomes for problem in outcome.problems]
+    for problem in problems:
+        sys.stderr.write(report.problem_line(problem))
+    internal_error = any(problem.internal for problem in problems)
+
+    if mode == "diff":
+        diffs = "".join(outcome.diff for outcome in outcomes)
+        sys.stdout.write(diffs)
+        return EXIT_ERROR if internal_error else (EXIT_FINDINGS if diffs else EXIT_CLEAN)
+    if from_stdin and mode == "fix":
+        (outcome,) = outcomes
+        sys.stdout.buffer.write(outcome.fixed_bytes or b"")
+        sys.stdout.flush()
+
+    findings = [(o.result.path, f) for o in outcomes for f in o.result.findings]
+    fixed = sum(outcome.fixed for outcome in outcomes)
+    text = _render(findings, problems, fixed, arguments)
+    if arguments.output_file:
+        with open(arguments.output_file, "w", encoding="utf-8") as output:
+            output.write(text)
+    else:  # with fixed standard input on stdout, the report goes to stderr (as in ruff)
+        (sys.stderr if from_stdin and mode == "fix" else sys.stdout).write(text)
+    if internal_error:
         return EXIT_ERROR
     if findings and not arguments.exit_zero:
         return EXIT_FINDINGS
@@ -153,89 +211,133 @@ def run(arguments: argparse.Namespace) -> int:
 
 def _settings(arguments: argparse.Namespace, start: Path) -> Settings:
     settings = load_settings(start)
-    if arguments.select:
-        settings = replace(settings, select=parse_code_list(arguments.select))
-    if arguments.ignore:
-        settings = replace(settings, ignore=parse_code_list(arguments.ignore))
+    command_line = RuleSelection(
+        select=parse_code_list(arguments.select, "--select") if arguments.select else None,
+        ignore=parse_code_list(arguments.ignore, "--ignore"),
+    )
+    settings = replace(settings, command_line=command_line)
+    if arguments.respect_gitignore is not None:
+        settings = replace(settings, respect_gitignore=arguments.respect_gitignore)
     return settings
 
 
-_worker_linter: Linter | None = None
+def _render(
+    findings: list[tuple[str, Finding]],
+    problems: list[Problem],
+    fixed: int,
+    arguments: argparse.Namespace,
+) -> str:
+    if arguments.statistics:
+        return report.statistics(findings, arguments.format)
+    if arguments.format == "json":
+        return report.as_json(findings, problems)
+    if arguments.format == "github":
+        return report.as_github(findings, problems)
+    if arguments.format == "sarif":
+        return report.as_sarif(findings, problems)
+    text = report.as_text(findings)
+    if not arguments.quiet:
+        text += report.text_summary(findings, unsafe_fixes=arguments.unsafe_fixes, fixed=fixed)
+    return text
 
 
-def _init_worker(linter: Linter) -> None:
-    global _worker_linter
-    _worker_linter = linter
+@dataclass(frozen=True)
+class _Job:
+    """What each file goes through; pickled once into each worker process."""
+
+    linter: Linter
+    mode: str  # "lint", "fix" or "diff"
+    unsafe_fixes: bool
+
+    def run(self, file: SourceFile) -> FileOutcome:
+        linter = self.linter
+        if file.error is not None:
+            return FileOutcome(linter.inaccessible(file.path, file.error))
+        if self.mode == "lint":
+            return _outcome(linter.lint_path(file.path, always_parse=file.explicit))
+        try:
+            data = read_bytes(file.path)
+        except CannotRead:
+            return _outcome(linter.lint_path(file.path))
+        if not file.explicit and not linter.prefilter.passes(data):
+            return FileOutcome(FileResult(file.path, []))
+        return self.fix(data, file.path, write=self.mode == "fix")
+
+    def fix(self, data: bytes, path: str, *, write: bool) -> FileOutcome:
+        """Fix ``data`` (the file's bytes as read); write the result to ``path`` if asked."""
+        from ckptlint.fixes import FixFailed, fix_source, unified_diff, write_if_unchanged
+
+        try:
+            fix = fix_source(self.linter, data, path, unsafe=self.unsafe_fixes)
+        except Exception as error:  # a bug of ours: name the file, keep its findings
+            result = self.linter.lint_bytes(data, path)
+            problem = Problem(path, f"fix phase: {type(error).__name__}: {error}", internal=True)
+            return FileOutcome(result, problems=(problem,), fixed_bytes=data)
+        problems = tuple(
+            Problem(path, message, line, column) for line, column, message in fix.notes
+        )
+        unchanged = FileOutcome(FileResult(path, fix.findings_before), 0, problems, "", data)
+        if fix.after is None:
+            return unchanged
+        if self.mode == "diff":
+            return replace(unchanged, diff=unified_diff(path, data, fix.after))
+        if write:
+            try:
+                write_if_unchanged(path, data, fix.after)
+            except FixFailed as error:
+                problem = Problem(path, f"fixes not written: {error}")
+                return replace(unchanged, problems=(*problems, problem))
+        return FileOutcome(
+            FileResult(path, fix.findings_after), fix.applied, problems, "", fix.after
+        )
 
 
-def _lint_in_worker(file: SourceFile) -> FileResult:
-    assert _worker_linter is not None
-    return _worker_linter.lint_path(file.path, always_parse=file.explicit)
+def _outcome(result: FileResult) -> FileOutcome:
+    if result.internal_error is None:
+        return FileOutcome(result)
+    return FileOutcome(
+        result, problems=(Problem(result.path, result.internal_error, internal=True),)
+    )
 
 
-def _lint_all(linter: Linter, files: list[SourceFile], jobs: int | None) -> list[FileResult]:
+def _lint_stdin(job: _Job, filename: str | None) -> FileOutcome:
+    """Standard input, linted (and fixed, without writing any file) as the file ``filename``."""
+    data = sys.stdin.buffer.read()
+    path = filename or STDIN
+    if filename and job.linter.settings.is_excluded(filename):
+        return FileOutcome(FileResult(path, []), fixed_bytes=data)
+    if job.mode == "lint":
+        return _outcome(job.linter.lint_bytes(data, path))
+    return job.fix(data, path, write=False)
+
+
+_worker_job: _Job | None = None
+
+
+def _init_worker(job: _Job) -> None:
+    global _worker_job
+    _worker_job = job
+
+
+def _run_in_worker(file: SourceFile) -> FileOutcome:
+    assert _worker_job is not None
+    return _guarded(_worker_job, file)
+
+
+def _guarded(job: _Job, file: SourceFile) -> FileOutcome:
+    try:
+        return job.run(file)
+    except Exception as error:  # a bug of ours outside the engine's own guard
+        problem = Problem(file.path, f"{type(error).__name__}: {error}", internal=True)
+        return FileOutcome(FileResult(file.path, []), problems=(problem,))
+
+
+def _run_all(job: _Job, files: list[SourceFile], jobs: int | None) -> list[FileOutcome]:
     processes = jobs or min(os.cpu_count() or 1, 1 + len(files) // FILES_PER_EXTRA_PROCESS)
     if processes <= 1 or len(files) < 2:
-        return [linter.lint_path(f.path, always_parse=f.explicit) for f in files]
+        return [_guarded(job, file) for file in files]
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     chunk = max(1, len(files) // (processes * 8))
-    with ProcessPoolExecutor(processes, context, _init_worker, (linter,)) as pool:
-        return list(pool.map(_lint_in_worker, files, chunksize=chunk))
-
-
-class _FixOutcome:
-    def __init__(self, results: list[FileResult]) -> None:
-        self.results = results
-        self.fixed = 0
-        self.changed = 0
-        self.failed = 0
-
-
-def _apply_fixes(
-    linter: Linter, results: list[FileResult], arguments: argparse.Namespace
-) -> _FixOutcome:
-    from ckptlint.fixes import FixFailed, apply_edits, unified_diff, write_atomically
-
-    outcome = _FixOutcome(list(results))
-    for index, result in enumerate(results):
-        edits = [f.fix.edit for f in result.findings if _applies(f, arguments.unsafe_fixes)]
-        if not edits:
-            continue
-        try:
-            before = read_bytes(result.path)
-            after = apply_edits(before, edits)
-        except (FixFailed, UnreadableSource) as error:
-            print(f"ckptlint: {result.path}: fixes not applied: {error}", file=sys.stderr)
-            outcome.failed += 1
-            continue
-        outcome.changed += 1
-        if arguments.diff:
-            sys.stdout.write(unified_diff(result.path, before, after))
-            continue
-        write_atomically(result.path, after)
-        outcome.fixed += len(edits)
-        outcome.results[index] = FileResult(
-            result.path, linter.lint_text(decode(after), result.path)
-        )
-    return outcome
-
-
-def _applies(finding: Finding, unsafe_fixes: bool) -> bool:
-    return finding.fix is not None and (finding.fix.applicability == "safe" or unsafe_fixes)
-
-
-def _print_report(
-    findings: list[tuple[str, Finding]], arguments: argparse.Namespace, fixed: int
-) -> None:
-    if arguments.format == "json":
-        sys.stdout.write(report.as_json(findings))
-    elif arguments.format == "github":
-        sys.stdout.write(report.as_github(findings))
-    elif arguments.format == "sarif":
-        sys.stdout.write(report.as_sarif(findings))
-    else:
-        sys.stdout.write(report.as_text(findings))
-        sys.stdout.write(
-            report.text_summary(findings, unsafe_fixes=arguments.unsafe_fixes, fixed=fixed)
-        )
+    with ProcessPoolExecutor(processes, context, _init_worker, (job,)) as pool:
+        return list(pool.map(_run_in_worker, files, chunksize=chunk))

@@ -3,9 +3,9 @@
 ``analyze`` is shared by the command line and the flake8 plugin (which hands over the tree
 it already parsed), so both report the same findings at the same places.
 
-Nothing raised while linting a file leaves this module: a file that cannot be read,
-decoded, parsed or analysed (nesting too deep for the parser or the analysis) is CKP901,
-and anything else is a bug of ours, reported as the file's
+Nothing raised while linting a file leaves this module: a file that cannot be read is
+CKP902, one that cannot be decoded, parsed or analysed (nesting too deep for the parser or
+the analysis) is CKP901, and anything else is a bug of ours, reported as the file's
 ``internal_error`` while the run goes on.
 """
 
@@ -21,6 +21,7 @@ from ckptlint.noqa import file_exemption, is_suppressed
 from ckptlint.resolve import Targets
 from ckptlint.rules import ALL_RULES
 from ckptlint.rules.base import FileContext, Finding
+from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.unreadable_file import UnreadableFile
 from ckptlint.source import (
     CannotRead,
@@ -102,9 +103,14 @@ class Linter:
         try:
             data = read_bytes(path)
         except CannotRead as error:
-            finding = _finding(UnreadableFile.code, error)
+            finding = _finding(InaccessiblePath.code, error)
             return FileResult(path, self._keep(path, [finding], lines=[]))
         return self.lint_bytes(data, path, always_parse=always_parse)
+
+    def inaccessible(self, path: str, reason: str) -> FileResult:
+        """The CKP902 result of a path that cannot be linted (missing, unreadable folder)."""
+        finding = Finding(1, 1, InaccessiblePath.code, reason, end_line=1, end_column=1)
+        return FileResult(path, self._keep(path, [finding], lines=[]))
 
     def lint_bytes(self, data: bytes, path: str, *, always_parse: bool = True) -> FileResult:
         """Lint a file's content (read from disk or standard input) under its path."""
