@@ -162,6 +162,32 @@ def test_fix_keeps_crlf_and_fixes_nested_calls(project: Path) -> None:
     assert path.read_bytes() == expected.replace("\n", "\r\n").encode()
 
 
+def test_use_reentrant_none_is_replaced_where_it_is_written(project: Path) -> None:
+    path = project / "model.py"
+    source = (
+        "import functools\n"
+        "from torch.utils.checkpoint import checkpoint, checkpoint_sequential\n"
+        "run = functools.partial(checkpoint, use_reentrant=None)\n"
+        "a = run(f, x)\n"
+        "b = run(g, x)\n"
+        "c = checkpoint(f, x, use_reentrant=None)\n"
+        "d = checkpoint_sequential(fs, 2, x, None)\n"
+    )
+    path.write_text(source)
+    report = run_cli("model.py", cwd=project)
+    assert [line.split(" ", 2)[:2] for line in report.stdout.splitlines()[:4]] == [
+        ["model.py:4:5:", "CKP001"],
+        ["model.py:5:5:", "CKP001"],
+        ["model.py:6:5:", "CKP001"],
+        ["model.py:7:5:", "CKP001"],
+    ]
+    assert "use_reentrant=None" in report.stdout
+    result = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Fixed 4 findings." in result.stdout
+    assert path.read_text() == source.replace("None", "False")
+
+
 class TestNeverCorrupt:
     def test_the_same_file_reached_many_ways_is_fixed_once(self, project: Path) -> None:
         path = project / "model.py"

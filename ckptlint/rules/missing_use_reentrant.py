@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.rules.base import AddKeyword, FileContext, Finding, Fix, Rule
+from ckptlint.resolve import CheckpointCall, Signature
+from ckptlint.rules.base import AddKeyword, FileContext, Finding, Fix, ReplaceText, Rule
 
 
 class MissingUseReentrant(Rule):
@@ -21,6 +22,10 @@ class MissingUseReentrant(Rule):
     Pass it explicitly. The autofix adds `use_reentrant=False`; because that switches the
     implementation the code ran with, it is an unsafe fix: apply it with
     `ckptlint --fix --unsafe-fixes` and review the diff.
+
+    `use_reentrant=None` is the same as leaving it out (torch warns and picks the default),
+    so it is reported too; the fix replaces `None` with `False`, where the `None` is written
+    (in the call, or in the `functools.partial` it goes through).
 
     Calls passing `**kwargs` are not reported (the keyword may be inside), nor are
     `checkpoint_sequential` calls whose 4th positional argument (`use_reentrant`) is
@@ -49,6 +54,13 @@ import torch.utils.checkpoint as cp
 
 def run(functions, x):
     return cp.checkpoint_sequential(functions, 2, x)
+""",
+        """\
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+def forward(self, x):
+    x = checkpoint(self.block, x, use_reentrant=None)
+    return checkpoint_sequential(self.layers, 2, x, None)
 """,
         """\
 import functools
@@ -131,6 +143,10 @@ def forward(self, x):
         for call in context.checkpoint_calls:
             if not call.passes_use_reentrant():
                 yield self._finding(context, call.node, f"`{call.name}()` called")
+                continue
+            none = _explicit_none(call)
+            if none is not None:
+                yield self._none_finding(context, call, none)
         for partial in context.unconsumed_partials:
             name = partial.target.rsplit(".", 1)[-1]
             yield self._finding(
@@ -148,3 +164,31 @@ def forward(self, x):
             " or `use_reentrant=True` explicitly"
         )
         return context.finding(call, self.code, message, fix)
+
+    def _none_finding(self, context: FileContext, call: CheckpointCall, none: ast.expr) -> Finding:
+        end_line = none.end_lineno or none.lineno
+        edit = ReplaceText(
+            none.lineno,
+            context.character_column(none.lineno, none.col_offset),
+            end_line,
+            context.character_column(end_line, none.end_col_offset or 0),
+            "False",
+        )
+        message = (
+            f"`{call.name}()` called with `use_reentrant=None`, which torch treats as not"
+            " passed; pass `use_reentrant=False` (recommended) or `use_reentrant=True`"
+        )
+        return context.finding(call.node, self.code, message, Fix(edit, "unsafe"))
+
+
+def _explicit_none(call: CheckpointCall) -> ast.expr | None:
+    """The literal ``None`` given as ``use_reentrant`` (keyword, or 4th positional argument
+    of ``checkpoint_sequential``), if it is one."""
+    value = call.keywords.get("use_reentrant")
+    if value is None and call.signature is Signature.FOURTH_POSITIONAL:
+        leading = call.positional[:4]
+        if len(leading) == 4 and not any(isinstance(a, ast.Starred) for a in leading):
+            value = leading[3]
+    if isinstance(value, ast.Constant) and value.value is None:
+        return value
+    return None
