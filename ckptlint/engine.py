@@ -12,6 +12,7 @@ the analysis) is CKP901, and anything else is a bug of ours, reported as the fil
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -131,10 +132,20 @@ class Linter:
         exemption = file_exemption(text)
         if exemption is not None and not exemption.codes:
             return []
+        # Python's parser warns about the code it reads (invalid escape sequences): that is
+        # not ours to print, and under ``-W error`` it would turn into a false CKP901.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            findings, lines = self._lint_text(text, path)
+        if exemption is not None:
+            findings = [f for f in findings if not exemption.covers(f.code)]
+        return self._keep(path, findings, lines)
+
+    def _lint_text(self, text: str, path: str) -> tuple[list[Finding], list[str]]:
         try:
             parsed = parse(text, path, self.targets.words)
         except UnreadableSource as error:
-            return self._keep(path, [_finding(UnreadableFile.code, error)], split_lines(text))
+            return [_finding(UnreadableFile.code, error)], split_lines(text)
         try:
             findings = self._analyze(parsed.tree, parsed.lines, text, path)
         except SyntaxError as error:  # in a lazily parsed body
@@ -144,9 +155,7 @@ class Linter:
             findings = [_finding(UnreadableFile.code, unreadable)]
         except (RecursionError, MemoryError):  # the full parse of a body, or its check
             findings = [too_deep_finding(parsed.tree)]
-        if exemption is not None:
-            findings = [f for f in findings if not exemption.covers(f.code)]
-        return self._keep(path, findings, parsed.lines)
+        return findings, parsed.lines
 
     def _analyze(self, tree: ast.Module, lines: list[str], text: str, path: str) -> list[Finding]:
         """Findings, after checking that the bodies no rule read parse too."""

@@ -356,3 +356,16 @@ def test_bundled_example_shows_every_rule() -> None:
         if line.strip().startswith("# CKP")
     )
     assert found == marked == ["CKP001", "CKP101", "CKP201", "CKP202", "CKP301"]
+
+
+def test_warnings_of_the_parser_neither_print_nor_fail(project: Path) -> None:
+    """An invalid escape sequence makes Python's parser warn; under ``-W error`` that warning
+    would be a SyntaxError. ckptlint lints the file as Python runs it."""
+    import warnings
+
+    write(project, "m.py", 'import re\npattern = re.compile("\\d+")\n' + MISSING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = run_cli("--format", "json", "m.py", cwd=project)
+    assert [item["code"] for item in json.loads(result.stdout)] == ["CKP001"]
+    assert result.stderr == ""
