@@ -264,19 +264,25 @@ class _Job:
         return self.fix(data, file.path, write=self.mode == "fix")
 
     def fix(self, data: bytes, path: str, *, write: bool) -> FileOutcome:
-        """Fix ``data`` (the file's bytes as read); write the result to ``path`` if asked."""
+        """Fix ``data`` (the file's bytes as read): write the result to ``path``, or (not
+        writing, standard input) hand the fixed bytes back for stdout."""
         from ckptlint.fixes import FixFailed, fix_source, unified_diff, write_if_unchanged
 
+        keep = not write and self.mode == "fix"  # only standard input's text goes back
         try:
             fix = fix_source(self.linter, data, path, unsafe=self.unsafe_fixes)
         except Exception as error:  # a bug of ours: name the file, keep its findings
             result = self.linter.lint_bytes(data, path)
             problem = Problem(path, f"fix phase: {type(error).__name__}: {error}", internal=True)
-            return FileOutcome(result, problems=(problem,), fixed_bytes=data)
+            return FileOutcome(result, problems=(problem,), fixed_bytes=data if keep else None)
         problems = tuple(
             Problem(path, message, line, column) for line, column, message in fix.notes
         )
-        unchanged = FileOutcome(FileResult(path, fix.findings_before), 0, problems, "", data)
+        unchanged = FileOutcome(
+            FileResult(path, fix.findings_before),
+            problems=problems,
+            fixed_bytes=data if keep else None,
+        )
         if fix.after is None:
             return unchanged
         if self.mode == "diff":
@@ -288,7 +294,10 @@ class _Job:
                 problem = Problem(path, f"fixes not written: {error}")
                 return replace(unchanged, problems=(*problems, problem))
         return FileOutcome(
-            FileResult(path, fix.findings_after), fix.applied, problems, "", fix.after
+            FileResult(path, fix.findings_after),
+            fix.applied,
+            problems,
+            fixed_bytes=fix.after if keep else None,
         )
 
 

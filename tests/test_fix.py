@@ -408,3 +408,14 @@ class TestStdin:
             stdin=source.encode(),
         )
         assert result.stdout == source and result.returncode == 0
+
+
+def test_fix_in_worker_processes(project: Path) -> None:
+    for index in range(12):
+        (project / f"m{index}.py").write_text(HEADER + "y = cp.checkpoint(f, x)\n" * (index % 3))
+    result = run_cli("--fix", "--unsafe-fixes", "--jobs", "2", ".", cwd=project)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == "Fixed 12 findings.\nAll checks passed!\n"
+    for index in range(12):
+        text = (project / f"m{index}.py").read_text()
+        assert text.count("use_reentrant=False") == index % 3
