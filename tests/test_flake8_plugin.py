@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ckptlint.flake8_plugin import CheckpointChecker
-from tests.conftest import run_ckptlint, run_cli
+from tests.conftest import run_cli
 
 SOURCE = textwrap.dedent(
     """\
@@ -52,7 +52,7 @@ def test_flake8_reports_the_same_places_as_the_cli(project: Path) -> None:
     result = flake8("--select", "CKP", "model.py", cwd=project)
     assert result.returncode == 1, result.stderr
     from_flake8 = [line.split(" ", 2)[:2] for line in result.stdout.splitlines()]
-    cli = json.loads(run_ckptlint("--format", "json", "model.py", cwd=project).stdout)
+    cli = json.loads(run_cli("--format", "json", "model.py", cwd=project).stdout)
     from_cli = [[f"model.py:{i['line']}:{i['column']}:", i["code"]] for i in cli]
     assert from_flake8 == from_cli
     assert [place for place, _ in from_flake8] == [
