@@ -1,16 +1,16 @@
 """The pipeline's middle for one run: resolution, regions and effects over the project.
 
 ``ProjectAnalysis`` wires the layers together and keeps what they compute for the run:
-the sites of each module, the region of each site and what it reaches. ``expand_words``
-finds, across files, the names through which code reaches a region source (a project's
-wrappers, layer subclasses, attributes holding partials of ``checkpoint``), so that every
-file using one is analysed.
+the sites of each module, the region of each site and what it reaches, and the names
+through which other files reach a region source through this one (``exports``: a
+project's wrappers, layer subclasses, attributes holding partials of ``checkpoint``), so
+that the engine can analyse every file using one.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ckptlint.effects.changes import ChangeFinder
@@ -218,52 +218,6 @@ class ProjectAnalysis:
                     source = binding.value if binding.value is not None else binding.node
                     if touches_lines(source, lines):
                         yield binding, visible
-
-
-def expand_words(
-    analysis: ProjectAnalysis,
-    words: frozenset[str],
-    candidates: Callable[[frozenset[str]], list[str]],
-) -> tuple[frozenset[str], list[str]]:
-    """The names that reach a region source across the project, and the files using them.
-
-    ``candidates(new_words)`` lists the files whose text names one of ``new_words`` (as the
-    prefilter decides). Each round analyses the new candidate files, collects what they
-    export, and scopes again the files that name an exported word, until nothing new appears.
-    """
-    project = analysis.project
-    found: list[str] = []
-    seen: set[str] = set()
-    pending = list(candidates(words))
-    while pending:
-        exported: set[str] = set()
-        for path in pending:
-            module = project.module_at(path)
-            if module is None:
-                if path not in seen:
-                    seen.add(path)
-                    found.append(path)
-                continue
-            module = with_local_aliases(analysis, module)
-            if path not in seen:
-                seen.add(path)
-                found.append(path)
-            exported |= analysis.exports(module)
-        new = frozenset(exported) - words
-        if not new:
-            break
-        words = words | new
-        project.words = words
-        pending = [p for p in candidates(new)]
-        for module in project.loaded_modules():
-            if module.path in seen and module.path not in pending and names_any(module, new):
-                pending.append(module.path)
-        for path in pending:
-            loaded = project.module_at(path)
-            if loaded is not None and loaded.words != words:
-                project.rescope(loaded, words)
-        analysis.reset()
-    return words, found
 
 
 def with_local_aliases(analysis: ProjectAnalysis, module: Module) -> Module:

@@ -1,4 +1,9 @@
-"""The ``ckptlint`` command: discover → lint (in processes for large trees) → fix → report."""
+"""The ``ckptlint`` command: discover → lint the files together → fix → report.
+
+Every path given is accounted for in the report: findings, "All checks passed!", a CKP901
+(cannot parse or analyse) or CKP902 (cannot access) finding, or an internal error naming
+the file. No exception from one file stops the run.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +11,20 @@ import argparse
 import gc
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ckptlint import __version__, report
-from ckptlint.config import ConfigError, Settings, load_settings, parse_code_list
+from ckptlint.config import ConfigError, RuleSelection, Settings, load_settings, parse_code_list
 from ckptlint.core import Finding
-from ckptlint.discovery import MissingPath, SourceFile, discover
-from ckptlint.engine import FileResult, Linter, LintTarget
+from ckptlint.discovery import SourceFile, discover
+from ckptlint.engine import FileResult, Linter, LintTarget, digest
+from ckptlint.report import Problem
 from ckptlint.rules import RULES_BY_CODE
-from ckptlint.source import UnreadableSource, decode, read_bytes
+from ckptlint.source import CannotRead, read_bytes
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-# Below this many files, starting worker processes costs more than it saves.
-FILES_PER_EXTRA_PROCESS = 100
+STDIN = "-"
 
 
 class UsageError(Exception):
@@ -32,20 +37,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find misuse of torch.utils.checkpoint: missing use_reentrant, regions "
         "too small to pay off, and recomputes that can see a different world than the forward.",
     )
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: .)")
+    parser.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files or folders (default: .); - reads stdin"
+    )
     parser.add_argument(
         "--select",
         action="append",
         default=[],
         metavar="CODES",
-        help="comma-separated codes or prefixes to report",
+        help="comma-separated codes or prefixes to report (replaces the configuration's "
+        "select and ignore)",
     )
     parser.add_argument(
         "--ignore",
         action="append",
         default=[],
         metavar="CODES",
-        help="comma-separated codes or prefixes to skip",
+        help="comma-separated codes or prefixes to skip (added to the configuration's ignore)",
     )
     parser.add_argument("--fix", action="store_true", help="apply safe fixes to the files")
     parser.add_argument(
@@ -59,7 +67,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the fixes as a unified diff instead of writing them",
     )
     parser.add_argument("--format", choices=("text", "json", "github", "sarif"), default="text")
+    parser.add_argument(
+        "--output-file", "-o", metavar="FILE", help="write the report to FILE instead of stdout"
+    )
+    parser.add_argument(
+        "--statistics", action="store_true", help="print the number of findings per code"
+    )
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="print findings only, no summary line"
+    )
+    parser.add_argument(
+        "--stdin-filename",
+        metavar="PATH",
+        help="lint standard input as if it were the file PATH (configuration, excludes and "
+        "per-file ignores apply as for PATH); implies reading stdin when no path is given",
+    )
+    parser.add_argument(
+        "--no-respect-gitignore",
+        dest="respect_gitignore",
+        action="store_false",
+        default=None,
+        help="also lint files that .gitignore files exclude",
+    )
     parser.add_argument("--explain", metavar="CODE", help="print what a rule checks, with examples")
+    parser.add_argument(
+        "--show-rules", action="store_true", help="list every rule (text or --format json)"
+    )
     parser.add_argument(
         "--exit-zero", action="store_true", help="exit 0 even when there are findings"
     )
@@ -103,6 +136,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+@dataclass(frozen=True)
+class FileOutcome:
+    """One path's result, with what its fixes did (``--fix``/``--diff``)."""
+
+    result: FileResult
+    fixed: int = 0
+    problems: tuple[Problem, ...] = ()
+    diff: str = ""
+    fixed_bytes: bytes | None = None  # standard input's fixed text (for stdout)
+
+
 def run(arguments: argparse.Namespace) -> int:
     if arguments.explain:
         code = arguments.explain.strip().upper()
@@ -111,37 +155,49 @@ def run(arguments: argparse.Namespace) -> int:
             raise UsageError(f"unknown rule code {arguments.explain!r} (known: {known})")
         print(report.explain(code), end="")
         return EXIT_CLEAN
+    if arguments.show_rules:
+        sys.stdout.write(report.rule_list(arguments.format))
+        return EXIT_CLEAN
+    if arguments.statistics and arguments.format not in ("text", "json"):
+        raise UsageError("--statistics prints text or json only")
 
-    paths = arguments.paths or ["."]
-    settings = _settings(arguments, Path(paths[0]))
-    try:
-        files = discover(paths, settings)
-    except MissingPath as error:
-        raise UsageError(f"no such file or folder: {error}") from None
+    paths = arguments.paths or ([STDIN] if arguments.stdin_filename else ["."])
+    from_stdin = STDIN in paths
+    if from_stdin and len(paths) > 1:
+        raise UsageError("- (standard input) cannot be combined with other paths")
+    start = Path(arguments.stdin_filename or ".") if from_stdin else Path(paths[0])
+    settings = _settings(arguments, start)
+    mode = "diff" if arguments.diff else "fix" if arguments.fix else "lint"
+    job = _Job(Linter(settings), mode, arguments.unsafe_fixes)
 
-    linter = Linter(settings)
-    results = _lint_all(linter, files, arguments.jobs)
-    internal_errors = [r for r in results if r.internal_error]
-    for result in internal_errors:
-        print(
-            f"ckptlint: internal error on {result.path}: {result.internal_error}", file=sys.stderr
-        )
-
-    if arguments.fix or arguments.diff:
-        outcome = _apply_fixes(linter, results, arguments)
-        if arguments.diff:
-            return (
-                EXIT_ERROR
-                if internal_errors or outcome.failed
-                else (EXIT_FINDINGS if outcome.changed else EXIT_CLEAN)
-            )
-        results, fixed = outcome.results, outcome.fixed
+    if from_stdin:
+        outcomes = [_lint_stdin(job, arguments.stdin_filename)]
     else:
-        fixed = 0
+        outcomes = _run_all(job, discover(paths, settings), arguments.jobs)
 
-    findings = [(r.path, f) for r in results for f in r.findings]
-    _print_report(findings, arguments, fixed)
-    if internal_errors:
+    problems = [problem for outcome in outcomes for problem in outcome.problems]
+    for problem in problems:
+        sys.stderr.write(report.problem_line(problem))
+    internal_error = any(problem.internal for problem in problems)
+
+    if mode == "diff":
+        diffs = "".join(outcome.diff for outcome in outcomes)
+        sys.stdout.write(diffs)
+        return EXIT_ERROR if internal_error else (EXIT_FINDINGS if diffs else EXIT_CLEAN)
+    if from_stdin and mode == "fix":
+        (outcome,) = outcomes
+        sys.stdout.buffer.write(outcome.fixed_bytes or b"")
+        sys.stdout.flush()
+
+    findings = [(o.result.path, f) for o in outcomes for f in o.result.findings]
+    fixed = sum(outcome.fixed for outcome in outcomes)
+    text = _render(findings, problems, fixed, arguments)
+    if arguments.output_file:
+        with open(arguments.output_file, "w", encoding="utf-8") as output:
+            output.write(text)
+    else:  # with fixed standard input on stdout, the report goes to stderr (as in ruff)
+        (sys.stderr if from_stdin and mode == "fix" else sys.stdout).write(text)
+    if internal_error:
         return EXIT_ERROR
     if findings and not arguments.exit_zero:
         return EXIT_FINDINGS
@@ -150,69 +206,137 @@ def run(arguments: argparse.Namespace) -> int:
 
 def _settings(arguments: argparse.Namespace, start: Path) -> Settings:
     settings = load_settings(start)
-    if arguments.select:
-        settings = replace(settings, select=parse_code_list(arguments.select))
-    if arguments.ignore:
-        settings = replace(settings, ignore=parse_code_list(arguments.ignore))
+    command_line = RuleSelection(
+        select=parse_code_list(arguments.select, "--select") if arguments.select else None,
+        ignore=parse_code_list(arguments.ignore, "--ignore"),
+    )
+    settings = replace(settings, command_line=command_line)
+    if arguments.respect_gitignore is not None:
+        settings = replace(settings, respect_gitignore=arguments.respect_gitignore)
     return settings
 
 
-def _lint_all(linter: Linter, files: list[SourceFile], jobs: int | None) -> list[FileResult]:
-    return linter.lint_files((LintTarget(f.path, f.explicit) for f in files), jobs)
-
-
-class _FixOutcome:
-    def __init__(self, results: list[FileResult]) -> None:
-        self.results = results
-        self.fixed = 0
-        self.changed = 0
-        self.failed = 0
-
-
-def _apply_fixes(
-    linter: Linter, results: list[FileResult], arguments: argparse.Namespace
-) -> _FixOutcome:
-    from ckptlint.fixes import FixFailed, apply_edits, unified_diff, write_atomically
-
-    outcome = _FixOutcome(list(results))
-    for index, result in enumerate(results):
-        edits = [f.fix.edit for f in result.findings if _applies(f, arguments.unsafe_fixes)]
-        if not edits:
-            continue
-        try:
-            before = read_bytes(result.path)
-            after = apply_edits(before, edits)
-        except (FixFailed, UnreadableSource) as error:
-            print(f"ckptlint: {result.path}: fixes not applied: {error}", file=sys.stderr)
-            outcome.failed += 1
-            continue
-        outcome.changed += 1
-        if arguments.diff:
-            sys.stdout.write(unified_diff(result.path, before, after))
-            continue
-        write_atomically(result.path, after)
-        outcome.fixed += len(edits)
-        outcome.results[index] = FileResult(
-            result.path, linter.lint_text(decode(after), result.path)
-        )
-    return outcome
-
-
-def _applies(finding: Finding, unsafe_fixes: bool) -> bool:
-    return finding.fix is not None and (finding.fix.applicability == "safe" or unsafe_fixes)
-
-
-def _print_report(
-    findings: list[tuple[str, Finding]], arguments: argparse.Namespace, fixed: int
-) -> None:
+def _render(
+    findings: list[tuple[str, Finding]],
+    problems: list[Problem],
+    fixed: int,
+    arguments: argparse.Namespace,
+) -> str:
+    if arguments.statistics:
+        return report.statistics(findings, arguments.format)
     if arguments.format == "json":
-        sys.stdout.write(report.as_json(findings))
-    elif arguments.format == "github":
-        sys.stdout.write(report.as_github(findings))
-    elif arguments.format == "sarif":
-        sys.stdout.write(report.as_sarif(findings))
-    else:
-        sys.stdout.write(report.as_text(findings))
-        sys.stdout.write(
-            report.text_summary(findings, unsafe_fixes=arguments.unsafe_fixes, fixed=fixed)
+        return report.as_json(findings, problems)
+    if arguments.format == "github":
+        return report.as_github(findings, problems)
+    if arguments.format == "sarif":
+        return report.as_sarif(findings, problems)
+    text = report.as_text(findings)
+    if not arguments.quiet:
+        text += report.text_summary(findings, unsafe_fixes=arguments.unsafe_fixes, fixed=fixed)
+    return text
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What the run does with its files: lint them, and fix or diff them."""
+
+    linter: Linter
+    mode: str  # "lint", "fix" or "diff"
+    unsafe_fixes: bool
+
+    def fix_file(self, result: FileResult) -> FileOutcome:
+        """Fix a linted file: its findings are reused when its bytes are unchanged."""
+        try:
+            data = read_bytes(result.path)
+        except CannotRead as error:
+            return FileOutcome(result, problems=(Problem(result.path, f"not fixed: {error}"),))
+        reuse = result.findings if result.digest == digest(data) else None
+        return self.fix(data, result.path, write=self.mode == "fix", findings=reuse)
+
+    def fix(
+        self, data: bytes, path: str, *, write: bool, findings: list[Finding] | None = None
+    ) -> FileOutcome:
+        """Fix ``data`` (the file's bytes as read): write the result to ``path``, or (not
+        writing, standard input) hand the fixed bytes back for stdout."""
+        from ckptlint.fixes import FixFailed, fix_source, unified_diff, write_if_unchanged
+
+        keep = not write and self.mode == "fix"  # only standard input's text goes back
+        try:
+            fix = fix_source(self.linter, data, path, unsafe=self.unsafe_fixes, findings=findings)
+        except Exception as error:  # a bug of ours: name the file, keep its findings
+            result = self.linter.lint_bytes(data, path)
+            problem = Problem(path, f"fix phase: {type(error).__name__}: {error}", internal=True)
+            return FileOutcome(result, problems=(problem,), fixed_bytes=data if keep else None)
+        problems = tuple(
+            Problem(path, message, line, column) for line, column, message in fix.notes
         )
+        unchanged = FileOutcome(
+            FileResult(path, fix.findings_before),
+            problems=problems,
+            fixed_bytes=data if keep else None,
+        )
+        if fix.after is None:
+            return unchanged
+        if self.mode == "diff":
+            return replace(unchanged, diff=unified_diff(path, data, fix.after))
+        if write:
+            try:
+                write_if_unchanged(path, data, fix.after)
+            except FixFailed as error:
+                problem = Problem(path, f"fixes not written: {error}")
+                return replace(unchanged, problems=(*problems, problem))
+        return FileOutcome(
+            FileResult(path, fix.findings_after),
+            fix.applied,
+            problems,
+            fixed_bytes=fix.after if keep else None,
+        )
+
+
+def _outcome(result: FileResult) -> FileOutcome:
+    if result.internal_error is None:
+        return FileOutcome(result)
+    return FileOutcome(
+        result, problems=(Problem(result.path, result.internal_error, internal=True),)
+    )
+
+
+def _lint_stdin(job: _Job, filename: str | None) -> FileOutcome:
+    """Standard input, linted (and fixed, without writing any file) as the file ``filename``."""
+    data = sys.stdin.buffer.read()
+    path = filename or STDIN
+    if filename and job.linter.settings.is_excluded(filename):
+        return FileOutcome(FileResult(path, []), fixed_bytes=data)
+    if job.mode == "lint":
+        return _outcome(job.linter.lint_bytes(data, path))
+    return job.fix(data, path, write=False)
+
+
+def _run_all(job: _Job, files: list[SourceFile], jobs: int | None) -> list[FileOutcome]:
+    """Lint every file in one run (regions cross files), then fix the files that have
+    applicable fixes, each on its own."""
+    linter = job.linter
+    outcomes = {f.path: FileOutcome(linter.inaccessible(f.path, f.error)) for f in files if f.error}
+    accessible = [f for f in files if f.error is None]
+    try:
+        results = linter.lint_files((LintTarget(f.path, f.explicit) for f in accessible), jobs)
+    except Exception as error:  # a bug of ours in the run itself: name it, lose nothing else
+        message = f"{type(error).__name__}: {error}"
+        results = [FileResult(f.path, [], internal_error=message) for f in accessible]
+    for result in results:
+        outcomes[result.path] = _outcome(result)
+    if job.mode != "lint":
+        from ckptlint.fixes import is_applicable  # libcst: only when fixing
+
+        for result in results:
+            if any(is_applicable(f, job.unsafe_fixes) for f in result.findings):
+                outcomes[result.path] = _guarded(job, result)
+    return [outcomes[f.path] for f in files]
+
+
+def _guarded(job: _Job, result: FileResult) -> FileOutcome:
+    try:
+        return job.fix_file(result)
+    except Exception as error:  # a bug of ours outside the fix phase's own guard
+        problem = Problem(result.path, f"{type(error).__name__}: {error}", internal=True)
+        return FileOutcome(result, problems=(problem,))

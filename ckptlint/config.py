@@ -1,23 +1,53 @@
-"""Settings: ``[tool.ckptlint]`` in the nearest pyproject.toml, overridden by the command line."""
+"""Settings: ``[tool.ckptlint]`` in the nearest pyproject.toml, overridden by the command line.
+
+Rule selection works in layers, as in ruff: the defaults (``select = ["CKP"]``), then the
+configuration file, then the command line. A layer that has a ``select`` starts afresh from
+it and drops the ``ignore`` of the layers below; a layer without one keeps what the layers
+below enabled. Inside a layer the longest matching prefix decides, and ``ignore`` wins a tie
+(flake8's rule). So ``--select CKP101`` reports CKP101 even when the configuration ignores
+it, while ``--ignore CKP9`` adds to the configuration's ``ignore``.
+
+Paths in ``exclude`` and ``per-file-ignores`` are gitignore-style patterns (``pathspec``),
+relative to the folder of the pyproject.toml that holds them.
+"""
 
 from __future__ import annotations
 
-import fnmatch
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path, PurePosixPath
+
+import pathspec
+
+from ckptlint.rules import RULES_BY_CODE
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-KNOWN_KEYS = {"select", "ignore", "exclude", "per-file-ignores", "extend-checkpoint-functions"}
+KNOWN_KEYS = {
+    "select",
+    "ignore",
+    "exclude",
+    "per-file-ignores",
+    "extend-checkpoint-functions",
+    "respect-gitignore",
+}
 
 
 class ConfigError(Exception):
     """The configuration is invalid; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class RuleSelection:
+    """The command line's ``--select`` (None when not given) and ``--ignore``."""
+
+    select: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -27,30 +57,37 @@ class Settings:
     exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     extend_checkpoint_functions: tuple[str, ...] = ()
+    respect_gitignore: bool = True
+    command_line: RuleSelection = RuleSelection()
     root: Path = field(default_factory=Path.cwd)
 
     def is_selected(self, code: str) -> bool:
-        """flake8's rule: the longest matching prefix decides; ignore wins a tie."""
-        selected = max((len(p) for p in self.select if code.startswith(p)), default=-1)
-        ignored = max((len(p) for p in self.ignore if code.startswith(p)), default=-1)
-        return selected > ignored
+        """The configuration's layer, then the command line's (see the module docstring)."""
+        enabled = False
+        layers = ((self.select, self.ignore), (self.command_line.select, self.command_line.ignore))
+        for select, ignore in layers:
+            if select is not None:
+                selected = _longest_prefix(select, code)
+            else:
+                selected = 0 if enabled else -1
+            enabled = selected > _longest_prefix(ignore, code)
+        return enabled
 
     def is_ignored_in(self, code: str, path: str) -> bool:
         if not self.per_file_ignores:
             return False
-        relative = self.relative(path)
+        relative = str(self.relative(path))
         return any(
-            code.startswith(prefix)
-            for pattern, prefixes in self.per_file_ignores
-            if _matches(relative, pattern)
-            for prefix in prefixes
+            code.startswith(prefixes)
+            for spec, prefixes in self._per_file_specs
+            if spec.match_file(relative)
         )
 
-    def is_excluded(self, path: str) -> bool:
+    def is_excluded(self, path: str, *, is_folder: bool = False) -> bool:
         if not self.exclude:
             return False
-        relative = self.relative(path)
-        return any(_matches(relative, pattern) for pattern in self.exclude)
+        relative = str(self.relative(path))
+        return self._exclude_spec.match_file(relative + "/" if is_folder else relative)
 
     def relative(self, path: str) -> PurePosixPath:
         absolute = Path(path).absolute()
@@ -59,24 +96,47 @@ class Settings:
         except ValueError:
             return PurePosixPath(absolute.as_posix())
 
+    @cached_property
+    def _exclude_spec(self) -> pathspec.PathSpec:
+        return pathspec.GitIgnoreSpec.from_lines(self.exclude)
 
-def _matches(relative: PurePosixPath, pattern: str) -> bool:
-    """A pattern matches the path, any parent folder of it, or its file name (like ruff)."""
-    pattern = pattern.rstrip("/")
-    if "/" not in pattern and any(fnmatch.fnmatchcase(part, pattern) for part in relative.parts):
-        return True
-    candidates = [relative, *relative.parents]
-    return any(fnmatch.fnmatchcase(str(candidate), pattern) for candidate in candidates)
+    @cached_property
+    def _per_file_specs(self) -> list[tuple[pathspec.PathSpec, tuple[str, ...]]]:
+        return [
+            (pathspec.GitIgnoreSpec.from_lines([pattern]), prefixes)
+            for pattern, prefixes in self.per_file_ignores
+        ]
+
+
+def _longest_prefix(prefixes: Iterable[str], code: str) -> int:
+    return max((len(p) for p in prefixes if code.startswith(p)), default=-1)
 
 
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above ``start`` that has a [tool.ckptlint] table."""
+    """The nearest pyproject.toml at or above ``start`` that has a [tool.ckptlint] table.
+
+    Folders that cannot be read (no permission) are passed over, never an error.
+    """
     start = start.absolute()
-    for folder in [start, *start.parents] if start.is_dir() else start.parents:
+    for folder in [start, *start.parents] if _is_folder(start) else start.parents:
         candidate = folder / "pyproject.toml"
-        if candidate.is_file() and "ckptlint" in _read_toml(candidate).get("tool", {}):
+        if _is_file(candidate) and "ckptlint" in _read_toml(candidate).get("tool", {}):
             return candidate
     return None
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _read_toml(path: Path) -> dict:
@@ -108,6 +168,11 @@ def load_settings(start: Path) -> Settings:
             table["extend-checkpoint-functions"], f"{where} extend-checkpoint-functions"
         )
         settings = replace(settings, extend_checkpoint_functions=names)
+    if "respect-gitignore" in table:
+        value = table["respect-gitignore"]
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} respect-gitignore: expected true or false, got {value!r}")
+        settings = replace(settings, respect_gitignore=value)
     if "per-file-ignores" in table:
         ignores = table["per-file-ignores"]
         if not isinstance(ignores, dict):
@@ -131,9 +196,23 @@ def _strings(value: object, where: str) -> tuple[str, ...]:
 
 
 def _codes(value: object, where: str) -> tuple[str, ...]:
-    return tuple(code.strip().upper() for code in _strings(value, where) if code.strip())
+    return checked_codes((code.strip().upper() for code in _strings(value, where)), where)
 
 
-def parse_code_list(text: Iterable[str]) -> tuple[str, ...]:
+def parse_code_list(text: Iterable[str], where: str) -> tuple[str, ...]:
     """``--select CKP001,CKP2`` (repeatable) to a tuple of code prefixes."""
-    return tuple(code.strip().upper() for part in text for code in part.split(",") if code.strip())
+    return checked_codes((code.strip().upper() for part in text for code in part.split(",")), where)
+
+
+def checked_codes(codes: Iterable[str], where: str) -> tuple[str, ...]:
+    """The codes, each the prefix of at least one rule's code; else a ConfigError naming it."""
+    result = []
+    for code in codes:
+        if not code:
+            raise ConfigError(f"{where}: empty rule code")
+        if not any(known.startswith(code) for known in RULES_BY_CODE):
+            raise ConfigError(
+                f"{where}: unknown rule code or prefix {code!r} (known: {', '.join(RULES_BY_CODE)})"
+            )
+        result.append(code)
+    return tuple(result)

@@ -25,10 +25,27 @@ class AddKeyword:
 
 
 @dataclass(frozen=True)
-class Fix:
-    """A fix and whether applying it can change behaviour ("unsafe", as in ruff)."""
+class ReplaceText:
+    """Edit: replace the text from (line, column) up to (end_line, end_column) with ``text``.
 
-    edit: AddKeyword
+    Columns are 1-based characters, as in Finding; the end is exclusive.
+    """
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A fix and whether applying it can change behaviour ("unsafe", as in ruff).
+
+    An AddKeyword edit applies to the call the finding spans (its start and end).
+    """
+
+    edit: AddKeyword | ReplaceText
     applicability: Literal["safe", "unsafe"]
 
 

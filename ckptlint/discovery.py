@@ -1,10 +1,23 @@
-"""Finding the Python files to lint under the paths given on the command line."""
+"""Finding the Python files to lint under the paths given on the command line.
+
+Every path is accounted for: a file to lint, or a problem to report (a missing path, a
+folder that cannot be read). A file reached twice (named twice, through a symbolic link, as
+an absolute and a relative path, or inside a folder also named) is linted once, under the
+first spelling met, so ``--fix`` never edits it twice.
+
+Folders are walked in name order. Skipped: the usual tool and environment folders,
+virtualenvs, paths matching ``exclude``, and (with ``respect-gitignore``, the default) what
+git ignores: ``.gitignore`` files of the repository and ``.git/info/exclude``, read with
+``pathspec``'s gitignore semantics.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+import pathspec
 
 from ckptlint.config import Settings
 
@@ -33,46 +46,131 @@ SKIPPED_FOLDERS = frozenset(
 )
 
 
-class MissingPath(Exception):
-    """A path given on the command line does not exist."""
-
-
 @dataclass(frozen=True)
 class SourceFile:
     path: str
     explicit: bool  # named on the command line rather than found in a folder
+    error: str | None = None  # why the path cannot be linted (reported as CKP902)
 
 
 def discover(paths: list[str], settings: Settings) -> list[SourceFile]:
-    """Files to lint, in a stable order; a missing path raises MissingPath."""
-    missing = [path for path in paths if not os.path.exists(path)]
-    if missing:
-        raise MissingPath(", ".join(missing))
+    """Files to lint and paths that cannot be, each once, in a stable order."""
     found: dict[str, SourceFile] = {}
+
+    def add(file: SourceFile) -> None:
+        key = file.path if file.error else os.path.realpath(file.path)
+        found.setdefault(key, file)
+
     for path in paths:
-        if os.path.isdir(path):
-            for file in _walk(path, settings):
-                found.setdefault(file, SourceFile(file, explicit=False))
+        if not os.path.lexists(path):
+            add(SourceFile(path, explicit=True, error="no such file or folder"))
+        elif os.path.isdir(path):
+            if settings.is_excluded(path, is_folder=True):
+                continue
+            ignores = _GitIgnores.above(path) if settings.respect_gitignore else None
+            for file in _walk(path, settings, ignores):
+                add(file)
         elif not settings.is_excluded(path):
-            found[path] = SourceFile(path, explicit=True)
+            add(SourceFile(path, explicit=True))
     return list(found.values())
 
 
-def _walk(folder: str, settings: Settings) -> Iterator[str]:
+def _walk(folder: str, settings: Settings, ignores: _GitIgnores | None) -> Iterator[SourceFile]:
     try:
-        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
-    except OSError:
+        with os.scandir(folder) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+    except OSError as error:
+        yield SourceFile(folder, explicit=False, error=f"cannot read folder: {_reason(error)}")
         return
+    if ignores is not None:
+        ignores = ignores.entering(folder)
+    prefix = "" if folder == "." else os.path.join(os.path.normpath(folder), "")
     for entry in entries:
-        path = os.path.normpath(entry.path) if folder != "." else entry.name
-        if entry.is_dir(follow_symlinks=False):
-            if entry.name in SKIPPED_FOLDERS or _is_virtualenv(entry.path):
+        path = prefix + entry.name
+        if _is_folder(entry):
+            if entry.name in SKIPPED_FOLDERS or _is_virtualenv(path):
                 continue
-            if not settings.is_excluded(path):
-                yield from _walk(path, settings)
+            if settings.is_excluded(path, is_folder=True):
+                continue
+            if ignores is not None and ignores.ignores(path, is_folder=True):
+                continue
+            yield from _walk(path, settings, ignores)
         elif entry.name.endswith(".py") and not settings.is_excluded(path):
-            yield path
+            if ignores is None or not ignores.ignores(path, is_folder=False):
+                yield SourceFile(path, explicit=False)
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _is_virtualenv(folder: str) -> bool:
     return os.path.exists(os.path.join(folder, "pyvenv.cfg"))
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error)
+
+
+class _GitIgnores:
+    """The gitignore rules in force in one folder of a git work tree.
+
+    Each ``.gitignore`` applies to the paths below its own folder, relative to it; a deeper
+    file's verdict (ignore, or ``!`` re-include) wins over a shallower one's.
+    """
+
+    def __init__(self, specs: tuple[tuple[str, pathspec.PathSpec], ...]) -> None:
+        self.specs = specs  # (absolute folder, its rules), outermost first
+
+    @classmethod
+    def above(cls, folder: str) -> _GitIgnores | None:
+        """The rules of the work tree around ``folder`` and of the folders above it; None
+        outside a git work tree (git itself reads no .gitignore there)."""
+        start = os.path.abspath(folder)
+        chain = []
+        current = start
+        while True:
+            chain.append(current)
+            if os.path.exists(os.path.join(current, ".git")):
+                break
+            parent = os.path.dirname(current)
+            if parent == current:
+                return None
+            current = parent
+        root = chain[-1]
+        specs = []
+        exclude = _read_rules(os.path.join(root, ".git", "info", "exclude"))
+        if exclude is not None:
+            specs.append((root, exclude))
+        for ancestor in reversed(chain[1:]):  # the start folder is read when it is walked
+            rules = _read_rules(os.path.join(ancestor, ".gitignore"))
+            if rules is not None:
+                specs.append((ancestor, rules))
+        return cls(tuple(specs))
+
+    def entering(self, folder: str) -> _GitIgnores:
+        rules = _read_rules(os.path.join(folder, ".gitignore"))
+        if rules is None:
+            return self
+        return _GitIgnores((*self.specs, (os.path.abspath(folder), rules)))
+
+    def ignores(self, path: str, *, is_folder: bool) -> bool:
+        absolute = os.path.abspath(path)
+        for base, spec in reversed(self.specs):
+            relative = os.path.relpath(absolute, base).replace(os.sep, "/")
+            verdict = spec.check_file(relative + "/" if is_folder else relative).include
+            if verdict is not None:
+                return verdict
+        return False
+
+
+def _read_rules(path: str) -> pathspec.PathSpec | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)

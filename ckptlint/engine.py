@@ -5,6 +5,11 @@ checkpointed in another is seen whole. ``Linter.lint_text`` lints one text as if
 file at ``path`` (tests, editors, the fix phase); the files around that path are still read
 when the analysis follows an import into them. The flake8 plugin calls ``analyze`` on the
 tree flake8 parsed, so both report the same findings at the same places.
+
+Nothing raised while linting a file leaves this module: a file that cannot be read is
+CKP902, one that cannot be decoded, parsed or analysed (nesting too deep for the parser or
+the analysis) is CKP901, and anything else is a bug of ours, reported as the file's
+``internal_error`` while the run goes on.
 """
 
 from __future__ import annotations
@@ -12,25 +17,29 @@ from __future__ import annotations
 import ast
 import contextlib
 import gc
+import hashlib
 import multiprocessing
 import os
+import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ckptlint.analysis import ProjectAnalysis, expand_words, names_any, with_local_aliases
+from ckptlint.analysis import ProjectAnalysis, names_any, with_local_aliases
 from ckptlint.config import Settings
 from ckptlint.core import FileContext, Finding
-from ckptlint.lazy_tree import LazyTreeMismatch
-from ckptlint.noqa import is_suppressed
+from ckptlint.lazy_tree import LazyTreeMismatch, check_unparsed_bodies
+from ckptlint.noqa import file_exemption, is_suppressed
 from ckptlint.project.index import Module, Project
 from ckptlint.project.layout import Layout
 from ckptlint.regions.sources import SourceTable, configured_source
 from ckptlint.rules import ALL_RULES
+from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.unreadable_file import UnreadableFile
 from ckptlint.source import (
+    CannotRead,
     Prefilter,
     UnreadableSource,
     decode,
@@ -38,6 +47,8 @@ from ckptlint.source import (
     read_bytes,
     split_lines,
 )
+
+TOO_DEEP = "too deeply nested to analyse"
 
 
 def analyze(module: Module, analysis: ProjectAnalysis, selected: frozenset[str]) -> list[Finding]:
@@ -49,11 +60,53 @@ def analyze(module: Module, analysis: ProjectAnalysis, selected: frozenset[str])
     return sorted(set(findings))
 
 
+def analyze_safely(
+    module: Module, analysis: ProjectAnalysis, selected: frozenset[str]
+) -> list[Finding]:
+    """``analyze``, then the syntax of the bodies no rule read; input nested too deeply, or
+    a syntax error in a body parsed late, is one CKP901 finding."""
+    try:
+        findings = analyze(module, analysis, selected)
+        check_unparsed_bodies(module.tree, module.text, f"<{module.path}>")
+    except SyntaxError as error:  # in a lazily parsed body
+        unreadable = UnreadableSource(
+            f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
+        )
+        return [_finding(UnreadableFile.code, unreadable)]
+    except (RecursionError, MemoryError):
+        return [too_deep_finding(module.tree)]
+    return findings
+
+
+def too_deep_finding(tree: ast.AST) -> Finding:
+    """CKP901 at the most deeply nested node (found without recursion)."""
+    line, depth = 1, 0
+    try:
+        stack = [(tree, 0)]
+        while stack:
+            node, level = stack.pop()
+            if level > depth:
+                depth, line = level, getattr(node, "lineno", line)
+            stack.extend((child, level + 1) for child in ast.iter_child_nodes(node))
+    except Exception:  # a lazily parsed body that fails here: the line found so far will do
+        pass
+    message = f"{TOO_DEEP}: nesting depth {depth} at line {line}; split the expression"
+    return Finding(line, 1, UnreadableFile.code, message, end_line=line, end_column=1)
+
+
 @dataclass(frozen=True)
 class FileResult:
+    """A file's findings (selection and suppressions applied). ``digest`` identifies the
+    bytes they were found in (the fix phase reuses them when the file is unchanged)."""
+
     path: str
     findings: list[Finding]
     internal_error: str | None = None
+    digest: str | None = None
+
+
+def digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -69,6 +122,9 @@ class Linter:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # Names the last run over files found to reach a region source (project wrappers,
+        # layer subclasses...): linting one text afterwards (the fix phase) looks for them too.
+        self.discovered_words: frozenset[str] = frozenset()
 
     @cached_property
     def table(self) -> SourceTable:
@@ -95,9 +151,14 @@ class Linter:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._lint_files(targets, jobs, lazy=True)
-        except LazyTreeMismatch:  # the lazy split misread a file: parse everything in full
-            return self._lint_files(targets, jobs, lazy=False)
+            # Python's parser warns about the code it reads (invalid escape sequences): not
+            # ours to print, and under ``-W error`` it would turn into a false CKP901.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    return self._lint_files(targets, jobs, lazy=True)
+                except LazyTreeMismatch:  # a lazy split misread a file: parse all in full
+                    return self._lint_files(targets, jobs, lazy=False)
         finally:
             if collecting:
                 gc.enable()
@@ -106,12 +167,12 @@ class Linter:
         self, targets: list[LintTarget], jobs: int | None, *, lazy: bool
     ) -> list[FileResult]:
         data: dict[str, bytes] = {}
-        unreadable: dict[str, list[Finding]] = {}
+        unreadable: dict[str, Finding] = {}
         for target in targets:
             try:
                 data[target.path] = read_bytes(target.path)
-            except UnreadableSource as error:
-                unreadable[target.path] = [_unreadable(error)]
+            except CannotRead as error:
+                unreadable[target.path] = _finding(InaccessiblePath.code, error)
         paths = [t.path for t in targets if t.path in data]
         explicit = {t.path for t in targets if t.explicit}
         pending = [p for p in paths if p in explicit or self.prefilter.passes(data[p])]
@@ -133,51 +194,76 @@ class Linter:
         finally:
             for session in sessions:
                 session.close()
+        self.discovered_words = words - self.table.words
         ordered = []
         for target in targets:
             path = target.path
             if path in unreadable:
-                ordered.append(FileResult(path, self._keep(path, unreadable[path], [])))
+                ordered.append(FileResult(path, self._keep(path, [unreadable[path]], [])))
             else:
-                ordered.append(results.get(path) or FileResult(path, []))
+                found = results.get(path) or FileResult(path, [])
+                ordered.append(replace(found, digest=digest(data[path])))
         return ordered
+
+    def inaccessible(self, path: str, reason: str) -> FileResult:
+        """The CKP902 result of a path that cannot be linted (missing, unreadable folder)."""
+        finding = Finding(1, 1, InaccessiblePath.code, reason, end_line=1, end_column=1)
+        return FileResult(path, self._keep(path, [finding], lines=[]))
 
     # -- one file --------------------------------------------------------------------------
     def lint_path(self, path: str, *, always_parse: bool = False) -> FileResult:
         """Lint one file; a file found by walking folders is skipped by the prefilter."""
-        return self.lint_files([LintTarget(path, explicit=always_parse)])[0]
+        return self.lint_files([LintTarget(path, explicit=always_parse)], jobs=1)[0]
+
+    def lint_bytes(self, data: bytes, path: str) -> FileResult:
+        """Lint a file's content (read from disk or standard input) under its path."""
+        try:
+            try:
+                text = decode(data)
+            except UnreadableSource as error:
+                findings = self._keep(path, [_finding(UnreadableFile.code, error)], [])
+                return FileResult(path, findings, digest=digest(data))
+            return FileResult(path, self.lint_text(text, path), digest=digest(data))
+        except Exception as error:  # a bug of ours must not stop the run
+            return FileResult(path, [], internal_error=f"{type(error).__name__}: {error}")
 
     def lint_text(self, text: str, path: str) -> list[Finding]:
         """Findings for ``text`` as the file ``path`` (selection and suppressions applied)."""
-        try:
-            return self._lint_text(text, path, lazy=True)
-        except LazyTreeMismatch:
-            return self._lint_text(text, path, lazy=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                return self._lint_text(text, path, lazy=True)
+            except LazyTreeMismatch:
+                return self._lint_text(text, path, lazy=False)
 
     def _lint_text(self, text: str, path: str, *, lazy: bool) -> list[Finding]:
-        project = Project(Layout([path]), self.table.words, lazy=lazy)
+        project = Project(Layout([path]), self.table.words | self.discovered_words, lazy=lazy)
         try:
             parsed = parse(text, path, project.words if lazy else None)
         except UnreadableSource as error:
-            return self._keep(path, [_unreadable(error)], split_lines(text))
+            return self._keep(path, [_finding(UnreadableFile.code, error)], split_lines(text))
+        except (RecursionError, MemoryError):
+            error = UnreadableSource(f"cannot parse file: {TOO_DEEP}")
+            return self._keep(path, [_finding(UnreadableFile.code, error)], split_lines(text))
         module = project.adopt(path, text, parsed.tree, parsed.lines)
-        analysis = ProjectAnalysis(project, self.table)
-        expand_words(
-            analysis, project.words, lambda words: [path] if words is project.words else []
-        )
-        module = project.module_at(path) or module
-        return self._keep(path, analyze(module, analysis, self.selected), module.lines)
+        return self._keep(path, self._analyze_alone(project, module), module.lines)
 
     def analyze_tree(self, tree: ast.Module, lines: list[str], path: str) -> list[Finding]:
         """Findings of every selected rule on a tree its caller parsed (the flake8 plugin),
         before suppressions (the caller applies its own)."""
-        project = Project(Layout([path]), self.table.words)
+        project = Project(Layout([path]), self.table.words | self.discovered_words)
         module = project.adopt(path, "".join(lines), tree, lines)
+        return self._analyze_alone(project, module)
+
+    def _analyze_alone(self, project: Project, module: Module) -> list[Finding]:
+        """One module, its neighbours read from disk when the analysis follows an import."""
         analysis = ProjectAnalysis(project, self.table)
-        expand_words(
-            analysis, project.words, lambda words: [path] if words is project.words else []
-        )
-        return analyze(project.module_at(path) or module, analysis, self.selected)
+        try:
+            with_local_aliases(analysis, module)
+        except (RecursionError, MemoryError):
+            return [too_deep_finding(module.tree)]
+        module = project.module_at(module.path) or module
+        return _exempt(module, analyze_safely(module, analysis, self.selected))
 
     def _keep(self, path: str, findings: list[Finding], lines: list[str]) -> list[Finding]:
         """Drop unselected, per-file-ignored and ``# noqa``-suppressed findings."""
@@ -193,6 +279,14 @@ class Linter:
         return kept
 
 
+def _exempt(module: Module, findings: list[Finding]) -> list[Finding]:
+    """Drop what the file's ``# flake8: noqa`` / ``# ckptlint: noqa[: codes]`` exempts."""
+    exemption = file_exemption(module.text)
+    if exemption is None:
+        return findings
+    return [f for f in findings if not exemption.covers(f.code)]
+
+
 class Session:
     """One process's share of a run: its own project index over all the run's files, the
     candidate files it was given, and what it found in them."""
@@ -205,7 +299,8 @@ class Session:
         self.project = Project(Layout(paths), linter.table.words, lazy=lazy)
         self.analysis = ProjectAnalysis(self.project, linter.table)
         self.owned: list[str] = []
-        self.unreadable: dict[str, list[Finding]] = {}
+        self.unreadable: dict[str, Finding] = {}
+        self.too_deep: set[str] = set()
 
     def grow(self, paths: list[str], new_words: frozenset[str]) -> set[str]:
         """Take new words and new candidate files; return the names that the modules they
@@ -227,21 +322,36 @@ class Session:
         exports: set[str] = set()
         for path in changed:
             module = project.module_at(path)
-            if module is not None:
+            if module is None or path in self.too_deep:
+                continue
+            try:
                 module = with_local_aliases(self.analysis, module)
                 exports |= self.analysis.exports(module)
+            except (RecursionError, MemoryError):
+                self.too_deep.add(path)  # reported when results are asked for
+            except SyntaxError:
+                pass  # in a lazily parsed body: reported with the results
         return exports
 
     def results(self) -> list[FileResult]:
         linter = self.linter
         found = []
-        for path, findings in self.unreadable.items():
-            found.append(FileResult(path, linter._keep(path, findings, [])))
+        for path, finding in self.unreadable.items():
+            found.append(FileResult(path, linter._keep(path, [finding], [])))
         for path in self.owned:
             module = self.project.module_at(path)
             assert module is not None
-            findings = analyze(module, self.analysis, linter.selected)
-            found.append(FileResult(path, linter._keep(path, findings, module.lines)))
+            try:
+                if path in self.too_deep:
+                    findings = [too_deep_finding(module.tree)]
+                else:
+                    findings = analyze_safely(module, self.analysis, linter.selected)
+                kept = linter._keep(path, _exempt(module, findings), module.lines)
+                found.append(FileResult(path, kept))
+            except LazyTreeMismatch:
+                raise
+            except Exception as error:  # a bug of ours must not stop the run
+                found.append(FileResult(path, [], f"{type(error).__name__}: {error}"))
         return found
 
     def _load(self, path: str) -> bool:
@@ -250,11 +360,11 @@ class Session:
             text = decode(self.data[path])
             parsed = parse(text, path, self.project.words if self.project.lazy else None)
         except UnreadableSource as error:
-            self.unreadable[path] = [_unreadable(error)]
+            self.unreadable[path] = _finding(UnreadableFile.code, error)
             return False
         except (RecursionError, MemoryError):
-            error = UnreadableSource("cannot parse file: too deeply nested")
-            self.unreadable[path] = [_unreadable(error)]
+            error = UnreadableSource(f"cannot parse file: {TOO_DEEP}")
+            self.unreadable[path] = _finding(UnreadableFile.code, error)
             return False
         self.project.adopt(path, text, parsed.tree, parsed.lines)
         return True
@@ -349,11 +459,11 @@ def _processes(jobs: int | None, candidates: int) -> int:
     return max(1, min(available or 1, candidates // FILES_PER_PROCESS))
 
 
-def _unreadable(error: UnreadableSource) -> Finding:
+def _finding(code: str, error: UnreadableSource) -> Finding:
     return Finding(
         line=error.line,
         column=error.column,
-        code=UnreadableFile.code,
+        code=code,
         message=error.reason,
         end_line=error.line,
         end_column=error.column,

@@ -1,62 +1,211 @@
-"""Applying fixes with libcst, keeping the file's formatting, and writing files atomically.
+"""Fixes: computed on the exact text being fixed, applied call by call, checked, written safely.
 
-libcst is imported here only, so linting without ``--fix``/``--diff`` never pays for it.
+For each file: read its bytes once, lint that text, apply the applicable fixes to it, check
+the result with ``compile()`` (which, unlike ``ast.parse``, rejects a repeated keyword), and
+write it atomically, only if the file on disk still holds the bytes that were read.
+
+Each fix is applied on its own: libcst parses only the call being fixed (not the whole
+module: a 50,000-line file would take tens of seconds), the new call must parse and name
+no keyword twice, and a fix that fails any of this is reported as not applied while the
+others go ahead. libcst is imported here only, so linting without ``--fix``/``--diff`` never
+pays for it.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import io
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+import tokenize
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ckptlint.core import AddKeyword
-from ckptlint.source import decode, split_lines
+from ckptlint.core import AddKeyword, Finding, ReplaceText
+from ckptlint.engine import Linter
+from ckptlint.source import UnreadableSource, decode, split_lines
 
 
 class FixFailed(Exception):
-    """A fix could not be applied safely; the file is left untouched."""
+    """A fix (or a file's fixes) could not be applied safely; the reason is the message."""
 
 
-def apply_edits(data: bytes, edits: Iterable[AddKeyword]) -> bytes:
-    """The file's new bytes (same encoding) with every edit applied."""
+# Why a fix was not applied: (line, column, message); line 0 means the whole file.
+Note = tuple[int, int, str]
+
+
+@dataclass(frozen=True)
+class FixedText:
+    text: str
+    applied: tuple[Finding, ...]
+    failed: tuple[tuple[Finding, str], ...]
+
+
+@dataclass
+class _Edit:
+    findings: list[Finding]
+    start: int  # offsets into the text; updated as nested edits change the text
+    end: int
+    edit: AddKeyword | ReplaceText
+
+
+def fix_text(text: str, findings: Sequence[Finding]) -> FixedText:
+    """``text`` with the fix of each finding applied (each finding must carry one)."""
+    lines = split_lines(text)
+    starts = [0, *accumulate(len(line) for line in lines)]
+    failed: list[tuple[Finding, str]] = []
+    edits: dict[tuple[int, int, object], _Edit] = {}
+    for finding in findings:
+        assert finding.fix is not None
+        try:
+            start, end = _span(finding, starts, lines)
+        except FixFailed as error:
+            failed.append((finding, str(error)))
+            continue
+        key = (start, end, finding.fix.edit if isinstance(finding.fix.edit, ReplaceText) else 0)
+        if key in edits:  # one change fixes several findings (a partial used twice)
+            edits[key].findings.append(finding)
+        else:
+            edits[key] = _Edit([finding], start, end, finding.fix.edit)
+
+    pieces: list[str] = []
+    applied: list[Finding] = []
+    done = 0
+    for group in _nested_groups(sorted(edits.values(), key=lambda e: (e.start, -e.end)), failed):
+        outer_start, outer_end = group[0].start, group[0].end
+        snippet = _apply_group(text[outer_start:outer_end], group, outer_start, applied, failed)
+        pieces.append(text[done:outer_start])
+        pieces.append(snippet)
+        done = outer_end
+    pieces.append(text[done:])
+    return FixedText("".join(pieces), tuple(sorted(applied)), tuple(failed))
+
+
+def _apply_group(
+    snippet: str,
+    group: list[_Edit],
+    offset: int,
+    applied: list[Finding],
+    failed: list[tuple[Finding, str]],
+) -> str:
+    """Apply nested edits to the text of the outermost one, innermost first.
+
+    An edit sees the calls already fixed inside it as short placeholders, so libcst never
+    re-parses them (nested checkpoint calls would otherwise cost quadratic time).
+    """
+    for edit in group:
+        edit.start -= offset
+        edit.end -= offset
+    finished: list[_Edit] = []  # applied edits not yet inside a larger applied one
+    # Innermost first: from the last start, and of equal starts the shorter span.
+    for index in sorted(range(len(group)), key=lambda i: (-group[i].start, -i)):
+        edit = group[index]
+        inner = [d for d in finished if edit.start <= d.start and d.end <= edit.end]
+        holes = [(d.start - edit.start, d.end - edit.start) for d in inner]
+        try:
+            new = _apply(edit.edit, snippet[edit.start : edit.end], holes)
+        except FixFailed as error:
+            failed.extend((finding, str(error)) for finding in edit.findings)
+            continue
+        except (RecursionError, MemoryError):
+            failed.extend((finding, "too deeply nested to fix") for finding in edit.findings)
+            continue
+        except Exception as error:  # libcst's own failure on odd input: this fix only
+            failed.extend(
+                (finding, f"{type(error).__name__}: {error}") for finding in edit.findings
+            )
+            continue
+        snippet = snippet[: edit.start] + new + snippet[edit.end :]
+        delta = len(new) - (edit.end - edit.start)
+        for other in [*group[:index], *finished]:
+            if other.start >= edit.end:  # after this edit
+                other.start += delta
+                other.end += delta
+            elif other.start <= edit.start and other.end >= edit.end:  # around it
+                other.end += delta
+        finished = [d for d in finished if d not in inner]
+        edit.end += delta
+        finished.append(edit)
+        applied.extend(edit.findings)
+    return snippet
+
+
+def _span(finding: Finding, starts: list[int], lines: list[str]) -> tuple[int, int]:
+    edit = finding.fix.edit  # type: ignore[union-attr]
+    if isinstance(edit, AddKeyword):
+        if (edit.line, edit.column) != (finding.line, finding.column):
+            raise FixFailed("the fix does not start where the finding does")
+        where = (finding.line, finding.column, finding.end_line, finding.end_column)
+    else:
+        where = (edit.line, edit.column, edit.end_line, edit.end_column)
+    line, column, end_line, end_column = where
+    if not (0 < line <= end_line <= len(lines)):
+        raise FixFailed(f"lines {line}-{end_line} are not in the file")
+    start, end = starts[line - 1] + column - 1, starts[end_line - 1] + end_column - 1
+    if not (starts[line - 1] <= start <= end <= starts[end_line]):
+        raise FixFailed(f"columns {column}-{end_column} are not in the file")
+    return start, end
+
+
+def _nested_groups(edits: list[_Edit], failed: list[tuple[Finding, str]]) -> list[list[_Edit]]:
+    """Edits grouped under the outermost span containing them; partial overlaps refused."""
+    groups: list[list[_Edit]] = []
+    for edit in edits:
+        if groups and edit.start < groups[-1][0].end:
+            if edit.end <= groups[-1][0].end:
+                groups[-1].append(edit)
+            else:
+                failed.extend((f, "overlaps another fix") for f in edit.findings)
+            continue
+        groups.append([edit])
+    return groups
+
+
+def _apply(edit: AddKeyword | ReplaceText, code: str, holes: list[tuple[int, int]]) -> str:
+    """The new text of ``code``; ``holes`` are spans already fixed, kept as they are."""
+    if isinstance(edit, ReplaceText):
+        return edit.text
+    kept: list[tuple[str, str]] = []
+    for start, end in sorted(holes, reverse=True):
+        placeholder = f"_ckptlint_fixed_{len(kept)}_"
+        if placeholder in code:
+            raise FixFailed("the call spells a name ckptlint uses internally")
+        kept.append((placeholder, code[start:end]))
+        code = code[:start] + placeholder + code[end:]
+    new = add_keyword_to_call(code, edit.keyword, edit.value)
+    for placeholder, original in kept:
+        if new.count(placeholder) != 1:
+            raise FixFailed("libcst changed a call fixed inside this one")
+        new = new.replace(placeholder, original)
+    return new
+
+
+def add_keyword_to_call(code: str, keyword: str, value: str) -> str:
+    """The source of the call ``code`` with ``keyword=value`` added, its layout kept."""
     try:
-        module = cst.parse_module(data)
+        module = cst.parse_module(code)
     except cst.ParserSyntaxError as error:
-        raise FixFailed(f"libcst cannot parse the file: {error.message}") from None
-    pending = {(edit.line, edit.column - 1): edit for edit in edits}
-    transformer = _AddKeywords(pending)
-    fixed = MetadataWrapper(module).visit(transformer)
-    if pending:
-        missed = ", ".join(f"{line}:{column + 1}" for line, column in sorted(pending))
-        raise FixFailed(f"no call found at {missed}")
-    new_data = fixed.bytes
+        raise FixFailed(f"libcst cannot parse the call: {error.message}") from None
+    statement = module.body[0] if len(module.body) == 1 else None
+    expression = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+    call = expression.value if isinstance(expression, cst.Expr) else None
+    if not isinstance(call, cst.Call) or module.code_for_node(call) != code:
+        raise FixFailed("no call found where the finding is")
+    new = module.code_for_node(add_keyword(call, keyword, value))
     try:
-        ast.parse(new_data)
-    except (SyntaxError, ValueError) as error:
-        raise FixFailed(f"the fixed file would not parse ({error}); not written") from None
-    return new_data
-
-
-class _AddKeywords(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self, pending: dict[tuple[int, int], AddKeyword]) -> None:
-        super().__init__()
-        self.pending = pending
-
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        for node in (original_node, original_node.func):
-            start = self.get_metadata(PositionProvider, node).start
-            edit = self.pending.pop((start.line, start.column), None)
-            if edit is not None:
-                return add_keyword(updated_node, edit.keyword, edit.value)
-        return updated_node
+        (fixed,) = ast.parse(new).body
+    except SyntaxError as error:
+        raise FixFailed(f"the fixed call would not be valid Python ({error.msg})") from None
+    names = [item.arg for item in fixed.value.keywords if item.arg]  # type: ignore[attr-defined]
+    if len(names) != len(set(names)):
+        raise FixFailed(f"the fixed call would repeat the keyword `{keyword}`")
+    return new
 
 
 def add_keyword(call: cst.Call, keyword: str, value: str) -> cst.Call:
@@ -115,26 +264,115 @@ def _argument_line_whitespace(
     return None
 
 
+def encode_like(text: str, original: bytes) -> bytes:
+    """``text`` in the encoding (and BOM) ``original`` was read with."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
+    try:
+        return text.encode(encoding)
+    except (UnicodeEncodeError, LookupError) as error:
+        raise FixFailed(f"the fixed text cannot be written as {encoding}: {error}") from None
+
+
+def compile_error(data: bytes, path: str) -> str | None:
+    """Why ``compile()`` rejects the file, or None. Warnings it would print are silenced."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(data, path, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return f"{error.msg} at line {error.lineno}"
+    except (ValueError, RecursionError, MemoryError) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+@dataclass(frozen=True)
+class FileFix:
+    """The fixes of one file: its findings before and after, and what was not applied."""
+
+    before: bytes
+    findings_before: list[Finding]
+    after: bytes | None = None  # None when nothing changed
+    findings_after: list[Finding] = field(default_factory=list)
+    applied: int = 0
+    notes: tuple[Note, ...] = ()  # why fixes were not applied
+
+
+def fix_source(
+    linter: Linter,
+    data: bytes,
+    path: str,
+    *,
+    unsafe: bool,
+    findings: list[Finding] | None = None,
+) -> FileFix:
+    """Lint exactly ``data`` (or take ``findings``, found in exactly these bytes) and apply
+    the fixes found on it (the unsafe ones too if asked)."""
+    try:
+        text = decode(data)
+    except UnreadableSource:
+        return FileFix(data, linter.lint_bytes(data, path).findings)
+    if findings is None:
+        findings = linter.lint_text(text, path)
+    fixable = [f for f in findings if is_applicable(f, unsafe)]
+    if not fixable:
+        return FileFix(data, findings)
+    fixed = fix_text(text, fixable)
+    notes = [(f.line, f.column, f"{f.code} not fixed: {why}") for f, why in fixed.failed]
+    if not fixed.applied:
+        return FileFix(data, findings, notes=tuple(notes))
+    try:
+        after = encode_like(fixed.text, data)
+    except FixFailed as error:
+        return FileFix(data, findings, notes=(*notes, (0, 0, f"fixes not applied: {error}")))
+    error = compile_error(after, path)
+    if error is not None:
+        before_error = compile_error(data, path)
+        why = (
+            f"the file does not compile as it is ({before_error})"
+            if before_error
+            else f"the fixed file would not compile ({error})"
+        )
+        return FileFix(data, findings, notes=(*notes, (0, 0, f"fixes not applied: {why}")))
+    remaining = linter.lint_text(fixed.text, path)
+    return FileFix(data, findings, after, remaining, len(fixed.applied), tuple(notes))
+
+
+def is_applicable(finding: Finding, unsafe: bool) -> bool:
+    return finding.fix is not None and (finding.fix.applicability == "safe" or unsafe)
+
+
 def unified_diff(path: str, before: bytes, after: bytes) -> str:
     """The change as a unified diff, both sides decoded in the file's own encoding."""
     old, new = split_lines(decode(before)), split_lines(decode(after))
     return "".join(difflib.unified_diff(old, new, fromfile=path, tofile=path))
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Temp file in the same folder, flush, fsync, then ``os.replace``: all or nothing."""
+def write_if_unchanged(path: str, before: bytes, after: bytes) -> None:
+    """Write ``after`` atomically, only if the file still holds ``before``.
+
+    Temp file in the same folder, flush, fsync, compare the file with what was read, then
+    ``os.replace``: all or nothing, and never over an edit made since the file was read.
+    """
     target = os.path.realpath(path)
     folder, name = os.path.split(target)
-    mode = stat.S_IMODE(os.stat(target).st_mode)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".ckptlint")
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".ckptlint")
+    except OSError as error:
+        raise FixFailed(f"cannot write to {folder or '.'}: {error.strerror or error}") from None
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            stream.write(after)
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)
+        with open(target, "rb") as current:
+            if current.read() != before:
+                raise FixFailed("the file changed on disk since it was read; not written")
         os.replace(temporary, target)
-    except BaseException:
+    except OSError as error:
+        raise FixFailed(f"cannot write the file: {error.strerror or error}") from None
+    finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
-        raise

@@ -2,7 +2,13 @@
 
 flake8 runs every installed plugin on every file whatever ``--select`` says, so this module
 imports nothing heavy, and a file whose text cannot reach a checkpoint function costs one
-regular-expression scan. ``# noqa`` and per-file ignores are left to flake8 itself.
+regular-expression scan. ``# noqa``, ``# flake8: noqa`` and per-file ignores are flake8's;
+the plugin adds what the CLI also honours: ``# noqa`` codes in any case, and
+``# ckptlint: noqa[: codes]`` (unless flake8 runs with ``--disable-noqa``).
+
+No exception ever reaches flake8 (which would stop the whole run and lose every other
+file's results): input nested too deeply to analyse is a CKP901 finding, and so is a bug of
+ours, with its message.
 """
 
 from __future__ import annotations
@@ -10,11 +16,16 @@ from __future__ import annotations
 import argparse
 import ast
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptlint import __version__
 from ckptlint.regions.sources import SourceTable
 from ckptlint.source import Prefilter
+
+if TYPE_CHECKING:
+    from ckptlint.engine import Linter
+
+Result = tuple[int, int, str, type]
 
 
 class CheckpointChecker:
@@ -22,9 +33,11 @@ class CheckpointChecker:
     version = __version__
 
     extend_checkpoint_functions: tuple[str, ...] = ()
+    disable_noqa = False
+    _cached: tuple[tuple[str, ...], Linter] | None = None
     _prefilter = Prefilter(SourceTable.build().words)
 
-    def __init__(self, tree: ast.Module, lines: list[str], filename: str) -> None:
+    def __init__(self, tree: ast.Module, lines: list[str], filename: str = "stdin") -> None:
         self.tree = tree
         self.lines = lines
         self.filename = filename
@@ -43,18 +56,48 @@ class CheckpointChecker:
     @classmethod
     def parse_options(cls, options: argparse.Namespace) -> None:
         cls.extend_checkpoint_functions = tuple(options.extend_checkpoint_functions or ())
-        from ckptlint.config import Settings
-        from ckptlint.engine import Linter
+        cls.disable_noqa = bool(getattr(options, "disable_noqa", False))
+        cls._prefilter = Prefilter(cls._linter().table.words)
 
-        linter = Linter(Settings(extend_checkpoint_functions=cls.extend_checkpoint_functions))
-        cls._prefilter = Prefilter(linter.table.words)
+    def run(self) -> Iterator[Result]:
+        try:
+            results = list(self._check())
+        except Exception as error:  # RecursionError and MemoryError included
+            results = [self._internal_error(error)]
+        yield from results
 
-    def run(self) -> Iterator[tuple[int, int, str, type]]:
-        if not self._prefilter.passes("".join(self.lines).encode()):
+    def _check(self) -> Iterator[Result]:
+        text = "".join(self.lines)
+        if not self._prefilter.passes(text.encode(errors="surrogatepass")):
             return
+        from ckptlint.noqa import file_exemption, is_suppressed
+
+        exemption = None if self.disable_noqa else file_exemption(text)
+        if exemption is not None and not exemption.codes:
+            return
+        for finding in self._linter().analyze_tree(self.tree, self.lines, self.filename):
+            if not self.disable_noqa:
+                if exemption is not None and exemption.covers(finding.code):
+                    continue
+                line = self.lines[finding.line - 1] if 0 < finding.line <= len(self.lines) else ""
+                if is_suppressed(line, finding.code):
+                    continue
+            yield finding.line, finding.column - 1, f"{finding.code} {finding.message}", type(self)
+
+    @classmethod
+    def _linter(cls) -> Linter:
+        """A linter with every rule selected (flake8 selects) and the configured wrappers."""
         from ckptlint.config import Settings
         from ckptlint.engine import Linter
 
-        linter = Linter(Settings(extend_checkpoint_functions=self.extend_checkpoint_functions))
-        for finding in linter.analyze_tree(self.tree, self.lines, self.filename):
-            yield finding.line, finding.column - 1, f"{finding.code} {finding.message}", type(self)
+        key = cls.extend_checkpoint_functions
+        if cls._cached is None or cls._cached[0] != key:
+            cls._cached = (key, Linter(Settings(extend_checkpoint_functions=key)))
+        return cls._cached[1]
+
+    def _internal_error(self, error: Exception) -> Result:
+        message = (
+            f"CKP901 file not analysed: internal error {type(error).__name__}: {error}"
+            " (please report it to ckptlint)"
+        )
+        return 1, 0, " ".join(message.split())[:500], type(self)

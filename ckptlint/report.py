@@ -1,9 +1,21 @@
-"""Output formats: text (flake8 style), JSON, GitHub annotations and SARIF 2.1.0."""
+"""Output formats: text (flake8 style), JSON, GitHub annotations and SARIF 2.1.0.
+
+Besides findings, a run can have problems that are not findings: an internal error on a
+file (a bug of ours: exit 2) and fixes that were not applied. They go to standard error in
+every format, and into the report itself where the format has a place for them: JSON
+entries with ``"code": null``, GitHub ``::error`` annotations, SARIF
+``invocations[0].toolExecutionNotifications`` (with ``executionSuccessful: false`` after an
+internal error).
+"""
 
 from __future__ import annotations
 
 import inspect
 import json
+import urllib.parse
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ckptlint import __version__
@@ -11,7 +23,17 @@ from ckptlint.core import Finding
 from ckptlint.rules import ALL_RULES, RULES_BY_CODE
 
 Report = list[tuple[str, Finding]]
-INFORMATION_URI = "https://pypi.org/project/ckptlint/"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that went wrong running the tool on a path; ``line`` 0: the whole file."""
+
+    path: str
+    message: str
+    line: int = 0
+    column: int = 0
+    internal: bool = False  # a bug of ours (exit 2); else a fix that was not applied
 
 
 def as_text(report: Report) -> str:
@@ -20,6 +42,14 @@ def as_text(report: Report) -> str:
         f"{path}:{f.line}:{f.column}: {f.code} {'[*] ' if f.fix else ''}{f.message}\n"
         for path, f in report
     )
+
+
+def problem_line(problem: Problem) -> str:
+    where = (
+        f"{problem.path}:{problem.line}:{problem.column}:" if problem.line else f"{problem.path}:"
+    )
+    kind = "internal error" if problem.internal else "warning"
+    return f"ckptlint: {kind}: {where} {problem.message}\n"
 
 
 def text_summary(report: Report, *, unsafe_fixes: bool, fixed: int) -> str:
@@ -34,32 +64,44 @@ def text_summary(report: Report, *, unsafe_fixes: bool, fixed: int) -> str:
             how = "--fix" if unsafe_fixes else "--fix --unsafe-fixes"
             line += f" [*] {fixable} fixable with `ckptlint {how}`."
         parts.append(line)
-    return "\n".join(parts) + ("\n" if parts else "")
+    else:
+        parts.append("All checks passed!")
+    return "\n".join(parts) + "\n"
 
 
-def as_json(report: Report) -> str:
-    return (
-        json.dumps(
-            [
-                {
-                    "path": path,
-                    "line": f.line,
-                    "column": f.column,
-                    "end_line": f.end_line,
-                    "end_column": f.end_column,
-                    "code": f.code,
-                    "message": f.message,
-                    "fixable": f.fix is not None,
-                }
-                for path, f in report
-            ],
-            indent=2,
-        )
-        + "\n"
+def as_json(report: Report, problems: Sequence[Problem] = ()) -> str:
+    """Findings, then internal errors as entries with ``"code": null``."""
+    entries = [
+        {
+            "path": path,
+            "line": f.line,
+            "column": f.column,
+            "end_line": f.end_line,
+            "end_column": f.end_column,
+            "code": f.code,
+            "message": f.message,
+            "fixable": f.fix is not None,
+        }
+        for path, f in report
+    ]
+    entries.extend(
+        {
+            "path": p.path,
+            "line": max(p.line, 1),
+            "column": max(p.column, 1),
+            "end_line": max(p.line, 1),
+            "end_column": max(p.column, 1),
+            "code": None,
+            "message": f"internal error: {p.message}",
+            "fixable": False,
+        }
+        for p in problems
+        if p.internal
     )
+    return json.dumps(entries, indent=2) + "\n"
 
 
-def as_github(report: Report) -> str:
+def as_github(report: Report, problems: Sequence[Problem] = ()) -> str:
     """GitHub Actions workflow commands: one ``::error`` annotation per finding."""
     lines = []
     for path, f in report:
@@ -68,6 +110,16 @@ def as_github(report: Report) -> str:
             f"endLine={f.end_line},endColumn={f.end_column},title=ckptlint ({f.code})"
         )
         lines.append(f"::error {location}::{_escape_data(f'{f.code} {f.message}')}\n")
+    for problem in problems:
+        command = "error" if problem.internal else "warning"
+        title = "ckptlint internal error" if problem.internal else "ckptlint fix not applied"
+        location = f"file={_escape_property(problem.path)}"
+        if problem.line:
+            location += f",line={problem.line},col={problem.column}"
+        lines.append(
+            f"::{command} {location},title={_escape_property(title)}::"
+            f"{_escape_data(problem.message)}\n"
+        )
     return "".join(lines)
 
 
@@ -79,7 +131,16 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def as_sarif(report: Report) -> str:
+def artifact_uri(path: str) -> str:
+    """A path as a SARIF ``uri``: a relative reference, or a ``file://`` URI when absolute;
+    percent-encoded (RFC 3986), so spaces, ``#``, ``%``, ``:`` and non-ASCII survive."""
+    posix = Path(path)
+    if posix.is_absolute():
+        return posix.as_uri()
+    return urllib.parse.quote(posix.as_posix(), safe="/")
+
+
+def as_sarif(report: Report, problems: Sequence[Problem] = ()) -> str:
     """A SARIF 2.1.0 log with one run, as GitHub code scanning accepts it."""
     rules = [
         {
@@ -102,7 +163,7 @@ def as_sarif(report: Report) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": Path(path).as_posix()},
+                        "artifactLocation": {"uri": artifact_uri(path)},
                         "region": {
                             "startLine": f.line,
                             "startColumn": f.column,
@@ -116,24 +177,72 @@ def as_sarif(report: Report) -> str:
         for path, f in report
         if f.code in RULES_BY_CODE
     ]
+    invocation = {
+        "executionSuccessful": not any(p.internal for p in problems),
+        "toolExecutionNotifications": [_notification(p) for p in problems],
+    }
     log = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [
             {
-                "tool": {
-                    "driver": {
-                        "name": "ckptlint",
-                        "version": __version__,
-                        "informationUri": INFORMATION_URI,
-                        "rules": rules,
-                    }
-                },
+                "tool": {"driver": {"name": "ckptlint", "version": __version__, "rules": rules}},
+                "invocations": [invocation],
                 "results": results,
             }
         ],
     }
     return json.dumps(log, indent=2) + "\n"
+
+
+def _notification(problem: Problem) -> dict:
+    physical: dict = {"artifactLocation": {"uri": artifact_uri(problem.path)}}
+    if problem.line:
+        physical["region"] = {"startLine": problem.line, "startColumn": max(problem.column, 1)}
+    return {
+        "level": "error" if problem.internal else "warning",
+        "message": {
+            "text": f"internal error: {problem.message}" if problem.internal else problem.message
+        },
+        "locations": [{"physicalLocation": physical}],
+    }
+
+
+def statistics(report: Report, output_format: str) -> str:
+    """How many findings of each code, most frequent first (like ``ruff --statistics``)."""
+    counts = Counter(f.code for _, f in report)
+    fixable = {f.code for _, f in report if f.fix}
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    if output_format == "json":
+        entries = [
+            {
+                "code": code,
+                "name": RULES_BY_CODE[code].name,
+                "count": count,
+                "fixable": code in fixable,
+            }
+            for code, count in rows
+        ]
+        return json.dumps(entries, indent=2) + "\n"
+    width = max((len(str(count)) for count in counts.values()), default=1)
+    return "".join(
+        f"{count:>{width}}\t{code}\t{'[*]' if code in fixable else '[ ]'} "
+        f"{RULES_BY_CODE[code].name}\n"
+        for code, count in rows
+    )
+
+
+def rule_list(output_format: str) -> str:
+    """Every rule: code, name and summary (``--show-rules``)."""
+    if output_format == "json":
+        entries = [
+            {"code": rule.code, "name": rule.name, "summary": rule.summary} for rule in ALL_RULES
+        ]
+        return json.dumps(entries, indent=2) + "\n"
+    name_width = max(len(rule.name) for rule in ALL_RULES)
+    return "".join(
+        f"{rule.code}  {rule.name:<{name_width}}  {rule.summary}\n" for rule in ALL_RULES
+    )
 
 
 def explain(code: str) -> str:

@@ -28,6 +28,10 @@ class UnreadableSource(Exception):
         self.column = column
 
 
+class CannotRead(UnreadableSource):
+    """The operating system refused to read the file (reported as CKP902, not CKP901)."""
+
+
 _WHITESPACE = b" \t\f\r\n\\"
 _IDENTIFIER_BYTE = re.compile(rb"[A-Za-z0-9_\x80-\xff]")
 # What may stand between ``import`` and a name it imports: other names (``as`` aliases),
@@ -106,7 +110,7 @@ def read_bytes(path: str) -> bytes:
         with open(path, "rb") as handle:
             return handle.read()
     except OSError as error:
-        raise UnreadableSource(f"cannot read file: {error.strerror or error}") from None
+        raise CannotRead(f"cannot read file: {error.strerror or error}") from None
 
 
 def decode(data: bytes) -> str:
@@ -190,16 +194,23 @@ def parse(text: str, filename: str, words: Iterable[str] | None = None) -> Parse
         line = text.count("\n", 0, text.index("\0")) + 1
         raise UnreadableSource("cannot parse file: it contains a NUL byte", line)
     lines = split_lines(text)
+    # Not the path itself: given a path that exists, Python reads the file from disk to
+    # place a syntax error, and bytes it does not see here (a BOM) shift the column.
+    name = f"<{filename}>"
     try:
         if words is None:
-            tree = ast.parse(text, filename=filename)
+            tree = ast.parse(text, filename=name)
         else:
             interesting = lines_with_words(lines, words, skip_assigned=True)
-            tree = parse_lazily(text, lines, filename, interesting)
+            tree = parse_lazily(text, lines, name, interesting)
     except SyntaxError as error:
         raise UnreadableSource(
             f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
         ) from None
-    except (ValueError, RecursionError, MemoryError) as error:
+    except (RecursionError, MemoryError) as error:
+        reason = str(error) or type(error).__name__
+        message = f"too deeply nested to analyse: the parser gave up ({reason})"
+        raise UnreadableSource(message) from None
+    except ValueError as error:
         raise UnreadableSource(f"cannot parse file: {error}") from None
     return ParsedSource(text, lines, tree)

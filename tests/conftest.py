@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
+import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from ckptlint.cli import main
 from ckptlint.config import Settings
 from ckptlint.core import Finding
 from ckptlint.engine import Linter
@@ -30,6 +34,40 @@ def run_ckptlint(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=120,
     )
+
+
+@dataclass(frozen=True)
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    stdout_bytes: bytes
+
+
+def run_cli(*arguments: str, cwd: Path, stdin: bytes = b"") -> CliRun:
+    """``ckptlint ARGUMENTS`` in this process (no interpreter start-up), run in ``cwd``."""
+    stdout, stderr = io.BytesIO(), io.BytesIO()
+    streams = (
+        io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"),
+        io.TextIOWrapper(stdout, encoding="utf-8", write_through=True),
+        io.TextIOWrapper(stderr, encoding="utf-8", write_through=True),
+    )
+    saved = sys.stdin, sys.stdout, sys.stderr, os.getcwd()
+    sys.stdin, sys.stdout, sys.stderr = streams
+    try:
+        os.chdir(cwd)
+        try:
+            code = main(list(arguments))
+        except SystemExit as exit:  # argparse: --help, --version, usage errors
+            code = exit.code if isinstance(exit.code, int) else 2
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved[:3]
+        os.chdir(saved[3])
+        for stream in streams:
+            stream.flush()
+            stream.detach()  # keep the buffers open for reading
+    out = stdout.getvalue()
+    return CliRun(code, out.decode("utf-8", "replace"), stderr.getvalue().decode(), out)
 
 
 @pytest.fixture

@@ -1,16 +1,20 @@
-"""--fix / --unsafe-fixes / --diff: formatting kept, atomic writes, idempotent."""
+"""--fix / --unsafe-fixes / --diff: formatting kept, atomic writes, idempotent, and never a
+file corrupted: each fix checked on its own, the result compiled, written only over the
+bytes that were linted."""
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from ckptlint.core import AddKeyword
-from ckptlint.fixes import FixFailed, apply_edits
-from tests.conftest import run_ckptlint
+import ckptlint.fixes
+from ckptlint.core import AddKeyword, Finding, Fix
+from ckptlint.fixes import FixFailed, compile_error, fix_text, write_if_unchanged
+from tests.conftest import lint, run_cli
 
 HEADER = "import torch.utils.checkpoint as cp\n"
 
@@ -85,19 +89,19 @@ ROUND_TRIPS = {
 def test_fix_round_trip(project: Path, before: str, after: str) -> None:
     path = project / "model.py"
     path.write_text(HEADER + textwrap.dedent(before))
-    result = run_ckptlint("--fix", "--unsafe-fixes", "model.py", cwd=project)
+    result = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     assert path.read_text() == HEADER + textwrap.dedent(after)
     assert "Fixed 1 finding." in result.stdout
     # A second run finds nothing to change.
-    again = run_ckptlint("--fix", "--unsafe-fixes", "model.py", cwd=project)
+    again = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
     assert again.returncode == 0 and path.read_text() == HEADER + textwrap.dedent(after)
 
 
 def test_fix_without_unsafe_fixes_changes_nothing(project: Path) -> None:
     path = project / "model.py"
     path.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
-    result = run_ckptlint("--fix", "model.py", cwd=project)
+    result = run_cli("--fix", "model.py", cwd=project)
     assert result.returncode == 1
     assert path.read_text() == HEADER + "y = cp.checkpoint(f, x)\n"
     assert "fixable with `ckptlint --fix --unsafe-fixes`" in result.stdout
@@ -106,7 +110,7 @@ def test_fix_without_unsafe_fixes_changes_nothing(project: Path) -> None:
 def test_diff_prints_and_writes_nothing(project: Path) -> None:
     path = project / "model.py"
     path.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
-    result = run_ckptlint("--diff", "--unsafe-fixes", "model.py", cwd=project)
+    result = run_cli("--diff", "--unsafe-fixes", "model.py", cwd=project)
     assert result.returncode == 1
     assert (
         "-y = cp.checkpoint(f, x)\n+y = cp.checkpoint(f, x, use_reentrant=False)\n" in result.stdout
@@ -115,7 +119,7 @@ def test_diff_prints_and_writes_nothing(project: Path) -> None:
     assert path.read_text() == HEADER + "y = cp.checkpoint(f, x)\n"
     clean = project / "clean.py"
     clean.write_text(HEADER + "y = cp.checkpoint(f, x, use_reentrant=True)\n")
-    assert run_ckptlint("--diff", "--unsafe-fixes", "clean.py", cwd=project).stdout == ""
+    assert run_cli("--diff", "--unsafe-fixes", "clean.py", cwd=project).stdout == ""
 
 
 def test_fix_keeps_encoding_bom_and_mode(project: Path) -> None:
@@ -125,7 +129,7 @@ def test_fix_keeps_encoding_bom_and_mode(project: Path) -> None:
     bom = project / "bom.py"
     bom.write_bytes(b"\xef\xbb\xbf" + (HEADER + "y = cp.checkpoint(f, x)\n").encode())
     os.chmod(path, 0o640)
-    result = run_ckptlint("--fix", "--unsafe-fixes", "latin.py", "bom.py", cwd=project)
+    result = run_cli("--fix", "--unsafe-fixes", "latin.py", "bom.py", cwd=project)
     assert result.returncode == 0, result.stderr
     expected = source.replace("(f, x)", "(f, x, use_reentrant=False)")
     assert path.read_bytes() == expected.encode("latin-1")
@@ -139,18 +143,279 @@ def test_fix_through_symlink_replaces_the_target(project: Path) -> None:
     real = project / "real.py"
     real.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
     (project / "link.py").symlink_to(real)
-    run_ckptlint("--fix", "--unsafe-fixes", "link.py", cwd=project)
+    run_cli("--fix", "--unsafe-fixes", "link.py", cwd=project)
     assert (project / "link.py").is_symlink()
     assert "use_reentrant=False" in real.read_text()
 
 
-def test_edit_that_matches_no_call_is_refused() -> None:
-    with pytest.raises(FixFailed, match="no call found at 1:1"):
-        apply_edits(b"x = 1\n", [AddKeyword(1, 1, "use_reentrant", "False")])
+def test_fix_keeps_crlf_and_fixes_nested_calls(project: Path) -> None:
+    path = project / "model.py"
+    source = HEADER + "y = cp.checkpoint(f, cp.checkpoint(g, x))\nz = 1\n"
+    path.write_bytes(source.replace("\n", "\r\n").encode())
+    result = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Fixed 2 findings." in result.stdout
+    expected = (
+        HEADER + "y = cp.checkpoint(f, cp.checkpoint(g, x, use_reentrant=False), "
+        "use_reentrant=False)\nz = 1\n"
+    )
+    assert path.read_bytes() == expected.replace("\n", "\r\n").encode()
 
 
-def test_result_that_would_not_parse_is_refused() -> None:
-    # A keyword after ``**kwargs`` is legal; one after a bare generator argument is not.
-    source = b"import torch.utils.checkpoint as cp\ncp.checkpoint(x for x in y)\n"
-    with pytest.raises(FixFailed, match="would not parse"):
-        apply_edits(source, [AddKeyword(2, 1, "use_reentrant", "False")])
+def test_use_reentrant_none_is_replaced_where_it_is_written(project: Path) -> None:
+    path = project / "model.py"
+    source = (
+        "import functools\n"
+        "from torch.utils.checkpoint import checkpoint, checkpoint_sequential\n"
+        "run = functools.partial(checkpoint, use_reentrant=None)\n"
+        "a = run(f, x)\n"
+        "b = run(g, x)\n"
+        "c = checkpoint(f, x, use_reentrant=None)\n"
+        "d = checkpoint_sequential(fs, 2, x, None)\n"
+    )
+    path.write_text(source)
+    report = run_cli("model.py", cwd=project)
+    assert [line.split(" ", 2)[:2] for line in report.stdout.splitlines()[:4]] == [
+        ["model.py:4:5:", "CKP001"],
+        ["model.py:5:5:", "CKP001"],
+        ["model.py:6:5:", "CKP001"],
+        ["model.py:7:5:", "CKP001"],
+    ]
+    assert "use_reentrant=None" in report.stdout
+    result = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Fixed 4 findings." in result.stdout
+    assert path.read_text() == source.replace("None", "False")
+
+
+class TestNeverCorrupt:
+    def test_the_same_file_reached_many_ways_is_fixed_once(self, project: Path) -> None:
+        path = project / "model.py"
+        path.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
+        (project / "link.py").symlink_to(path)
+        spellings = (".", "./model.py", "model.py", str(path), "link.py", str(project))
+        report = run_cli(*spellings, cwd=project)
+        assert report.stdout.count("CKP001") == 1, report.stdout
+        result = run_cli("--fix", "--unsafe-fixes", *spellings, cwd=project)
+        assert "Fixed 1 finding." in result.stdout and result.returncode == 0
+        fixed = path.read_text()
+        assert fixed == HEADER + "y = cp.checkpoint(f, x, use_reentrant=False)\n"
+        compile(fixed, "model.py", "exec")
+
+    def test_an_unfixable_call_does_not_block_the_others(self, project: Path) -> None:
+        path = project / "model.py"
+        path.write_text(HEADER + "a = cp.checkpoint(t for t in items)\nb = cp.checkpoint(f, x)\n")
+        result = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
+        assert result.returncode == 1
+        assert path.read_text() == HEADER + (
+            "a = cp.checkpoint(t for t in items)\nb = cp.checkpoint(f, x, use_reentrant=False)\n"
+        )
+        assert "Fixed 1 finding." in result.stdout
+        assert result.stdout.startswith("model.py:2:5: CKP001 [*] ")
+        assert (
+            "ckptlint: warning: model.py:2:5: CKP001 not fixed: the fixed call would not be "
+            "valid Python (Generator expression must be parenthesized)"
+        ) in result.stderr
+
+    def test_file_edited_while_being_fixed_is_not_overwritten(
+        self, project: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = project / "model.py"
+        path.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
+        edited = HEADER + "# an editor saved this meanwhile\ny = cp.checkpoint(f, x)\n"
+        check = ckptlint.fixes.compile_error
+
+        def edit_then_check(data: bytes, name: str) -> str | None:
+            path.write_text(edited)
+            return check(data, name)
+
+        monkeypatch.setattr(ckptlint.fixes, "compile_error", edit_then_check)
+        result = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
+        assert path.read_text() == edited
+        assert result.returncode == 1
+        assert "model.py: fixes not written: the file changed on disk since it was read" in (
+            result.stderr
+        )
+        assert result.stdout.startswith("model.py:2:5: CKP001 ")  # as linted, still reported
+        assert sorted(p.name for p in project.iterdir()) == ["model.py"]  # no temp file left
+
+    def test_write_if_unchanged_refuses_a_changed_file(self, project: Path) -> None:
+        path = project / "m.py"
+        path.write_bytes(b"x = 1\n")
+        with pytest.raises(FixFailed, match="changed on disk"):
+            write_if_unchanged(str(path), b"x = 0\n", b"x = 2\n")
+        assert path.read_bytes() == b"x = 1\n"
+        write_if_unchanged(str(path), b"x = 1\n", b"x = 2\n")
+        assert path.read_bytes() == b"x = 2\n"
+
+    def test_read_only_folder_is_reported_per_file_and_the_run_goes_on(
+        self, project: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The operating system refuses a temporary file in a read-only folder (simulated:
+        the tests may run as root, whom permission bits do not stop)."""
+        (project / "locked").mkdir()
+        locked = project / "locked" / "a.py"
+        locked.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
+        free = project / "b.py"
+        free.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
+        make_temporary = ckptlint.fixes.tempfile.mkstemp
+
+        def refuse_in_locked(*arguments: object, dir: str, **keywords: object):
+            if Path(dir) == locked.parent.resolve():
+                raise PermissionError(13, "Permission denied")
+            return make_temporary(*arguments, dir=dir, **keywords)
+
+        monkeypatch.setattr(ckptlint.fixes.tempfile, "mkstemp", refuse_in_locked)
+        result = run_cli("--fix", "--unsafe-fixes", ".", cwd=project)
+        assert result.returncode == 1
+        assert "use_reentrant=False" in free.read_text()
+        assert "use_reentrant" not in locked.read_text()
+        assert (
+            f"ckptlint: warning: locked/a.py: fixes not written: cannot write to "
+            f"{locked.parent.resolve()}: Permission denied"
+        ) in result.stderr
+        assert result.stdout.startswith("locked/a.py:2:5: CKP001 ")
+        assert "Fixed 1 finding." in result.stdout
+
+    def test_internal_error_in_the_fix_phase_names_the_file(
+        self, project: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        (project / "a.py").write_text(HEADER + "y = cp.checkpoint(f, x)\n")
+        (project / "b.py").write_text(HEADER + "y = cp.checkpoint(f, x)\n")
+        fix = ckptlint.fixes.fix_text
+
+        def fail_on_a(text: str, findings: list) -> object:
+            if "a.py" in str(Path.cwd() / "a.py") and fail_on_a.calls == 0:
+                fail_on_a.calls += 1
+                raise RuntimeError("boom")
+            return fix(text, findings)
+
+        fail_on_a.calls = 0
+        monkeypatch.setattr(ckptlint.fixes, "fix_text", fail_on_a)
+        result = run_cli("--fix", "--unsafe-fixes", "--format", "json", ".", cwd=project)
+        assert result.returncode == 2
+        entries = json.loads(result.stdout)
+        assert [(e["path"], e["code"]) for e in entries] == [("a.py", "CKP001"), ("a.py", None)]
+        assert entries[1]["message"] == "internal error: fix phase: RuntimeError: boom"
+        assert "use_reentrant=False" in (project / "b.py").read_text()
+        assert "ckptlint: internal error: a.py: fix phase: RuntimeError: boom" in result.stderr
+
+    def test_deeply_nested_input_does_not_crash_the_fix(self, project: Path) -> None:
+        deep_argument = HEADER + "y = cp.checkpoint(f, " + "g(" * 150 + "x" + ")" * 150 + ")\n"
+        (project / "deep_argument.py").write_text(deep_argument)
+        nested = HEADER + "y = " + "cp.checkpoint(f, " * 150 + "x" + ")" * 150 + "\n"
+        (project / "nested.py").write_text(nested)
+        (project / "plain.py").write_text(HEADER + "y = cp.checkpoint(f, x)\n")
+        result = run_cli("--fix", "--unsafe-fixes", ".", cwd=project)
+        assert (result.returncode, result.stderr) == (0, "")
+        assert result.stdout == "Fixed 152 findings.\nAll checks passed!\n"
+        counts = {}
+        for name in ("deep_argument.py", "nested.py", "plain.py"):
+            text = (project / name).read_text()
+            compile(text, name, "exec")
+            counts[name] = text.count("use_reentrant=False")
+        assert counts == {"deep_argument.py": 1, "nested.py": 150, "plain.py": 1}
+
+    def test_a_fix_that_would_repeat_a_keyword_is_refused(self) -> None:
+        """compile(), not ast.parse, is the judge: ast.parse accepts a repeated keyword."""
+        text = "f(x, use_reentrant=True)\n"
+        finding = Finding(
+            1,
+            1,
+            "CKP001",
+            "m",
+            end_line=1,
+            end_column=25,
+            fix=Fix(AddKeyword(1, 1, "use_reentrant", "False"), "unsafe"),
+        )
+        fixed = fix_text(text, [finding])
+        assert fixed.text == text and not fixed.applied
+        assert fixed.failed == (
+            (finding, "the fixed call would repeat the keyword `use_reentrant`"),
+        )
+        assert (
+            compile_error(b"f(x, a=1, a=2)\n", "m.py") == "keyword argument repeated: a at line 1"
+        )
+
+    def test_a_fix_that_does_not_match_a_call_is_refused(self) -> None:
+        finding = Finding(
+            1,
+            1,
+            "CKP001",
+            "m",
+            end_line=1,
+            end_column=6,
+            fix=Fix(AddKeyword(1, 1, "use_reentrant", "False"), "unsafe"),
+        )
+        fixed = fix_text("x = 1\n", [finding])
+        assert fixed.failed == ((finding, "no call found where the finding is"),)
+
+    def test_a_file_that_does_not_compile_is_never_written(self, project: Path) -> None:
+        source = HEADER + "y = cp.checkpoint(f, x)\nreturn y\n"  # parses, does not compile
+        path = project / "model.py"
+        path.write_text(source)
+        assert [f.code for f in lint(source)] == ["CKP001"]
+        result = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
+        assert path.read_text() == source
+        assert (
+            "fixes not applied: the file does not compile as it is ('return' outside function"
+            in (result.stderr)
+        )
+        assert result.returncode == 1
+
+
+class TestStdin:
+    def test_fix_writes_the_fixed_text_to_stdout(self, project: Path) -> None:
+        source = HEADER + "y = cp.checkpoint(f, x)\n"
+        result = run_cli(
+            "--fix",
+            "--unsafe-fixes",
+            "--stdin-filename",
+            "pkg/model.py",
+            "-",
+            cwd=project,
+            stdin=source.encode(),
+        )
+        assert result.stdout == HEADER + "y = cp.checkpoint(f, x, use_reentrant=False)\n"
+        assert "Fixed 1 finding." in result.stderr
+        assert result.returncode == 0
+        assert list(project.iterdir()) == []  # nothing written
+
+    def test_diff_of_stdin(self, project: Path) -> None:
+        source = HEADER + "y = cp.checkpoint(f, x)\n"
+        result = run_cli(
+            "--diff",
+            "--unsafe-fixes",
+            "--stdin-filename",
+            "m.py",
+            cwd=project,
+            stdin=source.encode(),
+        )
+        assert result.returncode == 1
+        assert result.stdout.startswith("--- m.py\n+++ m.py\n")
+        assert "+y = cp.checkpoint(f, x, use_reentrant=False)\n" in result.stdout
+
+    def test_fix_of_clean_or_excluded_stdin_echoes_it(self, project: Path) -> None:
+        source = HEADER + "y = cp.checkpoint(f, x)\n"
+        (project / "pyproject.toml").write_text('[tool.ckptlint]\nexclude = ["vendored"]\n')
+        result = run_cli(
+            "--fix",
+            "--unsafe-fixes",
+            "--stdin-filename",
+            "vendored/m.py",
+            "-",
+            cwd=project,
+            stdin=source.encode(),
+        )
+        assert result.stdout == source and result.returncode == 0
+
+
+def test_fix_in_worker_processes(project: Path) -> None:
+    for index in range(12):
+        (project / f"m{index}.py").write_text(HEADER + "y = cp.checkpoint(f, x)\n" * (index % 3))
+    result = run_cli("--fix", "--unsafe-fixes", "--jobs", "2", ".", cwd=project)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == "Fixed 12 findings.\nAll checks passed!\n"
+    for index in range(12):
+        text = (project / f"m{index}.py").read_text()
+        assert text.count("use_reentrant=False") == index % 3

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from tests.conftest import run_ckptlint
+import pytest
+
+from ckptlint.flake8_plugin import CheckpointChecker
+from tests.conftest import run_cli
 
 SOURCE = textwrap.dedent(
     """\
@@ -48,7 +52,7 @@ def test_flake8_reports_the_same_places_as_the_cli(project: Path) -> None:
     result = flake8("--select", "CKP", "model.py", cwd=project)
     assert result.returncode == 1, result.stderr
     from_flake8 = [line.split(" ", 2)[:2] for line in result.stdout.splitlines()]
-    cli = json.loads(run_ckptlint("--format", "json", "model.py", cwd=project).stdout)
+    cli = json.loads(run_cli("--format", "json", "model.py", cwd=project).stdout)
     from_cli = [[f"model.py:{i['line']}:{i['column']}:", i["code"]] for i in cli]
     assert from_flake8 == from_cli
     assert [place for place, _ in from_flake8] == [
@@ -78,3 +82,90 @@ def test_files_without_checkpoint_are_untouched(project: Path) -> None:
     (project / "plain.py").write_text("def checkpointing_helper():\n    return 1\n")
     result = flake8("--select", "CKP", "plain.py", cwd=project)
     assert result.returncode == 0 and result.stdout == ""
+
+
+def plugin_results(source: str) -> list[tuple[int, int, str]]:
+    """The plugin run in this process on the tree flake8 would hand it."""
+    checker = CheckpointChecker(ast.parse(source), source.splitlines(True))
+    return [(line, column, message.split(" ", 1)[0]) for line, column, message, _ in checker.run()]
+
+
+SUPPRESSION_CASES = {
+    "lowercase noqa code": ("y = cp.checkpoint(f, x)  # noqa: ckp001\n", []),
+    "noqa prefix in another case": ("y = cp.checkpoint(f, x)  # NOQA:ckp0\n", []),
+    "unrelated noqa code": ("y = cp.checkpoint(f, x)  # noqa: E501\n", ["CKP001"]),
+    "flake8 file exemption": ("# flake8: noqa\ny = cp.checkpoint(f, x)\n", []),
+    "ckptlint file exemption": ("# ckptlint: noqa\ny = cp.checkpoint(f, x)\n", []),
+    "ckptlint file exemption of one code": (
+        "# ckptlint: noqa: ckp101\ny = cp.checkpoint(f, x)\nz = cp.checkpoint(torch.relu, x,"
+        " use_reentrant=False)\n",
+        ["CKP001"],
+    ),
+    "flake8: noqa after code does not exempt (flake8's rule)": (
+        "y = cp.checkpoint(f, x)  # flake8: noqa\n",
+        ["CKP001"],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"), SUPPRESSION_CASES.values(), ids=SUPPRESSION_CASES.keys()
+)
+def test_cli_and_flake8_agree_on_suppressions(project: Path, body: str, expected: list) -> None:
+    source = "import torch\nimport torch.utils.checkpoint as cp\n" + body
+    (project / "model.py").write_text(source)
+    from_flake8 = flake8("--select", "CKP", "model.py", cwd=project).stdout
+    cli = json.loads(run_cli("--format", "json", "model.py", cwd=project).stdout)
+    assert [item["code"] for item in cli] == expected
+    assert [line.split(" ")[1] for line in from_flake8.splitlines()] == expected
+
+
+def test_flake8_disable_noqa_reports_everything(project: Path) -> None:
+    source = "import torch.utils.checkpoint as cp\ny = cp.checkpoint(f, x)  # noqa: ckp001\n"
+    (project / "model.py").write_text(source)
+    result = flake8("--select", "CKP", "--disable-noqa", "model.py", cwd=project)
+    assert result.stdout.startswith("model.py:2:5: CKP001 ")
+
+
+def deep_sum(terms: int) -> str:
+    return (
+        "import torch.utils.checkpoint as cp\n\n"
+        f"y = cp.checkpoint(lambda a: {' + '.join(['a'] * terms)}, x)\n"
+    )
+
+
+def test_deep_input_through_the_real_flake8(project: Path) -> None:
+    """300 terms: as deep as flake8's own pyflakes goes (it fails from ~330 terms, and
+    flake8 then stops the whole run: that failure is pyflakes', not this plugin's)."""
+    (project / "deep.py").write_text(deep_sum(300))
+    (project / "other.py").write_text("import torch.utils.checkpoint as cp\ncp.checkpoint(f, x)\n")
+    result = flake8("--select", "CKP", ".", cwd=project)
+    assert "failed during execution" not in result.stderr + result.stdout
+    places = sorted(line.split(" ")[:2] for line in result.stdout.splitlines())
+    assert places in (
+        [["./deep.py:3:5:", "CKP001"], ["./other.py:2:1:", "CKP001"]],
+        [["./deep.py:3:1:", "CKP901"], ["./other.py:2:1:", "CKP001"]],
+    )
+
+
+@pytest.mark.parametrize("terms", [400, 2400])
+def test_the_plugin_never_raises_on_deep_input(terms: int) -> None:
+    results = plugin_results(deep_sum(terms))
+    assert results in ([(3, 4, "CKP001")], [(3, 0, "CKP901")])
+
+
+def test_a_bug_in_the_analysis_is_a_finding_not_an_exception(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ckptlint.engine
+
+    def broken(*arguments: object) -> list:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(ckptlint.engine, "analyze_safely", broken)
+    checker = CheckpointChecker(ast.parse(SOURCE), SOURCE.splitlines(True))
+    ((line, column, message, _),) = list(checker.run())
+    assert (line, column) == (1, 0)
+    assert message == (
+        "CKP901 file not analysed: internal error KeyError: 'boom' (please report it to ckptlint)"
+    )

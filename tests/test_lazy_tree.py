@@ -109,3 +109,42 @@ def test_a_body_that_does_not_match_its_stub_is_refused() -> None:
     stub.end_lineno = 5
     with pytest.raises(LazyTreeMismatch):
         _ = stub.body
+
+
+UNREAD_BODY_ERRORS = {
+    "missing operand": "def unrelated(x):\n    return x +\n",
+    "bad indentation": "def unrelated(x):\n    y = 1\n      z = 2\n",
+    "unclosed bracket at the end": "class Unrelated:\n    def f(self):\n        return (1,\n",
+    "bad syntax after a multi-line string": 'def unrelated():\n    """doc\n    """\n    1 +\n',
+}
+
+
+@pytest.mark.parametrize("body", UNREAD_BODY_ERRORS.values(), ids=UNREAD_BODY_ERRORS.keys())
+def test_syntax_error_in_a_body_no_rule_reads_is_reported(body: str) -> None:
+    """The lazy parser never builds this body, yet its error is CKP901 at the very place
+    ast.parse names."""
+    from tests.conftest import lint
+
+    source = (
+        "import torch.utils.checkpoint as cp\n\n"
+        + body
+        + "\ndef forward(self, x):\n    return cp.checkpoint(self.block, x, use_reentrant=False)\n"
+    )
+    with pytest.raises(SyntaxError) as expected:
+        ast.parse(source)
+    (finding,) = lint(source)
+    assert finding.code == "CKP901"
+    assert (finding.line, finding.column) == (expected.value.lineno, expected.value.offset)
+
+
+def test_a_wrong_split_is_not_a_syntax_error() -> None:
+    """``1)`` at the start of a line looks like a new top-level statement: the chunks do not
+    parse on their own, but the file does, so nothing is reported."""
+    from tests.conftest import lint
+
+    source = (
+        "import torch.utils.checkpoint as cp\n\n"
+        "def helper(x):\n    y = (\n1)\n    return y\n\n"
+        "def forward(self, x):\n    return cp.checkpoint(self.block, x, use_reentrant=False)\n"
+    )
+    assert lint(source) == []

@@ -66,3 +66,40 @@ def test_hook_installs_without_torch() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert not any(dep.lower().startswith("torch") for dep in project["dependencies"])
     assert project["optional-dependencies"]["guard"] == ["torch>=2.4"]
+
+
+def readme_local_hook() -> str:
+    """The .pre-commit-config.yaml snippet of README.md's pre-commit section."""
+    section = (ROOT / "README.md").read_text().split("### pre-commit", 1)[1]
+    snippet = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "repo: local" in snippet
+    return snippet
+
+
+def test_readme_local_hook_works(repository: Path, pre_commit_home: Path) -> None:
+    """The README's snippet as users paste it: no tag needed, the installed ckptlint runs."""
+    (repository / ".pre-commit-config.yaml").write_text(readme_local_hook())
+    subprocess.run(["git", "add", ".pre-commit-config.yaml"], cwd=repository, check=True)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    environment = {**os.environ, "PRE_COMMIT_HOME": str(pre_commit_home), "PATH": path}
+    result = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "run", "--all-files"],
+        cwd=repository,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**environment, "PRE_COMMIT_COLOR": "never"},
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "model.py:3:5: CKP001" in result.stdout
+
+
+def test_readme_names_no_tag_that_does_not_exist() -> None:
+    """A `rev:` in the README must be a tag of this repository."""
+    import re
+
+    tags = subprocess.run(
+        ["git", "tag", "--list"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    named = re.findall(r"^\s*rev:\s*(\S+)", (ROOT / "README.md").read_text(), re.MULTILINE)
+    assert set(named) <= set(tags)

@@ -1,11 +1,19 @@
-"""Every rule's own VALID and INVALID examples, run through the engine."""
+"""Every rule's own VALID and INVALID examples, run through the engine.
+
+Examples are whole modules, except for rules about the file system (CKP902), whose
+examples are command lines (``$ ckptlint ...``) followed by lines of their output: those
+are run in a folder holding a clean ``src/model.py``.
+"""
 
 from __future__ import annotations
+
+import shlex
+from pathlib import Path
 
 import pytest
 
 from ckptlint.rules import ALL_RULES
-from tests.conftest import codes
+from tests.conftest import codes, run_cli
 
 CASES = [
     pytest.param(rule.code, example, kind, id=f"{rule.code}-{kind}-{index}")
@@ -16,7 +24,16 @@ CASES = [
 
 
 @pytest.mark.parametrize(("code", "example", "kind"), CASES)
-def test_rule_example(code: str, example: str, kind: str) -> None:
+def test_rule_example(code: str, example: str, kind: str, tmp_path: Path) -> None:
+    if example.startswith("$ "):
+        command, *expected = example.splitlines()
+        model = tmp_path / "src" / "model.py"
+        model.parent.mkdir()
+        model.write_text("import torch\n")
+        result = run_cli(*shlex.split(command)[2:], cwd=tmp_path)
+        assert set(expected) <= set(result.stdout.splitlines()), result.stdout
+        assert (code in result.stdout) == (kind == "invalid")
+        return
     found = codes(example, select=(code,))
     if kind == "invalid":
         assert code in found, f"{code} should report this example"

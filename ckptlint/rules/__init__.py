@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ckptlint.rules.base import Rule
 from ckptlint.rules.global_side_effect import GlobalSideEffect
+from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.late_binding import LateBinding
 from ckptlint.rules.missing_use_reentrant import MissingUseReentrant
 from ckptlint.rules.mutable_global_read import MutableGlobalRead
@@ -19,5 +20,6 @@ ALL_RULES: tuple[Rule, ...] = (
     GlobalSideEffect(),
     RngNotPreserved(),
     UnreadableFile(),
+    InaccessiblePath(),
 )
 RULES_BY_CODE: dict[str, Rule] = {rule.code: rule for rule in ALL_RULES}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.core import AddKeyword, FileContext, Finding, Fix
+from ckptlint.core import AddKeyword, FileContext, Finding, Fix, ReplaceText
 from ckptlint.regions.sites import SourceCall
 from ckptlint.regions.sources import ReentrantArgument
 from ckptlint.resolution.values import Arguments, PartialValue
@@ -25,6 +25,10 @@ class MissingUseReentrant(Rule):
     Pass it explicitly. The autofix adds `use_reentrant=False`; because that switches the
     implementation the code ran with, it is an unsafe fix: apply it with
     `ckptlint --fix --unsafe-fixes` and review the diff.
+
+    `use_reentrant=None` is the same as leaving it out (torch warns and picks the default),
+    so it is reported too; the fix replaces `None` with `False`, where the `None` is written
+    (in the call, or in the `functools.partial` it goes through).
 
     Calls passing `**kwargs` are not reported (the keyword may be inside), nor are
     `checkpoint_sequential` calls whose 4th positional argument (`use_reentrant`) is
@@ -53,6 +57,13 @@ import torch.utils.checkpoint as cp
 
 def run(functions, x):
     return cp.checkpoint_sequential(functions, 2, x)
+""",
+        """\
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+def forward(self, x):
+    x = checkpoint(self.block, x, use_reentrant=None)
+    return checkpoint_sequential(self.layers, 2, x, None)
 """,
         """\
 import functools
@@ -143,8 +154,9 @@ def forward(self, x):
                 continue
             if any(p.context.module is not module for path in direct for p in path.partials):
                 continue  # a partial made in another module is reported where it is made
-            if not all(passes_use_reentrant(path) for path in direct):
-                yield self._finding(context, site.node, f"`{direct[0].source.label}()` called")
+            failing = next((p for p in direct if not passes_use_reentrant(p)), None)
+            if failing is not None:
+                yield self._finding(context, site.node, failing)
         for creation in regions.partials:
             consumed.update(id(inner.call) for inner in _inner_partials(creation.value))
         for creation in regions.partials:
@@ -153,32 +165,50 @@ def forward(self, x):
                 continue
             paths = context.analysis.finder.paths((partial,), _no_arguments(partial.call))
             direct = [p for p in paths if p.source.reentrant is not None and not p.wrappers]
-            if direct and not all(passes_use_reentrant(path) for path in direct):
-                name = direct[0].source.label
-                yield self._finding(
-                    context,
-                    partial.call,
-                    f"`functools.partial({name}, ...)` made, and no call of it in this file"
-                    " passes it either,",
-                )
+            failing = next((p for p in direct if not passes_use_reentrant(p)), None)
+            if failing is not None:
+                yield self._finding(context, partial.call, failing, made=True)
 
-    def _finding(self, context: FileContext, call: ast.Call, what: str) -> Finding:
-        column = context.character_column(call.lineno, call.col_offset)
-        fix = Fix(AddKeyword(call.lineno, column, "use_reentrant", "False"), "unsafe")
-        message = (
-            f"{what} without `use_reentrant`; pass `use_reentrant=False` (recommended)"
-            " or `use_reentrant=True` explicitly"
+    def _finding(
+        self, context: FileContext, call: ast.Call, path: SourceCall, *, made: bool = False
+    ) -> Finding:
+        name = path.source.label
+        what = (
+            f"`functools.partial({name}, ...)` made, and no call of it in this file passes it"
+            " either,"
+            if made
+            else f"`{name}()` called"
         )
-        return context.finding(call, self.code, message, fix)
+        none = explicit_none(path)
+        if none is not None:
+            end_line = none.end_lineno or none.lineno
+            edit: AddKeyword | ReplaceText = ReplaceText(
+                none.lineno,
+                context.character_column(none.lineno, none.col_offset),
+                end_line,
+                context.character_column(end_line, none.end_col_offset or 0),
+                "False",
+            )
+            message = (
+                f"{what} with `use_reentrant=None`, which torch treats as not passed; pass"
+                " `use_reentrant=False` (recommended) or `use_reentrant=True`"
+            )
+        else:
+            column = context.character_column(call.lineno, call.col_offset)
+            edit = AddKeyword(call.lineno, column, "use_reentrant", "False")
+            message = (
+                f"{what} without `use_reentrant`; pass `use_reentrant=False` (recommended)"
+                " or `use_reentrant=True` explicitly"
+            )
+        return context.finding(call, self.code, message, Fix(edit, "unsafe"))
 
 
 def passes_use_reentrant(path: SourceCall) -> bool:
     """True when ``use_reentrant`` is (or may be) passed with a value other than None."""
     arguments = path.arguments
-    given = arguments.keywords.get("use_reentrant")
-    if given is not None:
-        return not _is_none(given[0])
-    if arguments.double_star:
+    if explicit_none(path) is not None:
+        return False
+    if "use_reentrant" in arguments.keywords or arguments.double_star:
         return True
     reentrant = path.source.reentrant
     if reentrant is ReentrantArgument.KEYWORD_ONLY:
@@ -187,8 +217,21 @@ def passes_use_reentrant(path: SourceCall) -> bool:
         if flow is None:
             return True  # a *args may carry it
         if index == 3 and reentrant is ReentrantArgument.FOURTH_POSITIONAL:
-            return not _is_none(flow[0])
+            return True
     return False
+
+
+def explicit_none(path: SourceCall) -> ast.expr | None:
+    """The literal ``None`` given as ``use_reentrant`` (keyword, or the 4th positional
+    argument of ``checkpoint_sequential``), where it is written."""
+    flow = path.arguments.keywords.get("use_reentrant")
+    if flow is None and path.source.reentrant is ReentrantArgument.FOURTH_POSITIONAL:
+        leading = path.arguments.positional[:4]
+        if len(leading) == 4 and all(f is not None for f in leading):
+            flow = leading[3]
+    if flow is not None and _is_none(flow[0]):
+        return flow[0]
+    return None
 
 
 def _is_none(expression: ast.expr) -> bool:

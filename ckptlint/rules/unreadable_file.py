@@ -1,28 +1,32 @@
-"""CKP901: a file that could not be read, decoded or parsed."""
+"""CKP901: a file that could not be decoded, parsed or analysed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.rules.base import FileContext, Finding, Rule
+from ckptlint.core import FileContext, Finding
+from ckptlint.rules.base import Rule
 
 
 class UnreadableFile(Rule):
-    """A file could not be read, decoded or parsed, so it was not checked.
+    """A file could not be decoded, parsed or analysed, so it was not checked.
 
-    Reported for syntax errors, bytes that are not valid in the file's encoding (UTF-8
-    unless a BOM or a `# -*- coding: ... -*-` line says otherwise), NUL bytes, and files
-    the operating system refuses to read. The rest of the run goes on; the exit code is
-    non-zero. Fix the file (or exclude it in `[tool.ckptlint]`).
+    Reported for syntax errors (at the line and column Python names), bytes that are not
+    valid in the file's encoding (UTF-8 unless a BOM or a `# -*- coding: ... -*-` line says
+    otherwise), NUL bytes, and code nested too deeply for Python's parser or for the
+    analysis ("too deeply nested to analyse": split the expression). The rest of the run
+    goes on; the exit code is non-zero. Fix the file (or exclude it in `[tool.ckptlint]`).
+    A file the operating system refuses to read is CKP902.
 
     Files named on the command line are always parsed. Files found by walking a folder
     are decoded and parsed only when their text can reach a checkpoint function, so a
-    syntax error in an unrelated file is left to flake8's or ruff's E999.
+    syntax error in an unrelated file is left to flake8's or ruff's E999; every file that
+    is parsed has its syntax errors reported, also in bodies no rule needed to read.
     """
 
     code = "CKP901"
     name = "unreadable-file"
-    summary = "file could not be read or parsed"
+    summary = "file could not be decoded, parsed or analysed"
 
     INVALID: list[str] = ["def forward(self, x:\n    return checkpoint(self.block, x)\n"]
     VALID: list[str] = ["def forward(self, x):\n    return x\n"]
