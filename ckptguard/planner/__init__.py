@@ -1,0 +1,12 @@
+"""ckptguard.plan: choose what to checkpoint for a memory budget, from measured prices.
+
+Layers, in the order a plan is made: :mod:`measure` (one profiled step of the unplanned model),
+:mod:`candidates` (the costed call tree), :mod:`memory_model` (what a plan keeps and needs),
+:mod:`solver` (the exact optimum), :mod:`regions` (apply / remove), :mod:`verify` (measured
+against predicted), :mod:`report` (table and plot); :mod:`plan` ties them together.
+"""
+
+from ckptguard.planner.plan import Plan, Region, parse_budget, plan
+from ckptguard.planner.solver import PlanInfeasibleError
+
+__all__ = ["Plan", "PlanInfeasibleError", "Region", "parse_budget", "plan"]
