@@ -221,24 +221,19 @@ class _Builder:
 
     def _node(self, index: int) -> CostNode:
         call = self.calls[index]
-        node = CostNode(
-            path=call.path,
-            saved_bytes=sum(self.nbytes[s] for s in self.saved_in[index]),
-            forward_seconds=self.trace.timings[index].forward_seconds,
-        )
+        node = CostNode(path=call.path, forward_seconds=self.trace.timings[index].forward_seconds)
         forward_over = 0
-        if not call.children:
-            segment, forward_over = self._segment(call, -1)
+        gaps = [-1] if not call.children else range(len(call.children) + 1)
+        for k, child in zip(gaps, [*call.children, None], strict=False):
+            segment, over = self._segment(call, k)
             node.items.append(segment)
-        else:
-            for k, child in enumerate([*call.children, None]):
-                segment, over = self._segment(call, k)
-                node.items.append(segment)
-                forward_over = max(forward_over, over)
-                if child is not None:
-                    child_node = self._node(child)
-                    node.items.append(child_node)
-                    forward_over = max(forward_over, self._forward_over[child])
+            node.saved_bytes += segment.kept_bytes
+            forward_over = max(forward_over, over)
+            if child is not None:
+                child_node = self._node(child)
+                node.items.append(child_node)
+                node.saved_bytes += child_node.saved_bytes
+                forward_over = max(forward_over, self._forward_over[child])
         self._forward_over[index] = forward_over
         node.options = self._options(call, node, forward_over)
         return node
@@ -256,7 +251,7 @@ class _Builder:
             for storage, nbytes in call.inputs
             if storage is not None and self.owner.get(storage, call.index) == call.index
         }
-        kept_full = sum(inputs.values())
+        kept_full = sum(inputs.values()) + self.trace.region_overhead_bytes
         timing = self.trace.timings[call.index]
         subtree = set(self._subtree(call.index))
         last = self.last_pack[call.index]

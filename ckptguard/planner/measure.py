@@ -89,6 +89,7 @@ class Trace:
     step_end_ns: int
     timings: list[CallTiming]
     device: torch.device
+    region_overhead_bytes: int  # what checkpoint stashes per region: the RNG states
 
     def peak_between(self, start_ns: int, end_ns: int) -> int:
         """Allocator's highest total in [start, end], counting what was live at ``start``."""
@@ -169,6 +170,14 @@ def model_device(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[st
     for tensor in (*model.parameters(), *tensor_leaves((args, kwargs))):
         return tensor.device
     return torch.device("cpu")
+
+
+def rng_state_bytes(device: torch.device) -> int:
+    """Bytes a checkpoint region keeps to replay its random numbers (preserve_rng_state)."""
+    nbytes = torch.get_rng_state().nbytes
+    if device.type == "cuda":
+        nbytes += torch.cuda.get_rng_state(device).nbytes
+    return nbytes
 
 
 def synchronize(device: torch.device) -> None:
@@ -346,6 +355,7 @@ def _profiled_step(
         step_end_ns=step_end,
         timings=[],
         device=device,
+        region_overhead_bytes=rng_state_bytes(device),
     )
 
 

@@ -33,7 +33,7 @@ class Option:
     """Checkpointing one call as a region: ``full`` recompute or ``selective`` recompute."""
 
     kind: str
-    kept_bytes: int  # stays alive after forward: the region's inputs (plus saved matmul outputs)
+    kept_bytes: int  # alive after forward: inputs, RNG state (selective: matmul outputs too)
     forward_need: int  # above the prefix while the region's forward runs
     backward_need: int  # above the prefix while the region is recomputed and differentiated
     seconds: float  # measured recompute time added to backward
@@ -56,7 +56,7 @@ class CostNode:
     path: str
     items: list[CostNode | Segment] = field(default_factory=list)
     options: tuple[Option, ...] = ()
-    saved_bytes: int = 0  # what the unplanned run saves inside this call (for the report)
+    saved_bytes: int = 0  # charged inside this call when it is kept: what a region could free
     forward_seconds: float = 0.0
 
     def walk(self) -> Iterator[CostNode]:
