@@ -6,7 +6,24 @@ Layers, in the order a plan is made: :mod:`measure` (one profiled step of the un
 against predicted), :mod:`report` (table and plot); :mod:`planning` ties them together.
 """
 
-from ckptguard.planner.planning import Plan, Region, parse_budget, plan, plan_from_tree
+from ckptguard.planner.planning import (
+    Plan,
+    Region,
+    every_layer_choices,
+    parse_budget,
+    plan,
+    plan_for_choices,
+    plan_from_tree,
+)
 from ckptguard.planner.solver import PlanInfeasibleError
 
-__all__ = ["Plan", "PlanInfeasibleError", "Region", "parse_budget", "plan", "plan_from_tree"]
+__all__ = [
+    "Plan",
+    "PlanInfeasibleError",
+    "Region",
+    "every_layer_choices",
+    "parse_budget",
+    "plan",
+    "plan_for_choices",
+    "plan_from_tree",
+]

@@ -303,17 +303,29 @@ def _plan_here(
 def plan_from_tree(tree: CostTree, budget_bytes: int, model_name: str = "") -> Plan:
     """The optimal plan for ``budget_bytes`` on an already costed tree."""
     solution = solve(tree, budget_bytes)
-    outcome = evaluate(tree, solution.choices)
+    return plan_for_choices(tree, solution.choices, budget_bytes, model_name, solution.exact)
+
+
+def plan_for_choices(
+    tree: CostTree,
+    choices: Mapping[str, str],
+    budget_bytes: int,
+    model_name: str = "",
+    exact: bool = True,
+) -> Plan:
+    """A plan of given regions, priced by the model (e.g. :func:`every_layer_choices`)."""
+    outcome = evaluate(tree, choices)
     nodes = {node.path: node for node in tree.root.walk() if node.options}
-    regions = []
-    for path, kind in solution.choices.items():
-        node = nodes[path]
-        option = node.option(kind)
-        regions.append(
-            Region(path, kind, node.saved_bytes, option.kept_bytes, option.seconds, option.flops)
-        )
     order = {node.path: i for i, node in enumerate(tree.root.walk())}
-    regions.sort(key=lambda r: order[r.path])
+    regions = []
+    for path in sorted(choices, key=order.__getitem__):
+        node = nodes[path]
+        option = node.option(choices[path])
+        regions.append(
+            Region(
+                path, option.kind, node.saved_bytes, option.kept_bytes, option.seconds, option.flops
+            )
+        )
     return Plan(
         regions=regions,
         budget_bytes=budget_bytes,
@@ -322,7 +334,7 @@ def plan_from_tree(tree: CostTree, budget_bytes: int, model_name: str = "") -> P
         measured_unplanned_peak_bytes=tree.unplanned_peak,
         recompute_seconds=outcome.seconds,
         recompute_flops=outcome.flops,
-        exact=solution.exact,
+        exact=exact,
         model=model_name,
         tree=tree,
     )

@@ -262,3 +262,24 @@ def test_transformers_llama_plan(tmp_path):
     report = plan.verify(model, input_ids=ids, labels=ids, repeats=1)
     assert report.gradients_identical, report.differing_gradients
     assert abs(report.peak_error) < 0.10, str(report)
+
+
+def test_ddp_ranks_apply_the_same_plan():
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("needs torch.distributed with gloo")
+    worker = pathlib.Path(__file__).with_name("plan_ddp_worker.py")
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(worker),
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    plans = [line.split(": plan ", 1)[1] for line in result.stdout.splitlines() if ": plan " in line]
+    assert len(plans) == 2 and plans[0] == plans[1] and json.loads(plans[0])
+    assert "rank 0: ok" in result.stdout and "rank 1: ok" in result.stdout
