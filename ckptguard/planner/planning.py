@@ -6,10 +6,13 @@ import re
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckptguard.planner.memory_model import CHOICES, KEEP, CostTree, evaluate
 from ckptguard.planner.solver import least_peak, solve
+
+if TYPE_CHECKING:
+    from ckptguard.planner.verify import VerifyReport
 
 FORMAT_VERSION = 1
 _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
@@ -104,11 +107,9 @@ class Plan:
         loss_fn: Any = None,
         repeats: int = 3,
         **example_kwargs: Any,
-    ) -> Any:
-        """Measure the step with and without the plan (memory, time) and compare gradients.
-
-        Returns a :class:`~ckptguard.planner.verify.VerifyReport`; ``print`` it for a table.
-        """
+    ) -> VerifyReport:
+        """Measure the step with and without the plan (memory, time) and compare gradients;
+        ``print`` the report for a table."""
         from ckptguard.planner.verify import verify_plan
 
         return verify_plan(

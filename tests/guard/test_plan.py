@@ -280,6 +280,8 @@ def test_ddp_ranks_apply_the_same_plan():
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    plans = [line.split(": plan ", 1)[1] for line in result.stdout.splitlines() if ": plan " in line]
+    plans = [
+        line.split(": plan ", 1)[1] for line in result.stdout.splitlines() if ": plan " in line
+    ]
     assert len(plans) == 2 and plans[0] == plans[1] and json.loads(plans[0])
     assert "rank 0: ok" in result.stdout and "rank 1: ok" in result.stdout
