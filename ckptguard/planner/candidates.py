@@ -221,7 +221,7 @@ class _Builder:
 
     def _node(self, index: int) -> CostNode:
         call = self.calls[index]
-        node = CostNode(path=call.path, forward_seconds=self.trace.timings[index].forward_seconds)
+        node = CostNode(path=call.path)
         forward_over = 0
         gaps = [-1] if not call.children else range(len(call.children) + 1)
         for k, child in zip(gaps, [*call.children, None], strict=False):
@@ -244,14 +244,17 @@ class _Builder:
         window = self._call_backward(call.index)
         if window is None:
             return ()
+        # While the region's backward runs, its RNG stash is alive too (the unplanned step had
+        # none), and so are cached selective outputs that autograd itself never saved.
+        overhead = self.trace.region_overhead_bytes
         backward_need = self.trace.peak_between(window.start, window.end)
-        backward_need -= self.saved_before(call.start_ns)
+        backward_need = max(0, backward_need - self.saved_before(call.start_ns)) + overhead
         inputs = {
             storage: nbytes
             for storage, nbytes in call.inputs
             if storage is not None and self.owner.get(storage, call.index) == call.index
         }
-        kept_full = sum(inputs.values()) + self.trace.region_overhead_bytes
+        kept_full = sum(inputs.values()) + overhead
         timing = self.trace.timings[call.index]
         subtree = set(self._subtree(call.index))
         last = self.last_pack[call.index]
@@ -267,7 +270,7 @@ class _Builder:
                     FULL,
                     kept_full,
                     kept_full + forward_over,
-                    max(0, backward_need),
+                    backward_need,
                     timing.recompute_seconds,
                     sum(op.flops for op in recompute_ops),
                 )
@@ -290,7 +293,8 @@ class _Builder:
                     SELECTIVE,
                     kept_selective,
                     kept_selective + forward_over,
-                    max(0, backward_need),
+                    backward_need
+                    + sum(b for s, b in kept_outputs.items() if s not in self.first_pack),
                     timing.recompute_seconds * (1.0 - timing.must_save_share),
                     sum(op.flops for op in recompute_ops if not op.must_save),
                 )

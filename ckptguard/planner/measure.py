@@ -73,7 +73,6 @@ class Op:
 
 @dataclass
 class CallTiming:
-    forward_seconds: float
     recompute_seconds: float  # up to the last saved tensor
     must_save_share: float  # share of that time spent in ops selective recompute keeps
 
@@ -278,7 +277,7 @@ class _OpRecorder(TorchDispatchMode):
         self.ops: list[Op] = []
         self.seconds: list[float] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         start = time.perf_counter()
         out = func(*args, **kwargs)
@@ -384,8 +383,7 @@ def _time_calls(
     expected_calls: int,
     repeats: int,
 ) -> list[CallTiming]:
-    """Per call: forward seconds, seconds up to its last saved tensor, share of kept ops."""
-    forward: list[list[float]] = [[] for _ in range(expected_calls)]
+    """Per call: seconds up to its last saved tensor, and the share of kept ops in them."""
     recompute: list[list[float]] = [[] for _ in range(expected_calls)]
     for _ in range(repeats):
         recorder = _Recorder(model, device, time.perf_counter_ns)
@@ -393,14 +391,10 @@ def _time_calls(
             model(*args, **kwargs)
         _check_same_calls(recorder.calls, expected_calls)
         for call in recorder.calls:
-            forward[call.index].append((call.end_ns - call.start_ns) / 1e9)
             last = recorder.last_pack.get(call.index)
             recompute[call.index].append(0.0 if last is None else (last - call.start_ns) / 1e9)
     shares = _must_save_shares(model, args, kwargs, device, expected_calls)
-    return [
-        CallTiming(statistics.median(f), statistics.median(r), s)
-        for f, r, s in zip(forward, recompute, shares, strict=True)
-    ]
+    return [CallTiming(statistics.median(r), s) for r, s in zip(recompute, shares, strict=True)]
 
 
 def _must_save_shares(

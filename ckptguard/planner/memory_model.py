@@ -57,7 +57,6 @@ class CostNode:
     items: list[CostNode | Segment] = field(default_factory=list)
     options: tuple[Option, ...] = ()
     saved_bytes: int = 0  # charged inside this call when it is kept: what a region could free
-    forward_seconds: float = 0.0
 
     def walk(self) -> Iterator[CostNode]:
         yield self
@@ -76,9 +75,6 @@ class CostTree:
     root: CostNode
     top_need: int  # after the forward (loss and first gradients), above everything kept
     unplanned_peak: int  # measured activation peak of the unplanned step
-
-    def nodes(self) -> dict[str, CostNode]:
-        return {node.path: node for node in self.root.walk()}
 
 
 @dataclass(frozen=True)
