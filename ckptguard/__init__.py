@@ -28,12 +28,24 @@ __all__ = [
     "enable",
     "guard",
     "is_enabled",
+    "plan",
+    "Plan",
     "price",
     "profile",
     "region_report",
 ]
 
 _ON_MISMATCH = ("raise", "warn")
+_PLANNER_NAMES = ("plan", "Plan")
+
+
+def __getattr__(name: str) -> Any:
+    """``ckptguard.plan`` / ``ckptguard.Plan``, loaded on first use (import stays light)."""
+    if name in _PLANNER_NAMES:
+        from ckptguard import planner
+
+        return getattr(planner, name)
+    raise AttributeError(f"module 'ckptguard' has no attribute {name!r}")
 
 
 def _load_intercept():

@@ -7,9 +7,9 @@ activation frees nothing at all (it saves a tensor the size of its input, and ch
 input instead). :func:`price` measures both sides on example inputs.
 
 The measuring helpers (:class:`SavedBytesCounter`, :func:`measure_saved_bytes`,
-:func:`count_flops`, :func:`count_recompute_flops`, :func:`time_call`, :func:`storage_bytes`) and
-the verdict arithmetic (:func:`judge`) are public so that report mode can reuse them. torch is
-imported lazily: importing this module does not need it.
+:func:`count_flops`, :func:`count_recompute_flops`, :func:`time_call`, :func:`storage_bytes`,
+:func:`storage_nbytes`) and the verdict arithmetic (:func:`judge`) are public so that report mode
+and the planner can reuse them. torch is imported lazily: importing this module does not need it.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ class SavedBytesCounter:
         base = tensor if tensor._base is None else tensor._base
         key = storage_key(tensor)
         if not isinstance(base, torch.nn.Parameter) and key not in self._excluded:
-            self._counted.setdefault(key, _storage_nbytes(tensor))
+            self._counted.setdefault(key, storage_nbytes(tensor))
         return tensor.detach(), tensor._version
 
     @staticmethod
@@ -347,7 +347,8 @@ def storage_key(tensor: torch.Tensor) -> StorageKey:
         return ("tensor", id(tensor))
 
 
-def _storage_nbytes(tensor: torch.Tensor) -> int:
+def storage_nbytes(tensor: torch.Tensor) -> int:
+    """Bytes of the whole storage behind ``tensor`` (a view holds all of it alive)."""
     try:
         return tensor.untyped_storage().nbytes()
     except (RuntimeError, NotImplementedError):
@@ -356,7 +357,7 @@ def _storage_nbytes(tensor: torch.Tensor) -> int:
 
 def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Total bytes of the distinct storages behind ``tensors``."""
-    sizes = {storage_key(t): _storage_nbytes(t) for t in tensors}
+    sizes = {storage_key(t): storage_nbytes(t) for t in tensors}
     return sum(sizes.values())
 
 
