@@ -82,7 +82,9 @@ class ProjectAnalysis:
     def reach(self, site: Site) -> Reach:
         key = id(site)
         if key not in self._reach:
-            self._reach[key] = self.reaches.reach(self.region(site))
+            reach = self.reaches.reach(self.region(site))
+            reach.near_modules.add(site.module)  # the site's own module is the user's code
+            self._reach[key] = reach
         return self._reach[key]
 
     def effective_paths(self, site: Site) -> list[SourceCall]:

@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="also lint files that .gitignore files exclude",
     )
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="ignore every configuration file (pyproject.toml), as ruff's --isolated does",
+    )
     parser.add_argument("--explain", metavar="CODE", help="print what a rule checks, with examples")
     parser.add_argument(
         "--show-rules", action="store_true", help="list every rule (text or --format json)"
@@ -205,7 +210,7 @@ def run(arguments: argparse.Namespace) -> int:
 
 
 def _settings(arguments: argparse.Namespace, start: Path) -> Settings:
-    settings = load_settings(start)
+    settings = Settings() if arguments.isolated else load_settings(start)
     command_line = RuleSelection(
         select=parse_code_list(arguments.select, "--select") if arguments.select else None,
         ignore=parse_code_list(arguments.ignore, "--ignore"),

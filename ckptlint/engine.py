@@ -178,18 +178,7 @@ class Linter:
         pending = [p for p in paths if p in explicit or self.prefilter.passes(data[p])]
         sessions = _start_sessions(self, paths, data, lazy, _processes(jobs, len(pending)))
         try:
-            assigned: set[str] = set()
-            words = self.table.words
-            new_words: frozenset[str] = frozenset()
-            while True:
-                exports = _grow(sessions, pending, new_words)
-                assigned.update(pending)
-                new_words = frozenset(exports) - words
-                if not new_words:
-                    break
-                words = words | new_words
-                prefilter = Prefilter(new_words)
-                pending = [p for p in paths if p not in assigned and prefilter.passes(data[p])]
+            words = self._discover(sessions, paths, data, pending)
             results = {r.path: r for session in sessions for r in session.call("results")}
         finally:
             for session in sessions:
@@ -204,6 +193,40 @@ class Linter:
                 found = results.get(path) or FileResult(path, [])
                 ordered.append(replace(found, digest=digest(data[path])))
         return ordered
+
+    def _discover(
+        self,
+        sessions: list[_SessionHandle],
+        paths: list[str],
+        data: dict[str, bytes],
+        pending: list[str],
+    ) -> frozenset[str]:
+        """Deal candidate files to the sessions, round by round, until no file exports a
+        new name reaching a source; the words of interest in the end."""
+        assigned: set[str] = set()
+        words = self.table.words
+        new_words: frozenset[str] = frozenset()
+        while True:
+            exports = _grow(sessions, pending, new_words)
+            assigned.update(pending)
+            new_words = frozenset(exports) - words
+            if not new_words:
+                return words
+            words = words | new_words
+            prefilter = Prefilter(new_words)
+            pending = [p for p in paths if p not in assigned and prefilter.passes(data[p])]
+
+    def session(self, targets: list[LintTarget]) -> Session:
+        """One in-process session over ``targets``, its discovery done: the sites, regions
+        and reaches it holds are what a run reports from (benchmarks read them)."""
+        data = {t.path: read_bytes(t.path) for t in targets}
+        paths = list(data)
+        explicit = {t.path for t in targets if t.explicit}
+        pending = [p for p in paths if p in explicit or self.prefilter.passes(data[p])]
+        handle = _SessionHandle(Session(self, paths, data, lazy=True))
+        self._discover([handle], paths, data, pending)
+        assert handle.session is not None
+        return handle.session
 
     def inaccessible(self, path: str, reason: str) -> FileResult:
         """The CKP902 result of a path that cannot be linted (missing, unreadable folder)."""

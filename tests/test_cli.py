@@ -123,6 +123,13 @@ def test_config_select_ignore_and_cli_wins(project: Path) -> None:
     assert run_cli("--select", "CKP001", cwd=project).returncode == 1
 
 
+def test_isolated_ignores_the_configuration(project: Path) -> None:
+    write(project, "bad.py", MISSING)
+    write(project, "pyproject.toml", '[tool.ckptlint]\nexclude = ["bad.py"]\n')
+    assert run_cli(cwd=project).returncode == 0
+    assert run_cli("--isolated", cwd=project).returncode == 1
+
+
 @pytest.mark.parametrize(
     ("arguments", "named"),
     [

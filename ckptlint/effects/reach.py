@@ -41,6 +41,10 @@ from ckptlint.torch_catalogue import (
 
 # Calls are followed this many levels below the region.
 MAX_CALL_DEPTH = 8
+# Global state read or written this close to the region (its own code, what that calls) is
+# the region's business; deeper down, in a framework's accessors and caches (a process
+# group set up once, a tracker made on first use), it is set-up that no linter can time.
+NEAR_DEPTH = 1
 # Methods that change the object they are called on.
 MUTATING_METHODS = frozenset(
     "append extend insert update pop popitem setdefault clear remove discard add sort reverse"
@@ -99,17 +103,28 @@ class Reach:
     """Everything a region runs, up to ``MAX_CALL_DEPTH`` levels of calls."""
 
     functions: list[FunctionValue] = field(default_factory=list)
+    # The region's own code and what it calls directly (see NEAR_DEPTH), and modules all of
+    # whose code counts as near (the site's own module).
+    near_code: list[FunctionValue] = field(default_factory=list)
+    near_modules: set[Module] = field(default_factory=set)
     reads: list[GlobalRead] = field(default_factory=list)
     writes: list[GlobalWrite] = field(default_factory=list)
     draws: list[RandomDraw] = field(default_factory=list)
 
+    def is_near(self, location: Location) -> bool:
+        return location.module in self.near_modules or _inside(location, self.near_code)
+
     def runs_code_of(self, location: Location) -> bool:
         """Whether ``location`` lies inside one of the functions the region runs."""
-        return any(
-            f.module is location.module
-            and f.node.lineno <= location.line <= (f.node.end_lineno or f.node.lineno)
-            for f in self.functions
-        )
+        return _inside(location, self.functions)
+
+
+def _inside(location: Location, functions: list[FunctionValue]) -> bool:
+    return any(
+        f.module is location.module
+        and f.node.lineno <= location.line <= (f.node.end_lineno or f.node.lineno)
+        for f in functions
+    )
 
 
 class ReachAnalysis:
@@ -139,9 +154,10 @@ class ReachAnalysis:
             self._instance(value, call, reach, depth, seen)
         elif isinstance(value, FunctionValue):
             self._function(value, reach, depth, seen)
-        elif isinstance(value, (Sequence, Elements)):
+        elif isinstance(value, (Sequence, Elements)) and ("container", value) not in seen:
+            seen.add(("container", value))
             for element in known(self.evaluator.iterate((value,))):
-                self._collect(element, None, reach, depth + 1, seen)
+                self._collect(element, None, reach, depth, seen)
 
     def _bound_partial(self, inner: Value, partial: PartialValue) -> Value:
         """The function a partial calls, with the partial's own arguments bound."""
@@ -171,9 +187,10 @@ class ReachAnalysis:
                 if instance.call is not None and instance.context is not None:
                     where = Location(instance.context.module, instance.call.lineno)
                 reach.draws.append(RandomDraw(f"`nn.{short_name(name)}`", where))
-            elif name in CONTAINERS:
+            elif name in CONTAINERS and ("container", instance) not in seen:
+                seen.add(("container", instance))  # its elements are parts of the region
                 for element in known(self.evaluator.iterate((instance,))):
-                    self._collect(element, None, reach, depth + 1, seen)
+                    self._collect(element, None, reach, depth, seen)
             return
         key = ("instance", cls)
         if key in seen:
@@ -185,11 +202,13 @@ class ReachAnalysis:
         member = self.evaluator.member
         own_call = [c for c in member((instance,), "__call__") if isinstance(c, FunctionValue)]
         for callee in own_call or known(member((instance,), "forward")):
-            self._collect(callee, None, reach, depth + 1, seen)
+            self._collect(callee, None, reach, depth, seen)  # calling a module runs forward
 
     def _function(
         self, function: FunctionValue, reach: Reach, depth: int, seen: set[object]
     ) -> None:
+        if depth <= NEAR_DEPTH:
+            reach.near_code.append(function)
         context = self.evaluator.bind(function, None)
         key = (function.node, context)
         if key in seen:

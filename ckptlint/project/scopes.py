@@ -326,16 +326,19 @@ class _ScopeBuilder:
             else:
                 self.expressions([node])
                 if isinstance(node, ast.Attribute):
-                    self.record_instance_attribute(node, value if not node_path else None)
+                    self.record_instance_attribute(node, value, node_path)
 
-    def record_instance_attribute(self, target: ast.Attribute, value: ast.expr | None) -> None:
+    def record_instance_attribute(
+        self, target: ast.Attribute, value: ast.expr | None, path: tuple[int, ...]
+    ) -> None:
         owner = self.scope.enclosing_class
         if (
             owner is not None
             and isinstance(target.value, ast.Name)
             and target.value.id == self.scope.self_name
         ):
-            binding = Binding(target.attr, target, self.scope, node_position(target), True, value)
+            position = node_position(target)
+            binding = Binding(target.attr, target, self.scope, position, True, value, path=path)
             owner.instance_attributes.setdefault(target.attr, []).append(binding)
 
     def function_scope_for_walrus(self) -> Scope:

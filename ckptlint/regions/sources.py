@@ -190,6 +190,16 @@ SOURCES: tuple[RegionSource, ...] = (
         rng="CPU, CUDA and Transformer Engine's RNG state tracker",
     ),
     RegionSource(
+        "torch_xla",
+        (
+            "torch_xla.distributed.fsdp.checkpoint_module",
+            "torch_xla.distributed.fsdp.wrap.checkpoint_module",
+        ),
+        "module",
+        (0, "m"),
+        rng="torch_xla.utils.checkpoint (CPU and XLA device RNG states)",
+    ),
+    RegionSource(
         "xformers",
         ("xformers.checkpoint", "xformers.checkpoint.checkpoint"),
         "function",

@@ -350,9 +350,17 @@ class Evaluator:
             return (Method(value, attribute),)
         if isinstance(value, FunctionValue) and attribute == "__call__":
             return (value,)
-        if self.duck_typing and isinstance(value, Parameter) and value.node.annotation is None:
+        if self.duck_typing and isinstance(value, Parameter) and self._untyped(value):
             return self._duck_typed_member(value.module, attribute)
         return (UNKNOWN,)
+
+    def _untyped(self, parameter: Parameter) -> bool:
+        """No annotation, or one naming no project class (``model: nn.Module``)."""
+        annotation = parameter.node.annotation
+        if annotation is None:
+            return True
+        annotated = self.evaluate(annotation, self.module_context(parameter.module))
+        return not any(isinstance(value, ClassValue) for value in annotated)
 
     def _duck_typed_member(self, module: Module, attribute: str) -> Values:
         """``model.transformer`` where nothing says what ``model`` is: the member of each
@@ -396,6 +404,8 @@ class Evaluator:
             results.extend(self._member_in_mro(owner, attribute, view))
         if attribute == "__call__" and not known(tuple(results)):
             return (instance,)  # ``module.__call__`` runs the module, as calling it does
+        if attribute in _MODULE_ITERATORS and not known(tuple(results)):
+            return (Method(instance, attribute),)  # nn.Module's own, not overridden
         return unique(results) or (UNKNOWN,)
 
     def _member_in_mro(self, cls: ClassValue, attribute: str, instance: Instance) -> Values:
@@ -422,7 +432,10 @@ class Evaluator:
         env: Environment = ()
         if self_parameter is not None:
             env = ((self_parameter, Argument(None, None, (instance,))),)
-        return _made_for(self.evaluate(binding.value, Context(owner.module, method, env)), binding)
+        values = self.evaluate(binding.value, Context(owner.module, method, env))
+        for index in binding.path:  # ``self.stages, info = make_stages(...)``
+            values = unique(v for value in values for v in _item(value, index, self)) or (UNKNOWN,)
+        return values if binding.path else _made_for(values, binding)
 
     def _class_member(self, cls: ClassValue, attribute: str, instance: Instance | None) -> Values:
         for owner in self.mro(cls):
@@ -483,9 +496,37 @@ class Evaluator:
             return self._mapping_item(instance, Constant(attribute))
         if name in CONTAINERS and attribute in ("values", "items", "children", "modules", "keys"):
             return (Method(instance, attribute),)
+        if name in CONTAINERS and attribute in ("named_children", "named_modules"):
+            return (Method(instance, attribute),)
         if attribute == "__call__":
             return (instance,)
+        if instance.origin is not None and instance.context is not None:
+            assigned = self._attributes_set(instance.origin, attribute, instance.context)
+            if assigned:  # ``down = nn.Module(); down.block = Block()``
+                return assigned
         return (External(f"{name}.{attribute}"),)  # a method, by its qualified name
+
+    def _attributes_set(self, origin: Binding, attribute: str, context: Context) -> Values:
+        """Values assigned to ``<name>.<attribute>`` in the function that made ``name``."""
+        module = context.module
+        span = _span(origin.scope.node if origin.scope.kind == "function" else None)
+        results: list[Value] = []
+        for line in module.lines_naming(origin.name):
+            if span is not None and not span[0] <= line <= span[1]:
+                continue
+            for statement, scope in self._statements_at(module, line):
+                if not isinstance(statement, ast.Assign):
+                    continue
+                for target in statement.targets:
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and target.attr == attribute
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == origin.name
+                    ):
+                        here = Context(module, scope, context.env if scope is origin.scope else ())
+                        results.extend(self.evaluate(statement.value, here))
+        return unique(results)
 
     # -- calls -----------------------------------------------------------------------------
     def _call_expression(self, call: ast.Call, context: Context) -> Values:
@@ -557,10 +598,28 @@ class Evaluator:
         receiver, name = method.receiver, method.name
         if name in ("values", "children", "modules"):
             yield Elements(self._container_values(receiver))
-        elif name == "items":
+        elif name in ("items", "named_children", "named_modules"):
             yield Elements((Row(((UNKNOWN,), self._container_values(receiver))),))
         else:
             yield UNKNOWN
+
+    def _submodules(self, instance: Instance) -> Values:
+        """What ``children()`` of a project module yields: the modules its classes assign to
+        ``self`` (any attribute that evaluates to a module instance)."""
+        cls = instance.cls
+        if not isinstance(cls, ClassValue):
+            return (UNKNOWN,)
+        found: list[Value] = []
+        for owner in self.mro(cls):
+            if not isinstance(owner, ClassValue):
+                break
+            scope = self.scope_of(owner)
+            self.instance_assignments(owner, "")  # every method scoped
+            for bindings in scope.instance_attributes.values():
+                for binding in bindings:
+                    values = self._assigned(binding, owner, instance)
+                    found.extend(v for v in values if isinstance(v, Instance))
+        return unique(found) or (UNKNOWN,)
 
     # -- containers ------------------------------------------------------------------------
     def added_to(self, origin: Binding, context: Context) -> Values:
@@ -650,6 +709,8 @@ class Evaluator:
         return unique((*known(values), *self.added_to(origin, context))) or (UNKNOWN,)
 
     def _constructed_values(self, value: Value) -> Values:
+        if isinstance(value, Instance) and isinstance(value.cls, ClassValue):
+            return self._submodules(value)
         if isinstance(value, Mapping):
             return self._mapping_values(value.node, value.context)
         if not isinstance(value, Instance) or value.call is None or value.context is None:
@@ -760,6 +821,7 @@ class Evaluator:
         return self._elements(sequence)
 
 
+_MODULE_ITERATORS = frozenset({"children", "modules", "named_children", "named_modules"})
 _ADDING_METHODS = {"append": False, "extend": True, "insert": False, "add_module": False}
 
 

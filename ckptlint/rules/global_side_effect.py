@@ -93,7 +93,8 @@ def forward(x):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            writes = analysis.reach(site).writes
+            reach = analysis.reach(site)
+            writes = [write for write in reach.writes if reach.is_near(write.where)]
             if not writes:
                 continue
             first = writes[0]

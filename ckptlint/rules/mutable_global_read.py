@@ -106,16 +106,16 @@ def forward(x):
         analysis = context.analysis
         for site in analysis.sites(context.module):
             reach = analysis.reach(site)
+            here = context.module
             reported: set[tuple[str, str]] = set()
             for read in reach.reads:
                 key = (read.module.path, read.name)
-                if key in reported:
+                if key in reported or not reach.is_near(read.where):
                     continue
                 change = _change_outside(reach, analysis.changes.changes_of(read.module, read.name))
                 if change is None:
                     continue
                 reported.add(key)
-                here = context.module
                 message = (
                     f"{site.subject} reads module global `{read.name}`"
                     f" ({read.where.describe(here)}), which is changed at"
