@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ from ckptlint.config import ConfigError, RuleSelection, Settings, load_settings,
 from ckptlint.core import Finding
 from ckptlint.discovery import SourceFile, discover
 from ckptlint.engine import FileResult, Linter, LintTarget, digest
+from ckptlint.project.cache import FOLDER, RunCache
 from ckptlint.report import Problem
 from ckptlint.rules import RULES_BY_CODE
 from ckptlint.source import CannotRead, read_bytes
@@ -108,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes (default: one per CPU)",
     )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="neither read nor write the results cache"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help=f"where the results cache lives (default: {FOLDER} next to the configuration)",
+    )
     parser.add_argument("--version", action="version", version=f"ckptlint {__version__}")
     return parser
 
@@ -178,7 +188,11 @@ def run(arguments: argparse.Namespace) -> int:
     if from_stdin:
         outcomes = [_lint_stdin(job, arguments.stdin_filename)]
     else:
-        outcomes = _run_all(job, discover(paths, settings), arguments.jobs)
+        cache = None
+        if not arguments.no_cache:
+            folder = Path(arguments.cache_dir) if arguments.cache_dir else settings.root / FOLDER
+            cache = RunCache.for_run(folder, [os.path.abspath(p) for p in paths], settings)
+        outcomes = _run_all(job, discover(paths, settings), arguments.jobs, cache)
 
     problems = [problem for outcome in outcomes for problem in outcome.problems]
     for problem in problems:
@@ -317,14 +331,17 @@ def _lint_stdin(job: _Job, filename: str | None) -> FileOutcome:
     return job.fix(data, path, write=False)
 
 
-def _run_all(job: _Job, files: list[SourceFile], jobs: int | None) -> list[FileOutcome]:
+def _run_all(
+    job: _Job, files: list[SourceFile], jobs: int | None, cache: RunCache | None = None
+) -> list[FileOutcome]:
     """Lint every file in one run (regions cross files), then fix the files that have
     applicable fixes, each on its own."""
     linter = job.linter
     outcomes = {f.path: FileOutcome(linter.inaccessible(f.path, f.error)) for f in files if f.error}
     accessible = [f for f in files if f.error is None]
     try:
-        results = linter.lint_files((LintTarget(f.path, f.explicit) for f in accessible), jobs)
+        targets = (LintTarget(f.path, f.explicit) for f in accessible)
+        results = linter.lint_files(targets, jobs, cache)
     except Exception as error:  # a bug of ours in the run itself: name it, lose nothing else
         message = f"{type(error).__name__}: {error}"
         results = [FileResult(f.path, [], internal_error=message) for f in accessible]

@@ -66,6 +66,10 @@ class Project:
     def _key(self, path: str) -> str:
         return self.layout.find(self.layout.module_name(path)) or path
 
+    def read_paths(self) -> set[str]:
+        """Every file the analysis read (parsed or not): what its results depend on."""
+        return set(self._modules)
+
     def loaded_modules(self) -> list[Module]:
         return [module for module in self._modules.values() if module is not None]
 

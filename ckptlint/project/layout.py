@@ -60,6 +60,11 @@ class Layout:
             self._names.setdefault(found, name)
         return found
 
+    @property
+    def missing(self) -> set[str]:
+        """Module names looked for and not found (a new file may provide one)."""
+        return {name for name, path in self._paths.items() if path is None}
+
     def is_project_package(self, name: str) -> bool:
         """A folder of the project that imports can name, with or without ``__init__.py``."""
         relative = name.replace(".", os.sep)
