@@ -6,6 +6,11 @@ regular-expression scan. ``# noqa``, ``# flake8: noqa`` and per-file ignores are
 the plugin adds what the CLI also honours: ``# noqa`` codes in any case, and
 ``# ckptlint: noqa[: codes]`` (unless flake8 runs with ``--disable-noqa``).
 
+flake8 hands over one file at a time. Regions are still followed into the modules they run
+(read from disk, as the CLI does); the names of a project's own wrappers and layer
+subclasses defined in other files come from the cache a CLI run wrote
+(``.ckptlint_cache/words.json``): without it, calls of those are not recognised.
+
 No exception ever reaches flake8 (which would stop the whole run and lose every other
 file's results): input nested too deeply to analyse is a CKP901 finding, and so is a bug of
 ours, with its message.
@@ -15,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptlint import __version__
+from ckptlint.project.cache import project_words
 from ckptlint.regions.sources import SourceTable
 from ckptlint.source import Prefilter
 
@@ -35,6 +43,7 @@ class CheckpointChecker:
     extend_checkpoint_functions: tuple[str, ...] = ()
     disable_noqa = False
     _cached: tuple[tuple[str, ...], Linter] | None = None
+    _projects: dict[str, tuple[frozenset[str], Prefilter]] = {}
     _prefilter = Prefilter(SourceTable.build().words)
 
     def __init__(self, tree: ast.Module, lines: list[str], filename: str = "stdin") -> None:
@@ -68,14 +77,17 @@ class CheckpointChecker:
 
     def _check(self) -> Iterator[Result]:
         text = "".join(self.lines)
-        if not self._prefilter.passes(text.encode(errors="surrogatepass")):
+        words, prefilter = self._project_words()
+        if not prefilter.passes(text.encode(errors="surrogatepass")):
             return
         from ckptlint.noqa import file_exemption, is_suppressed
 
         exemption = None if self.disable_noqa else file_exemption(text)
         if exemption is not None and not exemption.codes:
             return
-        for finding in self._linter().analyze_tree(self.tree, self.lines, self.filename):
+        linter = self._linter()
+        linter.discovered_words = words
+        for finding in linter.analyze_tree(self.tree, self.lines, self.filename):
             if not self.disable_noqa:
                 if exemption is not None and exemption.covers(finding.code):
                     continue
@@ -83,6 +95,17 @@ class CheckpointChecker:
                 if is_suppressed(line, finding.code):
                     continue
             yield finding.line, finding.column - 1, f"{finding.code} {finding.message}", type(self)
+
+    def _project_words(self) -> tuple[frozenset[str], Prefilter]:
+        """The words a CLI run cached for this file's project (its wrappers, layer
+        subclasses...), and the prefilter that looks for them too; per folder, once."""
+        folder = os.path.dirname(os.path.abspath(self.filename))
+        found = self._projects.get(folder)
+        if found is None:
+            words = project_words(Path(folder))
+            prefilter = Prefilter(self._linter().table.words | words) if words else self._prefilter
+            found = self._projects[folder] = (words, prefilter)
+        return found
 
     @classmethod
     def _linter(cls) -> Linter:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ckptlint.flake8_plugin import CheckpointChecker
-from tests.conftest import run_cli
+from tests.conftest import run_ckptlint, run_cli
 
 SOURCE = textwrap.dedent(
     """\
@@ -169,3 +169,32 @@ def test_a_bug_in_the_analysis_is_a_finding_not_an_exception(
     assert message == (
         "CKP901 file not analysed: internal error KeyError: 'boom' (please report it to ckptlint)"
     )
+
+
+def test_cross_file_wrappers_through_the_cache_a_cli_run_wrote(project: Path) -> None:
+    """flake8 sees one file: a wrapper defined in another file is known once a CLI run has
+    cached the project's words; the region itself is followed into its file either way."""
+    (project / "wrap.py").write_text(
+        "from torch.utils.checkpoint import checkpoint\n\n"
+        "def run(function, *args):\n"
+        "    return checkpoint(function, *args, use_reentrant=False, preserve_rng_state=False)\n"
+    )
+    (project / "blocks.py").write_text(
+        "import torch.nn as nn\n\n"
+        "class Block(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.dropout = nn.Dropout(0.1)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.dropout(x) * 2\n"
+    )
+    (project / "model.py").write_text(
+        "from blocks import Block\nfrom wrap import run\n\n"
+        "def forward(x):\n    return run(Block(), x)\n"
+    )
+    command = [sys.executable, "-m", "flake8", "--select", "CKP", "model.py"]
+    before = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
+    assert before.stdout == ""
+    run_ckptlint(".", cwd=project)
+    after = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
+    assert after.stdout.startswith("model.py:5:12: CKP301 ")

@@ -26,6 +26,7 @@ from ckptlint import __version__
 from ckptlint.core import AddKeyword, Finding, Fix, ReplaceText
 
 FOLDER = ".ckptlint_cache"
+WORDS = "words.json"
 _TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# ckptlint's cache: safe to delete.\n"
 
 
@@ -84,14 +85,9 @@ class RunCache:
         }
         try:
             self._prepare()
-            handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=".run-", suffix=".tmp")
-            try:
-                with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                    json.dump(data, stream)
-                os.replace(temporary, self.path)
-            finally:
-                if os.path.exists(temporary):
-                    os.unlink(temporary)
+            _write_atomically(self.path, data)
+            # The flake8 plugin sees one file at a time: it learns the project's words here.
+            _write_atomically(self.folder / WORDS, sorted(run.words))
         except OSError:
             pass
 
@@ -101,6 +97,30 @@ class RunCache:
             marker = self.folder / name
             if not marker.exists():
                 marker.write_text(text, encoding="utf-8")
+
+
+def project_words(start: Path) -> frozenset[str]:
+    """The words the last CLI run over the project found, from the cache folder nearest
+    above ``start`` (none when there is no cache)."""
+    for folder in (start, *start.parents):
+        try:
+            words = json.loads((folder / FOLDER / WORDS).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(words, list) and all(isinstance(w, str) for w in words):
+            return frozenset(words)
+    return frozenset()
+
+
+def _write_atomically(path: Path, data: object) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(data, stream)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
 
 
 def _entry(state: FileState) -> list:
