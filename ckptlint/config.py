@@ -56,7 +56,8 @@ class Settings:
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    extend_checkpoint_functions: tuple[str, ...] = ()
+    # Names like torch's checkpoint (strings) or table rows of other kinds (ExtraSource).
+    extend_checkpoint_functions: tuple[str | ExtraSource, ...] = ()
     respect_gitignore: bool = True
     command_line: RuleSelection = RuleSelection()
     root: Path = field(default_factory=Path.cwd)
@@ -164,10 +165,10 @@ def load_settings(start: Path) -> Settings:
     if "exclude" in table:
         settings = replace(settings, exclude=_strings(table["exclude"], f"{where} exclude"))
     if "extend-checkpoint-functions" in table:
-        names = _strings(
+        sources = _sources(
             table["extend-checkpoint-functions"], f"{where} extend-checkpoint-functions"
         )
-        settings = replace(settings, extend_checkpoint_functions=names)
+        settings = replace(settings, extend_checkpoint_functions=sources)
     if "respect-gitignore" in table:
         value = table["respect-gitignore"]
         if not isinstance(value, bool):
@@ -185,6 +186,49 @@ def load_settings(start: Path) -> Settings:
             ),
         )
     return settings
+
+
+SOURCE_KINDS = ("function", "sequence", "module", "layer")
+
+
+@dataclass(frozen=True)
+class ExtraSource:
+    """A region source the user declares: ``{ name = "mylib.wrap", kind = "module" }``.
+
+    ``kind``: the ``function`` called (like torch's checkpoint), each module of a
+    ``sequence``, the ``module`` wrapped, or the ``forward`` of every subclass of a
+    ``layer`` class; ``region``: the position of the argument that is the region.
+    """
+
+    name: str
+    kind: str = "function"
+    region: int = 0
+
+
+def _sources(value: object, where: str) -> tuple[str | ExtraSource, ...]:
+    """Names (strings) or inline tables with ``name``, ``kind`` and ``region``."""
+    if isinstance(value, (str, dict)):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of names or tables, got {value!r}")
+    found: list[str | ExtraSource] = []
+    for item in value:
+        if isinstance(item, str):
+            found.append(item)
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ConfigError(f"{where}: expected a name or a table with a name, got {item!r}")
+        unknown = sorted(set(item) - {"name", "kind", "region"})
+        kind = item.get("kind", "function")
+        region = item.get("region", 0)
+        if unknown:
+            raise ConfigError(f"{where} {item['name']!r}: unknown key(s): {', '.join(unknown)}")
+        if kind not in SOURCE_KINDS:
+            raise ConfigError(f"{where} {item['name']!r}: kind must be one of {SOURCE_KINDS}")
+        if not isinstance(region, int) or isinstance(region, bool) or region < 0:
+            raise ConfigError(f"{where} {item['name']!r}: region must be a position (0, 1, ...)")
+        found.append(ExtraSource(item["name"], kind, region))
+    return tuple(found)
 
 
 def _strings(value: object, where: str) -> tuple[str, ...]:

@@ -129,7 +129,12 @@ class Linter:
 
     @cached_property
     def table(self) -> SourceTable:
-        extra = [configured_source(name) for name in self.settings.extend_checkpoint_functions]
+        extra = [
+            configured_source(item)
+            if isinstance(item, str)
+            else configured_source(item.name, item.kind, item.region)  # type: ignore[arg-type]
+            for item in self.settings.extend_checkpoint_functions
+        ]
         return SourceTable.build(extra)
 
     @cached_property

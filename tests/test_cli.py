@@ -191,6 +191,47 @@ def test_extend_checkpoint_functions_from_config(project: Path) -> None:
     assert result.returncode == 1 and "m.py:2:1: CKP001" in result.stdout
 
 
+def test_extend_checkpoint_functions_with_other_kinds(project: Path) -> None:
+    """A configured module wrapper makes its argument a region like checkpoint_wrapper."""
+    write(
+        project,
+        "m.py",
+        "import torch.nn as nn\nfrom mylib.mem import wrap_block\n\n"
+        "class Block(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.dropout = nn.Dropout(0.1)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.dropout(x) + 1\n\n"
+        "block = wrap_block(Block(), preserve_rng_state=False)\n",
+    )
+    assert run_cli(cwd=project).returncode == 0
+    write(
+        project,
+        "pyproject.toml",
+        "[tool.ckptlint]\nextend-checkpoint-functions = [\n"
+        '  { name = "mylib.mem.wrap_block", kind = "module", region = 0 },\n]\n',
+    )
+    result = run_cli(cwd=project)
+    assert result.returncode == 1 and "m.py:12:9: CKP301" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("entry", "named"),
+    [
+        ('{ kind = "module" }', "a table with a name"),
+        ('{ name = "a.b", kind = "decorator" }', "kind must be one of"),
+        ('{ name = "a.b", region = -1 }', "region must be a position"),
+        ('{ name = "a.b", regoin = 1 }', "unknown key(s): regoin"),
+    ],
+)
+def test_bad_extra_sources_are_usage_errors(project: Path, entry: str, named: str) -> None:
+    write(project, "m.py", CLEAN)
+    write(project, "pyproject.toml", f"[tool.ckptlint]\nextend-checkpoint-functions = [{entry}]\n")
+    result = run_cli(cwd=project)
+    assert result.returncode == 2 and named in result.stderr
+
+
 def test_invalid_config_is_a_usage_error(project: Path) -> None:
     write(project, "m.py", CLEAN)
     write(project, "pyproject.toml", "[tool.ckptlint]\nselekt = ['CKP']\n")
