@@ -21,10 +21,14 @@ class GlobalSideEffect(Rule):
 
     Reported for `global X` followed by an assignment, and for item or attribute
     assignment, `del`, and mutating methods (`append`, `extend`, `update`, `pop`,
-    `setdefault`, `clear`, `__setitem__`, ...) on a module-level object, in the region or
-    in a same-module function it calls (three levels deep). A write under an `if` that
-    tests the same global (`if key not in CACHE:`, `if KERNEL is None:`) is a memo or a
-    lazy initialisation that the second run leaves as it was, and is not reported.
+    `setdefault`, `clear`, `__setitem__`, ...) on a module-level object, in the region's
+    own code or in what it calls directly, in any module of the tree, through every
+    region source (for transformers' `GradientCheckpointingLayer` subclasses, at their
+    `def forward`). A write after a test of the same global, or of a "loaded" flag the
+    function keeps (`if key not in CACHE:`, `if KERNEL is None:`), is a memo or a lazy
+    initialisation that the second run leaves as it was, and is not reported; neither are
+    writes deep inside what the region calls (a framework's trackers and caches made on
+    first use), nor what cannot be resolved statically.
     """
 
     code = "CKP203"

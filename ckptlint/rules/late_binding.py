@@ -42,7 +42,8 @@ class LateBinding(Rule):
     (`loss.backward()` in the same iteration), when the region is the loop variable
     itself (`checkpoint(layer, x)` passes the current value), when the loop only sets the
     variable to one constant before the call (`use_cache = False`), or only remakes a
-    def or lambda under that name (same code, same closure cells).
+    def or lambda under that name (same code, same closure cells). Through a wrapper of
+    your own the same holds at the wrapper's call (`run(lambda h: layer(h), x)` in a loop).
     """
 
     code = "CKP202"

@@ -10,7 +10,7 @@ from ckptlint.rules.base import Rule
 
 
 class MutableGlobalRead(Rule):
-    """A checkpoint region reads a module global that this module changes at run time.
+    """A checkpoint region reads a module global that is changed at run time.
 
     The checkpoint runs the region once in the forward and again in the backward. A global
     read by the region is read twice, and if anything changes it in between (a function
@@ -21,13 +21,23 @@ class MutableGlobalRead(Rule):
     Pass the value as an input of the checkpoint, or bind it when making the region
     (`functools.partial(block, scale=SCALE)`), so both runs see the same value.
 
-    The region's own code and same-module functions it calls (three levels deep) are
-    searched. Constants bound once, imports, functions and classes are not mutable
-    globals; module-level statements run once at import, before any checkpoint, so only
-    changes made inside functions count, and not those of a function this file uses only
-    at import (a registry's `register` decorator) nor lazy initialisations under an `if`
-    testing the global (`if KERNEL is None: KERNEL = load()`). Changes made by the region
-    itself are CKP203.
+    Every region source counts (torch's checkpoint, checkpoint_wrapper, transformers'
+    layers, timm, Megatron, DeepSpeed, your own wrappers...). The globals searched are
+    those the region's own code reads, and the code it calls directly, in any module of
+    the tree (`SCALE`, `config.SCALE` of an imported module). A change is a statement in
+    a function of the global's module, or of another module naming it as `module.NAME`,
+    that rebinds or mutates it.
+
+    Not reported, because they are set-up, not run-time changes: constants bound once,
+    imports, functions and classes; module-level statements (they run at import); a
+    function used only at import (a registry's `register` decorator, decorator
+    factories) or only from constructors (`__init__`, `reset_parameters`,
+    `_init_weights`, and functions only they call); a lazy initialisation or memo (a
+    write after a test of the same global, or of a "loaded" flag the function keeps:
+    `if KERNEL is None: KERNEL = load()`). Globals read only deep inside what the region
+    calls (a framework's accessors: a process group set up once) are not searched, and
+    what cannot be resolved statically (a region passed in from outside the tree) stays
+    silent. Changes made by the region itself are CKP203.
     """
 
     code = "CKP201"

@@ -19,11 +19,19 @@ class RngNotPreserved(Rule):
     Remove `preserve_rng_state=False` (the default, True, restores the RNG state), or keep
     the random op outside the checkpointed region.
 
+    `preserve_rng_state=False` counts wherever it reaches torch's checkpoint: in the call,
+    in a `functools.partial`, through `checkpoint_wrapper(module, preserve_rng_state=False)`,
+    `apply_activation_checkpointing(checkpoint_wrapper_fn=partial(...))`, the composable
+    `checkpoint(module, ...)`, or a wrapper of your own that passes it on. (Megatron,
+    DeepSpeed, fairscale and Transformer Engine restore their RNG states themselves.)
+
     Random ops are dropout in any form (`nn.Dropout` and its variants, including modules
-    assigned in `__init__` and used by the region, `F.dropout`, `torch.dropout`),
-    `torch.rand*`, `bernoulli`, `multinomial`, `normal`, `rrelu`, and in-place samplers
-    such as `.normal_()` and `.uniform_()`, in the region or in same-module functions and
-    modules it calls. Dropout with a literal `p=0` or `training=False` is not random.
+    assigned in `__init__`, in a parent's `__init__` or in another file, `F.dropout`,
+    `torch.dropout`), `torch.rand*`, `bernoulli`, `multinomial`, `normal`, `rrelu`, and
+    in-place samplers such as `.normal_()` and `.uniform_()`, anywhere in the code the
+    region runs, in any module of the tree (8 levels of calls). Dropout with a literal
+    `p=0` or `training=False` is not random; a dropout probability only known at run time
+    counts as random.
     """
 
     code = "CKP301"

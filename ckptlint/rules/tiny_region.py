@@ -57,9 +57,11 @@ class TinyRegion(Rule):
     Reported for torch modules (`nn.GELU()`, including modules assigned in `__init__` and
     elements of an `nn.ModuleList` built from one constructor), torch functions
     (`torch.relu`, `F.gelu`), `functools.partial` of those, and lambdas, functions and
-    methods whose body is one such op applied to their parameters. An `nn.Sequential` of
-    several layers, a function of several statements and anything this file does not
-    define are not reported.
+    methods whose body is one such op applied to their parameters, through every region
+    source that takes a function or a module (also a module that
+    `apply_activation_checkpointing` selects). The region must be exactly one such thing:
+    an `nn.Sequential` of several layers, a function of several statements, a region that
+    may be one of several things, and anything that cannot be resolved are not reported.
     """
 
     code = "CKP101"
