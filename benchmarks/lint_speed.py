@@ -1,11 +1,18 @@
-"""ckptlint against its peer (TorchFix) and a speed reference (ruff) on a real tree.
+"""ckptlint's speed against ruff (a speed reference) and flake8, and its peer TorchFix.
 
-Downloads transformers 4.34.1's sources once (cached in benchmarks/.cache), then in one run:
-- times `ckptlint --select CKP001`, `torchfix --select TOR003` and `ruff check --select E9`;
-- compares the use_reentrant sites ckptlint and TorchFix report (both set differences);
-- times plain `flake8 --select E9` in two virtualenvs, without and with ckptlint installed.
+On the 15 pinned public trees of ``benchmarks/trees.py`` (fetched once into
+benchmarks/.cache), in one run with interleaved repetitions and medians:
 
-Usage: python benchmarks/lint_speed.py [--repeat N] [--skip-torchfix]
+- **cold**: ``ckptlint --no-cache`` over all trees at once (every file read, candidates
+  parsed and analysed, worker processes as the CLI chooses them);
+- **warm**: ``ckptlint`` again, nothing changed (the results cache is reused);
+- **ruff**: ``ruff check --select E9 --no-cache`` over the same trees;
+- **flake8**: ``flake8 --select E9`` on transformers 4.34.1 in two virtualenvs, without and
+  with ckptlint installed (flake8 runs every installed plugin on every file);
+- with ``--torchfix``: ``torchfix --select TOR003`` on transformers 4.34.1 (~13 minutes) and
+  the use_reentrant sites both report, compared.
+
+    python benchmarks/lint_speed.py [--repeat N] [--torchfix] [--skip-flake8]
 """
 
 from __future__ import annotations
@@ -16,27 +23,19 @@ import re
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import trees  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "benchmarks" / ".cache"
-PACKAGE = "transformers==4.34.1"
-
-
-def tree() -> Path:
-    folder = CACHE / "transformers-4.34.1"
-    if not folder.is_dir():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-            + ["-d", str(CACHE), PACKAGE],
-            check=True,
-        )
-        with tarfile.open(next(CACHE.glob("transformers-4.34.1.tar.gz"))) as archive:
-            archive.extractall(CACHE, filter="data")
-    return folder
+# The cache folder of the timed runs (the trees live under a git-ignored folder of this
+# repository, so configuration and .gitignore are left out: --isolated, no gitignore).
+RESULTS_CACHE = CACHE / "lint-speed-results"
+CKPTLINT = [sys.executable, "-m", "ckptlint", "--isolated", "--no-respect-gitignore"]
+CKPTLINT += ["--exit-zero", "--quiet", "--cache-dir", str(RESULTS_CACHE)]
 
 
 def virtualenv(name: str, *packages: str) -> Path:
@@ -54,77 +53,78 @@ def timed(command: list[str], cwd: Path) -> tuple[float, str]:
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if result.returncode not in (0, 1):
-        raise SystemExit(f"{command[0]} failed ({result.returncode}): {result.stderr[-2000:]}")
+        raise SystemExit(f"{command[:3]} failed ({result.returncode}): {result.stderr[-2000:]}")
     return elapsed, result.stdout
 
 
-def interleaved(commands: list[list[str]], cwd: Path, repeat: int) -> list[tuple[float, str]]:
-    """Median time and last output of each command, run in turn so load hits all alike."""
-    times: list[list[float]] = [[] for _ in commands]
-    outputs = [""] * len(commands)
+def interleaved(commands: dict[str, list[str]], cwd: Path, repeat: int) -> dict[str, float]:
+    """Median seconds of each command, run in turn so load hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(repeat):
-        for index, command in enumerate(commands):
-            elapsed, outputs[index] = timed(command, cwd)
-            times[index].append(elapsed)
-    return [(statistics.median(t), o) for t, o in zip(times, outputs, strict=True)]
+        for name, command in commands.items():
+            times[name].append(timed(command, cwd)[0])
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--skip-torchfix", action="store_true", help="(it takes ~13 minutes)")
+    parser.add_argument("--torchfix", action="store_true", help="(it takes ~13 minutes)")
+    parser.add_argument("--skip-flake8", action="store_true")
     arguments = parser.parse_args()
 
-    source = tree()
-    files = sum(1 for _ in source.rglob("*.py"))
-    lines = sum(p.read_bytes().count(b"\n") for p in source.rglob("*.py"))
-    print(f"tree: {PACKAGE} sources, {files} .py files, {lines:,} lines")
+    folders = trees.all_trees()
+    names = [f.name for f in folders]
+    files = sum(1 for f in folders for _ in f.rglob("*.py"))
+    lines = sum(p.read_bytes().count(b"\n") for f in folders for p in f.rglob("*.py"))
+    print(f"{len(folders)} trees, {files:,} .py files, {lines:,} lines: {', '.join(names)}")
 
-    ckptlint = [sys.executable, "-m", "ckptlint", "--select", "CKP001", "--format", "json", "."]
-    all_rules = [sys.executable, "-m", "ckptlint", "--format", "json", "."]
-    ruff = ["ruff", "check", "--select", "E9", "--no-cache", "--quiet", "--exit-zero", "."]
-    (ckptlint_time, report), (all_rules_time, all_report), (ruff_time, _) = interleaved(
-        [ckptlint, all_rules, ruff], source, arguments.repeat
+    timed([*CKPTLINT, *names], CACHE)  # warm the OS file cache and the results cache alike
+    medians = interleaved(
+        {
+            "cold": [*CKPTLINT, "--no-cache", *names],
+            "warm": [*CKPTLINT, *names],
+            "ruff": ["ruff", "check", "--select", "E9", "--no-cache", "--isolated", "--quiet"]
+            + ["--exit-zero", *names],
+        },
+        CACHE,
+        arguments.repeat,
     )
-    ours = {(item["path"], item["line"]) for item in json.loads(report)}
+    print(f"\n{'run':<40}{'seconds':>10}{'vs ruff':>10}")
+    labels = {
+        "cold": "ckptlint, cold (--no-cache)",
+        "warm": "ckptlint, warm (nothing changed)",
+        "ruff": "ruff check --select E9 --no-cache",
+    }
+    for name, seconds in medians.items():
+        print(f"{labels[name]:<40}{seconds:>10.2f}{seconds / medians['ruff']:>9.2f}x")
 
-    rows = [
-        ("ckptlint --select CKP001", ckptlint_time, len(ours)),
-        ("ckptlint (all rules)", all_rules_time, len(json.loads(all_report))),
-    ]
-    if not arguments.skip_torchfix:
-        torchfix = ["torchfix", "--select", "TOR003", "."]
-        torchfix_time, output = timed(torchfix, source)
+    source = trees.tree("transformers", "4.34.1")
+    if arguments.torchfix:
+        report = timed(
+            [*CKPTLINT, "--no-cache", "--select", "CKP001", "--format", "json", "."], source
+        )
+        ours = {(item["path"], item["line"]) for item in json.loads(report[1])}
+        torchfix_time, output = timed(["torchfix", "--select", "TOR003", "."], source)
         pattern = re.compile(r"^(?:\./)?(.+?):(\d+):\d+: TOR003", re.MULTILINE)
         theirs = {(path, int(line)) for path, line in pattern.findall(output)}
-        rows.append(("torchfix --select TOR003", torchfix_time, len(theirs)))
-    rows.append(("ruff check --select E9 --no-cache", ruff_time, None))
+        print(f"\ntorchfix --select TOR003 on transformers 4.34.1: {torchfix_time:.1f} s")
+        print(f"use_reentrant sites: ckptlint {len(ours)}, TorchFix {len(theirs)}")
+        print(f"TorchFix sites ckptlint misses: {sorted(theirs - ours)[:20]}")
+        print(f"ckptlint sites TorchFix misses: {sorted(ours - theirs)[:20]}")
 
-    print(f"\n{'tool':<36}{'seconds':>10}{'sites':>8}")
-    for name, seconds, sites in rows:
-        print(f"{name:<36}{seconds:>10.2f}{'' if sites is None else sites:>8}")
-    if not arguments.skip_torchfix:
-        print(f"\nckptlint speed-up over TorchFix: {torchfix_time / ckptlint_time:.0f}x")
-        missed = sorted(theirs - ours)
-        extra = sorted(ours - theirs)
-        print(f"TorchFix sites ckptlint misses: {len(missed)} {missed[:20]}")
-        print(f"ckptlint sites TorchFix misses: {len(extra)}")
-        for path, line in extra:
-            text = (source / path).read_text().splitlines()[line - 1].strip()
-            print(f"  {path}:{line}: {text}")
-    print(f"ckptlint time / ruff time: {ckptlint_time / ruff_time:.2f}x (CKP001),", end=" ")
-    print(f"{all_rules_time / ruff_time:.2f}x (all rules)")
-
-    plain = virtualenv("venv-flake8", "flake8")
-    with_plugin = virtualenv("venv-flake8-ckptlint", "flake8", str(ROOT))
-    flake8 = ["-m", "flake8", "--select", "E9", "--exit-zero", "."]
-    times: dict[str, list[float]] = {"without": [], "with": []}
-    for _ in range(3):  # interleaved, so load changes hit both alike; ~1 min a run
-        times["without"].append(timed([str(plain), *flake8], source)[0])
-        times["with"].append(timed([str(with_plugin), *flake8], source)[0])
-    without, with_ = statistics.median(times["without"]), statistics.median(times["with"])
-    print(f"\nflake8 --select E9 without ckptlint: {without:.2f} s")
-    print(f"flake8 --select E9 with ckptlint:    {with_:.2f} s  ({with_ / without:.3f}x)")
+    if not arguments.skip_flake8:
+        plain = virtualenv("venv-flake8", "flake8")
+        with_plugin = virtualenv("venv-flake8-ckptlint", "flake8", str(ROOT))
+        flake8 = ["-m", "flake8", "--isolated", "--select", "E9", "--exit-zero", "."]
+        times: dict[str, list[float]] = {"without": [], "with": []}
+        for _ in range(3):  # interleaved; about a minute a run
+            times["without"].append(timed([str(plain), *flake8], source)[0])
+            times["with"].append(timed([str(with_plugin), *flake8], source)[0])
+        without, with_ = statistics.median(times["without"]), statistics.median(times["with"])
+        print(f"\nflake8 --select E9 on transformers 4.34.1, without ckptlint: {without:.2f} s")
+        print(f"flake8 --select E9 on transformers 4.34.1, with ckptlint:    {with_:.2f} s", end="")
+        print(f"  ({with_ / without:.3f}x)")
 
 
 if __name__ == "__main__":

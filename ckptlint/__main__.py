@@ -1,7 +1,5 @@
 """``python -m ckptlint``."""
 
-import sys
+from ckptlint.cli import entry
 
-from ckptlint.cli import main
-
-sys.exit(main())
+entry()

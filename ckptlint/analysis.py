@@ -61,7 +61,7 @@ class ProjectAnalysis:
         self.changes = ChangeFinder(self.project, self.evaluator)
         self._modules: dict[str, ModuleRegions] = {}
         self._regions: dict[int, Values] = {}
-        self._reach: dict[int, Reach] = {}
+        self._reach: dict[tuple[int, str], Reach] = {}
 
     # -- per module ------------------------------------------------------------------------
     def regions_of(self, module: Module) -> ModuleRegions:
@@ -80,11 +80,18 @@ class ProjectAnalysis:
         return self._regions[key]
 
     def reach(self, site: Site) -> Reach:
-        key = id(site)
+        """Everything the site's region runs (random draws count at any depth)."""
+        key = (id(site), "all")
         if key not in self._reach:
-            reach = self.reaches.reach(self.region(site))
-            reach.near_modules.add(site.module)  # the site's own module is the user's code
-            self._reach[key] = reach
+            self._reach[key] = self.reaches.reach(self.region(site))
+        return self._reach[key]
+
+    def near_reach(self, site: Site) -> Reach:
+        """What the region's own code, and the code it calls directly, reads and writes
+        (global state set up far below by a framework is not the region's business)."""
+        key = (id(site), "near")
+        if key not in self._reach:
+            self._reach[key] = self.reaches.near(self.region(site), site.module)
         return self._reach[key]
 
     def effective_paths(self, site: Site) -> list[SourceCall]:
@@ -235,9 +242,7 @@ def with_local_aliases(analysis: ProjectAnalysis, module: Module) -> Module:
 
 def names_any(module: Module, words: frozenset[str]) -> bool:
     """Whether the module's text names one of ``words`` as an identifier."""
-    return any(word in module.text for word in words) and bool(
-        lines_with_words(module.lines, sorted(words))
-    )
+    return bool(lines_with_words(module.lines, sorted(words)))
 
 
 def _enclosing_function_names(scope: Scope | None) -> list[str]:

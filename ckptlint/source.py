@@ -13,6 +13,7 @@ import tokenize
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import accumulate
 
 from ckptlint.lazy_tree import parse_lazily
@@ -33,6 +34,7 @@ class CannotRead(UnreadableSource):
 
 
 _WHITESPACE = b" \t\f\r\n\\"
+_IDENTIFIER_BYTES = re.compile(rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*")
 _IDENTIFIER_BYTE = re.compile(rb"[A-Za-z0-9_\x80-\xff]")
 # What may stand between ``import`` and a name it imports: other names (``as`` aliases),
 # commas, an opening parenthesis, line continuations, comments in a parenthesized list.
@@ -57,7 +59,10 @@ class Prefilter:
 
     def passes(self, data: bytes) -> bool:
         star_import = b"import *" in data  # names from a star import are used bare
-        for word in self.words:
+        words = self.words
+        if len(words) > _FEW_WORDS:  # one pass over the bytes beats a search per word
+            words = sorted(set(_IDENTIFIER_BYTES.findall(data)).intersection(words))
+        for word in words:
             start = data.find(word)
             while start != -1:
                 end = start + len(word)
@@ -164,6 +169,9 @@ def lines_with_words(
     ``checkpoint=_CHECKPOINT_FOR_DOC``, or a plain assignment target) does not count.
     """
     text = "".join(lines)
+    words = list(words)
+    if len(words) > _FEW_WORDS:  # one pass over the text beats a search per word
+        words = sorted(identifiers(text).intersection(words))
     starts = sorted(start for word in words for start in word_starts(text, word))
     if skip_assigned:
         starts = [start for start in starts if not _assigned_at(text, start)]
@@ -178,6 +186,16 @@ def lines_with_words(
         numbers.add(line)
         previous = start
     return frozenset(numbers)
+
+
+_FEW_WORDS = 8
+_IDENTIFIER = re.compile(r"[^\W\d]\w*")
+
+
+@lru_cache(maxsize=4096)
+def identifiers(text: str) -> frozenset[str]:
+    """Every identifier-like word of ``text`` (strings and comments included)."""
+    return frozenset(_IDENTIFIER.findall(text))
 
 
 def _assigned_at(text: str, start: int) -> bool:

@@ -11,7 +11,7 @@ saw.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ckptlint.project.index import Module
@@ -44,7 +44,9 @@ MAX_CALL_DEPTH = 8
 # Global state read or written this close to the region (its own code, what that calls) is
 # the region's business; deeper down, in a framework's accessors and caches (a process
 # group set up once, a tracker made on first use), it is set-up that no linter can time.
+# In the site's own module (the user's code) the region is followed further.
 NEAR_DEPTH = 1
+HOME_DEPTH = 3
 # Methods that change the object they are called on.
 MUTATING_METHODS = frozenset(
     "append extend insert update pop popitem setdefault clear remove discard add sort reverse"
@@ -100,19 +102,13 @@ class FunctionFacts:
 
 @dataclass
 class Reach:
-    """Everything a region runs, up to ``MAX_CALL_DEPTH`` levels of calls."""
+    """Everything a region runs, as deep as ``depth_for`` allows for each function."""
 
+    depth_for: Callable[[FunctionValue], int] = lambda function: MAX_CALL_DEPTH
     functions: list[FunctionValue] = field(default_factory=list)
-    # The region's own code and what it calls directly (see NEAR_DEPTH), and modules all of
-    # whose code counts as near (the site's own module).
-    near_code: list[FunctionValue] = field(default_factory=list)
-    near_modules: set[Module] = field(default_factory=set)
     reads: list[GlobalRead] = field(default_factory=list)
     writes: list[GlobalWrite] = field(default_factory=list)
     draws: list[RandomDraw] = field(default_factory=list)
-
-    def is_near(self, location: Location) -> bool:
-        return location.module in self.near_modules or _inside(location, self.near_code)
 
     def runs_code_of(self, location: Location) -> bool:
         """Whether ``location`` lies inside one of the functions the region runs."""
@@ -133,14 +129,26 @@ class ReachAnalysis:
         self._facts: dict[tuple[ast.AST, Context], FunctionFacts] = {}
 
     def reach(self, region: Values) -> Reach:
-        reach = Reach()
-        seen: set[object] = set()
+        """What the region runs, to ``MAX_CALL_DEPTH`` levels of calls everywhere."""
+        return self._reach(region, Reach())
+
+    def near(self, region: Values, home: Module) -> Reach:
+        """What the region's own code does, and the code it calls directly; in ``home`` (the
+        site's module, the user's code) to ``HOME_DEPTH`` levels."""
+
+        def depth_for(function: FunctionValue) -> int:
+            return HOME_DEPTH if function.module is home else NEAR_DEPTH
+
+        return self._reach(region, Reach(depth_for))
+
+    def _reach(self, region: Values, reach: Reach) -> Reach:
+        seen: dict[object, int] = {}
         for value in known(region):
             self._collect(value, None, reach, 0, seen)
         return reach
 
     def _collect(
-        self, value: Value, call: ast.Call | None, reach: Reach, depth: int, seen: set[object]
+        self, value: Value, call: ast.Call | None, reach: Reach, depth: int, seen: dict[object, int]
     ) -> None:
         if depth > MAX_CALL_DEPTH:
             return
@@ -155,7 +163,7 @@ class ReachAnalysis:
         elif isinstance(value, FunctionValue):
             self._function(value, reach, depth, seen)
         elif isinstance(value, (Sequence, Elements)) and ("container", value) not in seen:
-            seen.add(("container", value))
+            seen[("container", value)] = depth
             for element in known(self.evaluator.iterate((value,))):
                 self._collect(element, None, reach, depth, seen)
 
@@ -177,7 +185,12 @@ class ReachAnalysis:
             reach.draws.append(RandomDraw(f"`{value.name}`", where))
 
     def _instance(
-        self, instance: Instance, call: ast.Call | None, reach: Reach, depth: int, seen: set[object]
+        self,
+        instance: Instance,
+        call: ast.Call | None,
+        reach: Reach,
+        depth: int,
+        seen: dict[object, int],
     ) -> None:
         cls = instance.cls
         if isinstance(cls, External):
@@ -188,14 +201,14 @@ class ReachAnalysis:
                     where = Location(instance.context.module, instance.call.lineno)
                 reach.draws.append(RandomDraw(f"`nn.{short_name(name)}`", where))
             elif name in CONTAINERS and ("container", instance) not in seen:
-                seen.add(("container", instance))  # its elements are parts of the region
+                seen[("container", instance)] = depth  # its elements are parts of the region
                 for element in known(self.evaluator.iterate((instance,))):
                     self._collect(element, None, reach, depth, seen)
             return
         key = ("instance", cls)
-        if key in seen:
+        if seen.get(key, depth + 1) <= depth:
             return
-        seen.add(key)
+        seen[key] = depth
         # What an instance runs does not depend on where it was made (constructor arguments
         # are not followed): one canonical instance per class shares the work across sites.
         instance = Instance(cls, exact=False)
@@ -205,20 +218,22 @@ class ReachAnalysis:
             self._collect(callee, None, reach, depth, seen)  # calling a module runs forward
 
     def _function(
-        self, function: FunctionValue, reach: Reach, depth: int, seen: set[object]
+        self, function: FunctionValue, reach: Reach, depth: int, seen: dict[object, int]
     ) -> None:
-        if depth <= NEAR_DEPTH:
-            reach.near_code.append(function)
+        if depth > reach.depth_for(function):
+            return
         context = self.evaluator.bind(function, None)
         key = (function.node, context)
-        if key in seen:
+        first = key not in seen
+        if not first and seen[key] <= depth:
             return
-        seen.add(key)
-        reach.functions.append(function)
+        seen[key] = depth  # reached again, closer to the region: its callees may now count
         facts = self.facts(function, context)
-        reach.reads.extend(facts.reads)
-        reach.writes.extend(facts.writes)
-        reach.draws.extend(facts.draws)
+        if first:
+            reach.functions.append(function)
+            reach.reads.extend(facts.reads)
+            reach.writes.extend(facts.writes)
+            reach.draws.extend(facts.draws)
         for call, callees in facts.callees:
             for callee in known(callees):
                 if isinstance(callee, External):

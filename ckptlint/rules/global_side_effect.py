@@ -97,8 +97,7 @@ def forward(x):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            reach = analysis.reach(site)
-            writes = [write for write in reach.writes if reach.is_near(write.where)]
+            writes = analysis.near_reach(site).writes
             if not writes:
                 continue
             first = writes[0]

@@ -115,12 +115,12 @@ def forward(x):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            reach = analysis.reach(site)
+            reach = analysis.near_reach(site)
             here = context.module
             reported: set[tuple[str, str]] = set()
             for read in reach.reads:
                 key = (read.module.path, read.name)
-                if key in reported or not reach.is_near(read.where):
+                if key in reported:
                     continue
                 change = _change_outside(reach, analysis.changes.changes_of(read.module, read.name))
                 if change is None:
