@@ -123,7 +123,7 @@ class Plan:
         achievable peak to the unplanned peak), from the costs already measured."""
         tree = self._require_tree()
         if budgets is None:
-            low, _ = least_peak(tree)
+            low, _, _ = least_peak(tree)
             high = max(low, evaluate(tree, {}).peak_bytes)
             budgets = [low + (high - low) * i // max(1, points - 1) for i in range(points)]
         curve = []

@@ -28,15 +28,30 @@ Trail = tuple[str, str, Any] | None
 class PlanInfeasibleError(ValueError):
     """No plan fits the budget; ``minimum_bytes`` is the least peak any plan reaches."""
 
-    def __init__(self, budget_bytes: int, minimum_bytes: int, minimum_choices: dict[str, str]):
+    def __init__(
+        self,
+        budget_bytes: int,
+        minimum_bytes: int,
+        minimum_choices: dict[str, str],
+        exact: bool = True,
+    ):
         from ckptguard.pricing import format_bytes
 
         self.budget_bytes = budget_bytes
         self.minimum_bytes = minimum_bytes
         self.minimum_choices = minimum_choices
+        self.exact = exact
+        least = (
+            "the least activation peak any plan reaches"
+            if exact
+            else (
+                "the least activation peak a bounded search found (the model has too many choices"
+                " for an exhaustive one; the true least may be lower)"
+            )
+        )
         super().__init__(
             f"no checkpoint plan fits an activation budget of {format_bytes(budget_bytes)}: "
-            f"the least activation peak any plan reaches on these inputs is "
+            f"{least} on these inputs is "
             f"{format_bytes(minimum_bytes)} (with {len(minimum_choices)} regions); raise the "
             "budget to at least that, or reduce the batch or sequence length"
         )
@@ -59,18 +74,21 @@ def solve(
     states = search.through(tree.root, [(0, 0.0, None)])
     feasible = [s for s in states if s[0] + tree.top_need <= budget]
     if not feasible:
-        minimum, choices = least_peak(tree)
-        raise PlanInfeasibleError(budget, minimum, choices)
+        minimum, choices, exact = least_peak(tree)
+        raise PlanInfeasibleError(budget, minimum, choices, exact)
     best = min(feasible, key=lambda s: (s[1], s[0]))
     return Solution(_choices(best[2]), search.exact)
 
 
-def least_peak(tree: CostTree, *, max_states: int = 20_000) -> tuple[int, dict[str, str]]:
-    """The least predicted peak any plan reaches, and a plan reaching it (same DP, peak-wise)."""
-    states = _PeakSearch(max_states).through(tree.root, [(0, 0, None)])
+def least_peak(tree: CostTree, *, max_states: int = 20_000) -> tuple[int, dict[str, str], bool]:
+    """The least predicted peak any plan reaches, a plan reaching it (same DP, peak-wise), and
+    whether the search was exhaustive (False: it thinned a front past ``max_states``, so the
+    peak is one a plan reaches, not necessarily the least)."""
+    search = _PeakSearch(max_states)
+    states = search.through(tree.root, [(0, 0, None)])
     final = [(max(peak, m + tree.top_need), m, trail) for m, peak, trail in states]
     peak, _, trail = min(final, key=lambda s: (s[0], s[1]))
-    return peak, _choices(trail)
+    return peak, _choices(trail), search.exact
 
 
 def _choices(trail: Trail) -> dict[str, str]:
@@ -129,6 +147,7 @@ class _PeakSearch:
 
     def __init__(self, max_states: int) -> None:
         self.max_states = max_states
+        self.exact = True
 
     def through(self, node: CostNode, states: list) -> list:
         results = []
@@ -156,6 +175,7 @@ class _PeakSearch:
                 kept = self.through(item, kept)
         front = _pareto(kept + results)
         if len(front) > self.max_states:  # keep an evenly spread, still optimal-at-ends subset
+            self.exact = False
             step = len(front) / self.max_states
             front = [front[int(i * step)] for i in range(self.max_states)] + [front[-1]]
         return front

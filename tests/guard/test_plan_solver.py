@@ -83,7 +83,8 @@ def test_solver_matches_brute_force(root, top, budget):
 @given(root=trees(), top=sizes)
 def test_least_peak_matches_brute_force(root, top):
     tree = CostTree(root=root, top_need=top, unplanned_peak=0)
-    minimum, choices = least_peak(tree)
+    minimum, choices, exact = least_peak(tree)
+    assert exact
     assert minimum == min(evaluate(tree, c).peak_bytes for c in all_plans(root))
     assert evaluate(tree, choices).peak_bytes == minimum
 
@@ -129,3 +130,17 @@ def test_budget_parsing(text, expected):
 def test_bad_budget_is_a_clear_error(bad):
     with pytest.raises((ValueError, TypeError), match="budget"):
         parse_budget(bad, unplanned_peak=1000)
+
+
+@settings(max_examples=50, deadline=None)
+@given(root=trees(), top=sizes)
+def test_a_bounded_search_says_so(root, top):
+    """Past ``max_states`` the searches thin their fronts: the peak found is one a plan
+    reaches (never below the true least) and the result says it may not be the least."""
+    tree = CostTree(root=root, top_need=top, unplanned_peak=0)
+    exact_peak, _, _ = least_peak(tree)
+    peak, choices, exact = least_peak(tree, max_states=1)
+    assert evaluate(tree, choices).peak_bytes == peak >= exact_peak
+    if not exact:
+        error = PlanInfeasibleError(0, peak, choices, exact)
+        assert "bounded search" in str(error) and "may be lower" in str(error)
