@@ -388,3 +388,57 @@ def test_readme_lists_every_region_source() -> None:
         library = source.library.split(",")[0].split("-")[0]
         assert library in table, library
         assert source.label in table, source.label
+
+
+LATE_BINDING_FORMS = {
+    "lambda bound to a name before the call": """
+        from torch.utils.checkpoint import checkpoint
+
+        def forward(self, x):
+            for layer in self.layers:
+                run = lambda h: layer(h) + 1
+                x = checkpoint(run, x, use_reentrant=False)
+            return x
+        """,
+    "nested def bound before the call": """
+        from torch.utils.checkpoint import checkpoint
+
+        def forward(self, x, scales):
+            for scale in scales:
+                def run(h):
+                    return self.block(h) * scale
+                x = checkpoint(run, x, use_reentrant=False)
+            return x
+        """,
+    "loop variable bound by a walrus": """
+        from torch.utils.checkpoint import checkpoint
+
+        def forward(self, x, scales):
+            i = 0
+            while (scale := scales[i]) > 0:
+                x = checkpoint(lambda h: self.block(h) * scale, x, use_reentrant=False)
+                i += 1
+            return x
+        """,
+    "loop variable bound by with": """
+        from torch.utils.checkpoint import checkpoint
+
+        def forward(self, x, contexts):
+            for context in contexts:
+                with context as scale:
+                    x = checkpoint(lambda h: self.block(h) * scale, x, use_reentrant=False)
+            return x
+        """,
+    "comprehension variable": """
+        from torch.utils.checkpoint import checkpoint
+
+        def forward(self, x):
+            return [checkpoint(lambda h: layer(h) + 1, x, use_reentrant=False) for layer in self.layers]
+        """,
+}
+
+
+@pytest.mark.parametrize("source", LATE_BINDING_FORMS.values(), ids=LATE_BINDING_FORMS.keys())
+def test_late_binding_through_every_binding_form(tmp_path: Path, source: str) -> None:
+    found = lint_tree(tmp_path, {"model.py": source}, select=("CKP202",))
+    assert [code for _, _, _, code in found] == ["CKP202"]

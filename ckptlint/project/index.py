@@ -121,6 +121,11 @@ class Project:
     ) -> Module:
         words = self.words if words is None else words
         candidates = lines_with_words(lines, sorted(words), skip_assigned=True)
-        scopes = build_scopes(tree, candidates)
+        walrus = (
+            frozenset(n for n, line in enumerate(lines, 1) if ":=" in line)
+            if ":=" in text
+            else frozenset()
+        )
+        scopes = build_scopes(tree, candidates, walrus)
         is_package = self.layout.is_package(path)
         return Module(path, name, is_package, text, lines, tree, words, sorted(candidates), scopes)

@@ -141,6 +141,7 @@ class ModuleScopes:
     scope_of_function: dict[int, Scope]
     calls: list[ast.Call]
     skipped: dict[int, tuple[ast.AST, Scope]]
+    walrus_lines: frozenset[int] = frozenset()
 
     def scope_of(self, call: ast.Call) -> Scope:
         return self.scope_of_call[id(call)]
@@ -151,8 +152,8 @@ class ModuleScopes:
         if scope is not None or id(node) not in self.skipped:
             return scope
         _, parent = self.skipped.pop(id(node))
-        # Built on demand for a lookup: bindings only; nested bodies wait for their own turn.
-        builder = _ScopeBuilder(self.module, parent, candidate_lines=frozenset())
+        # Built on demand for a lookup: bindings only (walrus ones too); nested bodies wait.
+        builder = _ScopeBuilder(self.module, parent, candidate_lines=self.walrus_lines)
         builder.visit_definition_body(node)
         self._merge(builder)
         return self.scope_of_function.get(id(node))
@@ -171,19 +172,30 @@ class ModuleScopes:
         self.skipped.update(builder.skipped)
 
 
-def build_scopes(tree: ast.Module, candidate_lines: frozenset[int] | None = None) -> ModuleScopes:
+def build_scopes(
+    tree: ast.Module,
+    candidate_lines: frozenset[int] | None = None,
+    walrus_lines: frozenset[int] = frozenset(),
+) -> ModuleScopes:
     """Scopes of ``tree``.
 
     With ``candidate_lines`` (lines where a name of interest appears), expressions and
     definition bodies that do not touch those lines are not visited: they can hold no call
     of interest, and their local bindings are invisible elsewhere. Binding statements are
-    always recorded, so lookups from visited code stay exact.
+    always recorded, so lookups from visited code stay exact; so are the bindings an
+    expression makes, on ``walrus_lines`` (lines holding ``:=``).
     """
     module = Scope("module", tree, None)
-    builder = _ScopeBuilder(module, module, candidate_lines)
+    visited = None if candidate_lines is None else candidate_lines | walrus_lines
+    builder = _ScopeBuilder(module, module, visited)
     builder.visit_body(tree.body)
     return ModuleScopes(
-        module, builder.scope_of_call, builder.scope_of_function, builder.calls, builder.skipped
+        module,
+        builder.scope_of_call,
+        builder.scope_of_function,
+        builder.calls,
+        builder.skipped,
+        walrus_lines,
     )
 
 
