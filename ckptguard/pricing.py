@@ -218,13 +218,7 @@ class SavedBytesCounter:
 
     @staticmethod
     def _unpack(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
-        tensor, version = packed
-        if tensor._version != version:
-            raise RuntimeError(
-                "one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: saved at version {version}, now at {tensor._version}"
-            )
-        return tensor
+        return unpack_saved(packed)
 
     def __enter__(self) -> SavedBytesCounter:
         import torch
@@ -236,6 +230,18 @@ class SavedBytesCounter:
     def __exit__(self, *exc_info: object) -> None:
         self._hooks.__exit__(*exc_info)
         self._hooks = None
+
+
+def unpack_saved(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+    """A tensor packed with its version, as autograd's own check would hand it back: an
+    in-place change since it was saved is the error autograd raises."""
+    tensor, version = packed
+    if tensor._version != version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: saved at version {version}, now at {tensor._version}"
+        )
+    return tensor
 
 
 def measure_saved_bytes(

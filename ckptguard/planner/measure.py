@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ckptguard.planner import _torch
 from ckptguard.planner.regions import must_save_ops
-from ckptguard.pricing import storage_nbytes, tensor_leaves
+from ckptguard.pricing import storage_nbytes, tensor_leaves, unpack_saved
 
 LossFn = Callable[[Any], torch.Tensor]
 StorageRef = tuple[int | None, int]  # (storage id, bytes); id None: allocated before the step
@@ -223,7 +223,7 @@ class _Recorder:
             self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._post, with_kwargs=True))
         try:
-            with torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack):
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, unpack_saved):
                 yield self
         finally:
             for handle in self.handles:
@@ -255,16 +255,6 @@ class _Recorder:
             for index in self.stack:
                 self.last_pack[index] = now
         return tensor.detach(), tensor._version
-
-
-def _unpack(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
-    tensor, version = packed
-    if tensor._version != version:
-        raise RuntimeError(
-            "one of the variables needed for gradient computation has been modified by an "
-            f"inplace operation: saved at version {version}, now at {tensor._version}"
-        )
-    return tensor
 
 
 class _OpRecorder(TorchDispatchMode):

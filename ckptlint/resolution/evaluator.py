@@ -416,13 +416,7 @@ class Evaluator:
             assigned = self.instance_assignments(owner, attribute)
             if assigned:
                 return unique(v for b in assigned for v in self._assigned(b, owner, instance))
-        for owner in order:
-            if isinstance(owner, External):
-                return (UNKNOWN,)
-            found = self._class_member(owner, attribute, instance)
-            if found != (UNKNOWN,):
-                return found
-        return (UNKNOWN,)
+        return self._first_member(order, attribute, instance)
 
     def _assigned(self, binding: Binding, owner: ClassValue, instance: Instance) -> Values:
         if binding.value is None:
@@ -438,7 +432,14 @@ class Evaluator:
         return values if binding.path else _made_for(values, binding)
 
     def _class_member(self, cls: ClassValue, attribute: str, instance: Instance | None) -> Values:
-        for owner in self.mro(cls):
+        return self._first_member(self.mro(cls), attribute, instance)
+
+    def _first_member(
+        self, owners: list[ClassValue | External], attribute: str, instance: Instance | None
+    ) -> Values:
+        """The member as the first of ``owners`` (an MRO, or its tail) that defines it; an
+        external class on the way may define it too, so UNKNOWN."""
+        for owner in owners:
             if isinstance(owner, External):
                 return (UNKNOWN,)
             scope = self.scope_of(owner)
@@ -450,7 +451,7 @@ class Evaluator:
             for binding in fold(bindings, None):
                 node = binding.node
                 if isinstance(node, FUNCTIONS):
-                    function = FunctionValue(node, Context(owner.module, scope))
+                    function = FunctionValue(node, class_context)
                     results.append(_bind_method(function, instance, owner))
                 else:
                     for value in self.binding_values(binding, class_context):
@@ -463,14 +464,7 @@ class Evaluator:
         order = self.mro(instance.cls) if instance and isinstance(instance.cls, ClassValue) else []
         if value.cls not in order:
             order = self.mro(value.cls)
-        after = order[order.index(value.cls) + 1 :]
-        for owner in after:
-            if isinstance(owner, External):
-                return (UNKNOWN,)
-            found = self._class_member(owner, attribute, instance)
-            if found != (UNKNOWN,):
-                return found
-        return (UNKNOWN,)
+        return self._first_member(order[order.index(value.cls) + 1 :], attribute, instance)
 
     def _subclasses_overriding(self, cls: ClassValue, attribute: str) -> list[ClassValue]:
         """Classes of the same module deriving from ``cls`` (by base name) that define or
