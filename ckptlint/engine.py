@@ -29,7 +29,7 @@ from typing import Any
 
 from ckptlint.analysis import ProjectAnalysis, names_any, with_local_aliases
 from ckptlint.config import Settings
-from ckptlint.core import FileContext, Finding
+from ckptlint.core import Finding
 from ckptlint.lazy_tree import LazyTreeMismatch, check_unparsed_bodies
 from ckptlint.noqa import file_exemption, is_suppressed
 from ckptlint.project.cache import CachedRun, FileState, RunCache
@@ -37,6 +37,7 @@ from ckptlint.project.index import Module, Project
 from ckptlint.project.layout import Layout
 from ckptlint.regions.sources import SourceTable, configured_source
 from ckptlint.rules import ALL_RULES
+from ckptlint.rules.base import FileContext
 from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.unreadable_file import UnreadableFile
 from ckptlint.source import (

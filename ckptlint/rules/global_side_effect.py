@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.core import FileContext, Finding
-from ckptlint.rules.base import Rule
+from ckptlint.core import Finding
+from ckptlint.rules.base import FileContext, Rule
 
 
 class GlobalSideEffect(Rule):

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import FileContext, Finding
+from ckptlint.core import Finding
 from ckptlint.effects.changes import statements_at
 from ckptlint.project.scopes import COMPREHENSIONS, Binding, Scope
 from ckptlint.regions.sites import callee_label
 from ckptlint.resolution.values import FunctionValue, PartialValue, Values
-from ckptlint.rules.base import Rule
+from ckptlint.rules.base import FileContext, Rule
 
 
 @dataclass(frozen=True)

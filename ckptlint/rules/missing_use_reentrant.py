@@ -5,11 +5,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.core import AddKeyword, FileContext, Finding, Fix, ReplaceText
+from ckptlint.core import AddKeyword, Finding, Fix, ReplaceText
 from ckptlint.regions.sites import SourceCall
 from ckptlint.regions.sources import ReentrantArgument
 from ckptlint.resolution.values import Arguments, PartialValue
-from ckptlint.rules.base import Rule
+from ckptlint.rules.base import FileContext, Rule
 
 
 class MissingUseReentrant(Rule):

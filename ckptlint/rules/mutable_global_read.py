@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.core import FileContext, Finding
+from ckptlint.core import Finding
 from ckptlint.effects.reach import GlobalWrite, Reach
-from ckptlint.rules.base import Rule
+from ckptlint.rules.base import FileContext, Rule
 
 
 class MutableGlobalRead(Rule):

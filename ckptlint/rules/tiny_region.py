@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.core import FileContext, Finding
+from ckptlint.core import Finding
 from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import (
     Context,
@@ -16,7 +16,7 @@ from ckptlint.resolution.values import (
     Value,
     single,
 )
-from ckptlint.rules.base import Rule
+from ckptlint.rules.base import FileContext, Rule
 from ckptlint.torch_catalogue import canonical, is_torch_module_class, short_name
 
 CHEAP_MODULES = frozenset(
