@@ -9,12 +9,12 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 import ckptguard
-from ckptguard._fingerprint import cache_sizes
-from ckptguard._intercept import RegionGuard
+from ckptguard._plan import cache_sizes
+from ckptguard._intercept import Region
 
 
 def _live_regions() -> int:
-    return sum(1 for obj in gc.get_objects() if type(obj) is RegionGuard)
+    return sum(1 for obj in gc.get_objects() if type(obj) is Region)
 
 
 def test_no_growth_over_1000_steps() -> None:
