@@ -90,17 +90,18 @@ def _torch_state_getters() -> list[tuple[str, Callable[[], Any]]]:
             getattr(backends.cuda, "cudnn_sdp_enabled", None),
         ),
     ]
-    flags = [
-        ("torch.backends.cuda.matmul", "allow_tf32"),
-        ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
-        ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"),
-        ("torch.backends.cudnn", "enabled"),
-        ("torch.backends.cudnn", "deterministic"),
-        ("torch.backends.cudnn", "benchmark"),
-        ("torch.backends.cudnn", "allow_tf32"),
-        ("torch.backends.mkldnn", "enabled"),
-        ("torch.utils.deterministic", "fill_uninitialized_memory"),
-    ]
+    flags = [("torch.backends.mkldnn", "enabled")]
+    if torch.cuda.is_available():  # cuBLAS and cuDNN settings change nothing a CPU op computes
+        flags += [
+            ("torch.backends.cuda.matmul", "allow_tf32"),
+            ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+            ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"),
+            ("torch.backends.cudnn", "enabled"),
+            ("torch.backends.cudnn", "deterministic"),
+            ("torch.backends.cudnn", "benchmark"),
+            ("torch.backends.cudnn", "allow_tf32"),
+        ]
+    flags.append(("torch.utils.deterministic", "fill_uninitialized_memory"))
     for owner_name, attribute in flags:
         owner: Any = torch
         for part in owner_name.split(".")[1:]:

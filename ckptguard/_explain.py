@@ -60,9 +60,9 @@ _FIXES = {
 def _describe_value(value: Any) -> str:
     value = readable(value)
     if isinstance(value, TensorFP):
-        return (
-            f"tensor {tuple(value.shape)} {value.dtype} on {value.device} (version {value.version})"
-        )
+        where = f" {tuple(value.shape)}" if value.shape is not None else ""
+        device = f" on {value.device}" if value.device is not None else ""
+        return f"tensor{where} {value.dtype}{device} (version {value.version})"
     if isinstance(value, LooseTensorFP):
         return f"tensor {tuple(value.shape)} {value.dtype} on {value.device}"
     if isinstance(value, ObjectFP):
@@ -82,6 +82,8 @@ def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
     if not isinstance(old, (TensorFP, LooseTensorFP)) or type(old) is not type(new):
         return "tensor", "set, removed or replaced"
     if old.dtype != new.dtype or old.device != new.device:
+        if old.device is None or old.device == new.device:
+            return "placement", f"cast from {old.dtype} to {new.dtype}"
         return "placement", (
             f"moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
         )
@@ -89,7 +91,7 @@ def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
         return "tensor", f"reshaped from {tuple(old.shape)} to {tuple(new.shape)}"
     if old.ident != new.ident and old.ident != 0:
         return "tensor", "replaced by a different tensor object"
-    if old.shape != new.shape:
+    if old.shape is not None and old.shape != new.shape:
         return "tensor", f"resized from {tuple(old.shape)} to {tuple(new.shape)}"
     if old.version != new.version:
         return "tensor", (
@@ -184,18 +186,18 @@ def values_error(
 def checkpoint_error_explained(
     region: str,
     torch_message: str,
-    found: list[CheckpointGuardError],
+    found: list[tuple[str, dict[str, Any]]],
     first_op: dict[str, Any] | None,
 ) -> CheckpointMismatchError:
     """torch's own CheckpointError, explained from the region's fingerprints."""
     first_line = torch_message.strip().splitlines()[0] if torch_message.strip() else ""
     if found:
         cause = "\n".join(
-            f"  ckptguard saw: [{e.kind}] {e.details.get('name', '')} "
-            f"({e.details.get('old', '')} -> {e.details.get('new', '')})"
-            for e in found
+            f"  ckptguard saw: [{kind}] {details.get('name', details.get('what', ''))} "
+            f"({details.get('old', '')} -> {details.get('new', '')})"
+            for kind, details in found
         )
-        kind = found[0].kind
+        kind = found[0][0]
     else:
         kind = "saved_tensors"
         cause = (
@@ -219,7 +221,7 @@ def checkpoint_error_explained(
         f"{cause}{op_text}\n"
         f"  effect: the recompute is a different computation; torch refuses to use it."
     )
-    details: dict[str, Any] = {"torch": torch_message, "changes": [e.details for e in found]}
+    details: dict[str, Any] = {"torch": torch_message, "changes": [d for _, d in found]}
     if first_op is not None:
         details.update({"op": first_op["op"], "index": first_op["index"]})
     return CheckpointMismatchError(message, kind=kind, region=region, details=details)

@@ -36,14 +36,16 @@ SKIPPED = _Marker("<not evaluated>")  # a property or other descriptor: reading 
 
 
 class TensorFP(NamedTuple):
-    """Readable view of ``(TENSOR, id, version, data_ptr, dtype, device, shape)``."""
+    """Readable view of ``(TENSOR, id, version, data_ptr, dtype[, device, shape])``; parameters
+    and buffers leave out device and shape (a move or a resize changes the data pointer or the
+    version counter anyway), arguments keep them."""
 
     ident: int
     version: int
     data_ptr: int
     dtype: torch.dtype
-    device: torch.device
-    shape: tuple
+    device: torch.device | None = None
+    shape: tuple | None = None
 
 
 class LooseTensorFP(NamedTuple):
@@ -69,7 +71,7 @@ def tensor_fp(t: Any) -> Any:
         ptr = t.data_ptr()
     except RuntimeError:  # wrapper subclasses (DTensor, fake devices) have no storage
         ptr = -1
-    return (TENSOR, id(t), t._version, ptr, t.dtype, t.device, t.shape)
+    return (TENSOR, id(t), t._version, ptr, t.dtype)
 
 
 def loose_tensor_fp(t: Any) -> Any:

@@ -160,8 +160,7 @@ def _buffer_changed(before: tuple, tensor: Any) -> bool:
 
 
 def _stored_scalars(module: torch.nn.Module) -> frozenset:
-    reads = _plan.class_reads(type(module), _plan.forward_of(module))
-    return reads.stored
+    return _plan.class_reads(type(module), _plan.forward_of(module)).stored
 
 
 # ------------------------------------------------------------------------------- a region
@@ -263,10 +262,10 @@ class Region:
         if _compat.FSDP_STATE_MODULE in sys.modules:
             loose = _compat.fsdp2_managed_modules()
             loose.update(id(m) for m in modules if _compat.is_fsdp2_module(m))
-        static_modules = _verify.static_reach(self.fn)[0]
-        self.modules = [weakref.ref(m) for m in (*static_modules, *modules)]
+        reach = _verify.static_reach(self.fn)
+        self.modules = [weakref.ref(m) for m in (*reach[0], *modules)]
         self.fingerprint = _verify.capture(
-            self.fn, modules, written, args, kwargs, self.reentrant, _observation.own, loose
+            self.fn, reach, modules, written, args, kwargs, self.reentrant, _observation.own, loose
         )
         if self.strict_forward is not None:
             state_ids = set()
@@ -363,16 +362,19 @@ class Region:
                 self.fn,
                 args,
                 kwargs,
-                self.reentrant,
                 _observation.own,
                 self.name_module,
             )
-        except _verify.Difference as found:
-            error = _explain.mismatch_error(
-                self.name, found.kind, found.name, found.where, found.old, found.new
-            )
-            self.found.append(error)
-            _explain.report(error, self.options.on_mismatch)
+        except _verify.Difference as difference:
+            found = difference
+        else:
+            return
+        # built and raised outside the except block: the error carries no internal context
+        error = _explain.mismatch_error(
+            self.name, found.kind, found.name, found.where, found.old, found.new
+        )
+        self.found.append((error.kind, error.details))
+        _explain.report(error, self.options.on_mismatch)
 
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
         resolved = _compat.resolve()
@@ -441,7 +443,7 @@ class Region:
                 error = _explain.values_error(
                     self.name, what, difference, strict.first_diverging_op()
                 )
-                self.found.append(error)
+                self.found.append((error.kind, error.details))
                 _explain.report(error, self.options.on_mismatch)
 
     def explain(self, error: BaseException) -> BaseException:

@@ -33,8 +33,6 @@ from ckptguard._fingerprint import (
     MISSING,
     SCALAR_TYPES,
     SKIPPED,
-    loose_tensor_fp,
-    tensor_fp,
     value_fp,
 )
 
@@ -47,23 +45,26 @@ _SUPER_SKIPPED = frozenset({"PRECALL", "CALL", "PUSH_NULL", "LOAD_DEREF", "LOAD_
 _BUILTINS = frozenset(dir(builtins))
 _DYNAMIC_ACCESS = frozenset({"getattr", "vars", "setattr", "hasattr"})
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_STDLIB_DIRS = tuple(
-    {
-        os.path.realpath(sysconfig.get_paths()[key]) + os.sep
-        for key in ("stdlib", "platstdlib")
-        if sysconfig.get_paths().get(key)
-    }
-)
+# the standard library's own folder; in a virtual environment "platstdlib" is the venv, whose
+# site-packages hold user-level libraries (transformers, timm) that must be followed
+_STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_PACKAGE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _LIBRARY_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch", "ckptguard"}
 _MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
+
+
+_library_files: dict[str, bool] = {}
 
 
 def is_library_code(code: types.CodeType) -> bool:
     """torch's, the standard library's or ckptguard's own code: not followed for globals."""
     filename = code.co_filename
-    return filename.startswith((torch_dir(), _OWN_DIR)) or os.path.realpath(filename).startswith(
-        _STDLIB_DIRS
-    )
+    known = _library_files.get(filename)
+    if known is None:
+        real = os.path.realpath(filename)
+        in_stdlib = real.startswith(_STDLIB_DIR) and not any(d in real for d in _PACKAGE_DIRS)
+        known = _library_files[filename] = in_stdlib or filename.startswith((torch_dir(), _OWN_DIR))
+    return known
 
 
 def unwrap_function(func: Any) -> types.FunctionType | None:
@@ -271,16 +272,17 @@ def _follow_target(value: Any) -> types.FunctionType | None:
 class FunctionPlan:
     """The globals, closures and defaults of a function and of every user function it calls.
 
-    ``read(func)`` returns a flat list of fingerprints; ``labels(func)`` explains each position.
-    Followed callees are kept as weak references; ``stale`` tells when a followed name now
-    holds another function, so the plan is rebuilt at the next forward.
+    ``entries`` lists each function: (weak reference, or None for the root the caller passes
+    in; global chains as (chain, kind of value); number of closure cells). Followed callees
+    are weak references; ``expected`` says which read value must still be the callee that was
+    followed, so a rebound name rebuilds the plan at the next forward.
     """
 
-    __slots__ = ("entries", "expected", "__weakref__")
+    __slots__ = ("entries", "expected", "size", "__weakref__")
 
     def __init__(self, root: types.FunctionType):
-        entries = []  # (weakref to function or None for the root, global chains, free names)
-        expected = []  # (position in the read list, fingerprint of a followed function)
+        entries = []
+        expected = []  # (position in this plan's values, id of the followed object)
         pending: list[tuple[types.FunctionType, bool]] = [(root, True)]
         seen: set[int] = set()
         position = 0
@@ -294,25 +296,25 @@ class FunctionPlan:
             namespace = func.__globals__
             chains = []
             position += 1  # the code object comes first
-            if reads is not None:
-                for chain in sorted(reads.global_chains):
-                    name = chain[0]
-                    if name not in namespace and name in _BUILTINS:
+            for chain in sorted(reads.global_chains) if reads is not None else ():
+                name = chain[0]
+                if name not in namespace and name in _BUILTINS:
+                    continue
+                value = namespace.get(name, MISSING)
+                if isinstance(value, types.ModuleType):
+                    if len(chain) == 1 or _is_library_module(value):
                         continue
-                    value = namespace.get(name, MISSING)
-                    if isinstance(value, types.ModuleType):
-                        if len(chain) == 1 or _is_library_module(value):
-                            continue
-                    elif len(chain) > 1 and isinstance(value, type):
-                        chain = chain[:2]  # a class attribute; deeper is the class's business
-                    chains.append(chain)
-                    target = read_chain(value, chain[1:])
-                    callee = _follow_target(target)
-                    if callee is not None:
-                        expected.append((position + len(chains) - 1, value_fp(target)))
-                        pending.append((callee, False))
+                elif len(chain) > 1 and isinstance(value, type):
+                    chain = chain[:2]  # a class attribute; deeper is the class's business
+                target = read_chain(value, chain[1:])
+                chains.append((chain, sample_kind(target)))
+                callee = _follow_target(target)
+                if callee is not None:
+                    if chains[-1][1] == "object":
+                        expected.append((position + len(chains) - 1, id(target)))
+                    pending.append((callee, False))
             position += len(chains)
-            free = code.co_freevars if func.__closure__ else ()
+            cells = len(func.__closure__ or ())
             for cell in func.__closure__ or ():
                 try:
                     callee = _follow_target(cell.cell_contents)
@@ -320,52 +322,32 @@ class FunctionPlan:
                     continue
                 if callee is not None:
                     pending.append((callee, False))
-            position += len(free) + 2  # cells, then __defaults__ and __kwdefaults__
+            position += cells + 2  # cells, then __defaults__ and __kwdefaults__
             ref = None if is_root else weakref.ref(func)
-            entries.append((ref, tuple(chains), free))
+            entries.append((ref, tuple(chains), cells))
         self.entries = tuple(entries)
         self.expected = tuple(expected)
+        self.size = position
 
-    def read(self, root: types.FunctionType) -> list:
-        out: list = []
-        add = out.append
-        for ref, chains, free in self.entries:
-            func = root if ref is None else ref()
-            if func is None:
-                out.extend([MISSING] * (len(chains) + len(free) + 3))
-                continue
-            namespace = func.__globals__
-            add(func.__code__)
-            for chain in chains:
-                value = namespace.get(chain[0], MISSING)
-                if len(chain) > 1:
-                    value = read_chain(value, chain[1:])
-                add(value_fp(value))
-            for cell in func.__closure__ or ():
-                try:
-                    add(value_fp(cell.cell_contents))
-                except ValueError:
-                    add(MISSING)
-            add(value_fp(func.__defaults__))
-            add(value_fp(func.__kwdefaults__))
-        return out
+    def functions(self, root: types.FunctionType) -> list:
+        """The function of each entry now (None where a followed one was collected)."""
+        return [root if ref is None else ref() for ref, _, _ in self.entries]
 
-    def stale(self, values: list) -> bool:
+    def stale(self, values: tuple) -> bool:
         return any(values[index] != fp for index, fp in self.expected)
 
-    def labels(self, root: types.FunctionType) -> list[tuple[str, str, str]]:
-        """(kind, name, where) for each position of ``read``."""
+    def labels(self, functions: list) -> list[tuple[str, str, str]]:
+        """(kind, name, where) for each value."""
         out = []
-        for ref, chains, free in self.entries:
-            func = root if ref is None else ref()
+        for func, (_, chains, cells) in zip(functions, self.entries, strict=True):
             name = function_name(func) if func is not None else "<collected function>"
             module = getattr(func, "__module__", "?")
-            out.append(
-                ("function", f"{name}.__code__", code_location(getattr(func, "__code__", None)))
-            )
-            for chain in chains:
+            location = code_location(getattr(func, "__code__", None))
+            out.append(("function", f"{name}.__code__", location))
+            for chain, _ in chains:
                 out.append(("global", ".".join(chain), f"global of {module}, read by {name}"))
-            out.extend(("closure", var, f"closure of {name}") for var in free)
+            names = func.__code__.co_freevars if func is not None else ("?",) * cells
+            out.extend(("closure", var, f"closure of {name}") for var in names[:cells])
             out.append(("closure", f"{name}.__defaults__", "default arguments"))
             out.append(("closure", f"{name}.__kwdefaults__", "default arguments"))
         return out
@@ -386,6 +368,13 @@ def function_plan(func: types.FunctionType) -> FunctionPlan:
 def rebuild_function_plan(func: types.FunctionType) -> FunctionPlan:
     plan = _function_plans[(func.__code__, id(func.__globals__))] = FunctionPlan(func)
     return plan
+
+
+def cell_fp(func: types.FunctionType, index: int) -> Any:
+    try:
+        return value_fp(func.__closure__[index].cell_contents)
+    except ValueError:  # an empty cell
+        return MISSING
 
 
 # ---------------------------------------------------------------------------- module plans
@@ -482,86 +471,118 @@ def _is_plain_attribute(value: Any) -> bool:
 
 
 class ModulePlan:
-    """Per module: where each attribute its code reads lives, and the module's shape.
+    """Per module: its parameters and buffers, and where each attribute its code reads lives.
 
-    ``read(module, written)`` returns the flat fingerprint of the module's own state:
-    training flag, forward, hooks, parameters, buffers (minus those the region itself writes),
-    and every attribute chain its code reads; children are modules of their own plans.
+    A module's fingerprint is: the training flag, the forward and its code, the keys of each
+    hook dict, every parameter and buffer, and every attribute chain its code reads
+    (attributes, children, config objects, class attributes). ``_reader`` compiles plans into
+    straight-line readers. The plan references its module's class, never the module.
     """
 
     __slots__ = (
+        "cls",
         "shape",
         "forward",
         "code",
-        "reads",
         "params",
         "buffers",
         "chains",
+        "class_dicts",
         "loose",
+        "functions",
+        "labels",
         "__weakref__",
     )
 
     def __init__(self, module: torch.nn.Module, loose: bool):
         state = module.__dict__
         forward = forward_of(module)
+        reads = class_reads(type(module), forward)
+        self.cls = type(module)
         self.shape = module_shape(module)
         self.forward = id(forward)  # an id: a forward closing over its module must not pin it
-        self.code = getattr(forward, "__code__", None)
-        self.reads = class_reads(type(module), forward)
-        self.params = tuple(state["_parameters"])
-        self.buffers = tuple(state["_buffers"])
+        # the forward's code when it is a plain function (read directly), else None
+        self.code = forward.__code__ if isinstance(forward, types.FunctionType) else None
         self.loose = loose
-        chains = set(self.reads.self_chains)
-        if self.reads.dynamic:
+        self.functions = reads.functions
+        chains = set(reads.self_chains)
+        if reads.dynamic:
             chains.update(
                 (key,)
                 for key, value in state.items()
                 if key not in _MODULE_INTERNALS and _is_plain_attribute(value)
             )
-        stored = self.reads.stored
+        self.params = tuple(state["_parameters"])
+        self.buffers = tuple(state["_buffers"])
         registered = set(self.params) | set(self.buffers)
-        self.chains = tuple(
-            sorted(c for c in chains if c[0] not in stored and c[0] not in registered)
-        )
+        self.class_dicts: list = []
+        resolved = []
+        for chain in sorted(
+            c for c in chains if c[0] not in reads.stored and c[0] not in registered
+        ):
+            source = self._source_of(module, chain[0])
+            if source is None:
+                continue  # a property: not evaluated, its getter's own reads are chains
+            sample = read_chain(static_attribute(module, chain[0]), chain[1:])
+            resolved.append((chain, source, sample_kind(sample)))
+        self.chains = tuple(resolved)
+        labels = [
+            ("training", "training"),
+            ("function", "forward"),
+            ("function", "forward.__code__"),
+        ]
+        labels.append(("hook", "hooks (" + ", ".join(MODULE_HOOK_DICTS) + ")"))
+        labels += [("tensor", name) for name in (*self.params, *self.buffers)]
+        labels += [("attribute", ".".join(chain)) for chain, _, _ in self.chains]
+        self.labels = tuple(labels)
 
-    def valid_for(self, module: torch.nn.Module) -> bool:
-        forward = forward_of(module)
-        return (
-            self.shape == module_shape(module)
-            and self.forward == id(forward)
-            and self.code is getattr(forward, "__code__", None)
-        )
-
-    def read(self, module: torch.nn.Module, written: frozenset) -> list:
+    def _source_of(self, module: torch.nn.Module, name: str) -> tuple | None:
+        """Where ``getattr`` finds ``name`` now: ("dict"|"_parameters"|"_buffers"|"_modules",
+        name) or ("class", index into class_dicts, name); None for a property."""
         state = module.__dict__
-        forward = state.get("forward") or type(module).forward
-        out = [state["training"], id(forward), getattr(forward, "__code__", None)]
-        for name in MODULE_HOOK_DICTS:
-            hooks = state[name]
-            out.append(tuple(hooks) if hooks else ())
-        params = state["_parameters"]
-        fingerprint = loose_tensor_fp if self.loose else tensor_fp
-        out.extend([fingerprint(params.get(name)) for name in self.params])
-        buffers = state["_buffers"]
-        if written:
-            out.extend([tensor_fp(buffers.get(n)) for n in self.buffers if n not in written])
-        else:
-            out.extend([tensor_fp(buffers.get(n)) for n in self.buffers])
-        for chain in self.chains:
-            value = static_attribute(module, chain[0])
-            if len(chain) > 1:
-                value = read_chain(value, chain[1:])
-            out.append(value_fp(value))
-        return out
+        if name in state:
+            return ("dict", name)
+        for registry in ("_parameters", "_buffers", "_modules"):
+            if name in state[registry]:
+                return (registry, name)
+        for klass in type(module).__mro__:
+            if name in klass.__dict__:
+                if static_attribute(module, name) is SKIPPED:
+                    return None
+                self.class_dicts.append(klass.__dict__)
+                return ("class", len(self.class_dicts) - 1, name)
+        return ("dict", name)  # not there yet: read it from the instance if it appears
 
-    def labels(self, written: frozenset) -> list[tuple[str, str]]:
-        """(kind, attribute path below the module) for each position of ``read``."""
-        out = [("training", "training"), ("function", "forward"), ("function", "forward.__code__")]
-        out.extend(("hook", name) for name in MODULE_HOOK_DICTS)
-        out.extend(("tensor", name) for name in self.params)
-        out.extend(("tensor", name) for name in self.buffers if name not in written)
-        out.extend(("attribute", ".".join(chain)) for chain in self.chains)
-        return out
+    @property
+    def written_positions(self) -> dict[str, int]:
+        start = 4 + len(self.params)
+        return {name: start + i for i, name in enumerate(self.buffers)}
+
+    def masked(self, values: tuple, written: frozenset) -> tuple:
+        """A module's values without the buffers the region itself writes (its outputs)."""
+        out = list(values)
+        positions = self.written_positions
+        for name in written:
+            if name in positions:
+                out[positions[name]] = None
+        return tuple(out)
+
+    def check(self) -> tuple:
+        """What the module must still look like for this plan to describe it."""
+        return (self.shape, self.forward, self.code)
+
+
+def sample_kind(value: Any) -> str:
+    """How a read value is fingerprinted, from its type when the plan is made: scalars by
+    value (checked at read time), containers and tensors through ``value_fp``, other objects
+    (modules, functions, classes, configs) by identity."""
+    if type(value) in SCALAR_TYPES:
+        return "scalar"
+    if value is MISSING or value is SKIPPED:
+        return "any"
+    if isinstance(value, (torch.Tensor, list, tuple, dict, set, frozenset)):
+        return "any"
+    return "object"
 
 
 def module_shape(module: torch.nn.Module) -> tuple[int, int, int, int]:
@@ -577,10 +598,11 @@ def module_shape(module: torch.nn.Module) -> tuple[int, int, int, int]:
 _module_plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def module_plan(module: torch.nn.Module, loose: bool) -> ModulePlan:
-    """Cached per module, keyed weakly; the plan holds no reference to its module."""
-    plan = _module_plans.get(module)
-    if plan is None or plan.loose != loose or not plan.valid_for(module):
+def module_plan(module: torch.nn.Module, loose: bool, fresh: bool = False) -> ModulePlan:
+    """The module's plan, cached per module and keyed weakly; ``fresh`` rebuilds it (the
+    module's shape or forward changed)."""
+    plan = None if fresh else _module_plans.get(module)
+    if plan is None or plan.loose != loose:
         plan = _module_plans[module] = ModulePlan(module, loose)
     return plan
 

@@ -33,13 +33,19 @@ def _device_types() -> tuple[str, ...]:
     return _CANDIDATE_DEVICE_TYPES
 
 
+_device_modules: dict[str, list[tuple[str, Any]]] = {}
+
+
 def _initialised_modules() -> list[tuple[str, Any]]:
-    found = []
-    for device_type in _device_types():
-        module = getattr(torch, device_type, None)
-        if module is not None and getattr(module, "_initialized", False):
-            found.append((device_type, module))
-    return found
+    private = _compat.resolve().privateuse1_name()
+    modules = _device_modules.get(private)
+    if modules is None:
+        modules = _device_modules[private] = [
+            (device_type, getattr(torch, device_type))
+            for device_type in _device_types()
+            if getattr(torch, device_type, None) is not None
+        ]
+    return [(t, m) for t, m in modules if getattr(m, "_initialized", False)]
 
 
 def _get_state(module: Any, index: int) -> Any:

@@ -25,8 +25,6 @@ from ckptguard._fingerprint import (
     value_fp,
 )
 from ckptguard._plan import (
-    FunctionPlan,
-    ModulePlan,
     _argument_names,
     code_reads,
     function_plan,
@@ -36,6 +34,7 @@ from ckptguard._plan import (
     rebuild_function_plan,
     unwrap_function,
 )
+from ckptguard._reader import RegionReader, cached_reader, store_reader
 
 _MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})
 
@@ -119,45 +118,67 @@ def _is_callable(value: Any) -> bool:
 
 
 class RegionFingerprint:
-    """The values a region's forward saw, and how to read them again."""
+    """The values a region's forward saw, and the reader that reads them again."""
 
     __slots__ = (
-        "torch_state",
-        "global_hooks",
-        "functions",
-        "modules",
+        "reader",
+        "roots",
+        "written",
+        "values",
+        "checks",
         "arguments",
         "argument_chains",
-        "values",
-        "fsdp_managed",
+        "argument_values",
     )
 
     def __init__(self) -> None:
-        self.functions: list[tuple[FunctionPlan, Any]] = []  # (plan, function or weakref)
-        self.modules: list[tuple[ModulePlan, weakref.ref, frozenset]] = []
         self.arguments: list[tuple[str, Any, Any]] = []  # (label, weakref or None, value)
         self.argument_chains: list[tuple[str, Any, tuple]] = []
-        self.values: list = []
 
 
 def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
-    values = tuple([getter() for _, getter in resolved.torch_state])
+    """Getters of the process-wide settings the recompute does not restore."""
     if reentrant and resolved.default_device is not None:  # non-reentrant restores it
-        values += (resolved.default_device(),)
-    return values
+        return (*resolved.torch_state, ("torch.get_default_device()", resolved.default_device))
+    return resolved.torch_state
 
 
-def _global_hooks(resolved: _compat.Torch, own: frozenset) -> tuple:
-    return tuple(
-        [
-            tuple([k for k in hooks if k not in own]) if hooks else ()
-            for _, hooks in resolved.global_hook_dicts
-        ]
+def _masked(reader: RegionReader, values: tuple, written: dict[int, frozenset]) -> tuple:
+    if not written:
+        return values
+    out = list(values)
+    for index, plan in enumerate(reader.module_plans):
+        done = written.get(index)
+        if done:
+            out[2 + index] = plan.masked(out[2 + index], done)
+    return tuple(out)
+
+
+def _build_reader(
+    modules: list, roots: list, reentrant: bool, loose: set[int], fresh: bool
+) -> RegionReader:
+    plans = [module_plan(m, id(m) in loose, fresh) for m in modules]
+    root_plans = [rebuild_function_plan(f) if fresh else function_plan(f) for f in roots]
+    class_functions: dict[int, weakref.ref] = {}
+    root_ids = {id(f) for f in roots}
+    for plan in plans:
+        for ref in plan.functions:
+            func = ref()
+            if func is not None and id(func) not in root_ids:
+                class_functions.setdefault(id(func), ref)
+    class_plans = []
+    for ref in class_functions.values():
+        func = ref()
+        class_plans.append(rebuild_function_plan(func) if fresh else function_plan(func))
+    torch_state = _torch_state(_compat.resolve(), reentrant)
+    return RegionReader(
+        modules, plans, [*root_plans, *class_plans], list(class_functions.values()), torch_state
     )
 
 
 def capture(
     fn: Any,
+    reach: tuple[list, list],
     modules: list,
     written: dict[int, frozenset],
     args: tuple,
@@ -166,43 +187,112 @@ def capture(
     own_hooks: frozenset,
     loose: set[int],
 ) -> RegionFingerprint:
-    """Read everything the region reached; plans are built or rebuilt here when needed."""
-    resolved = _compat.resolve()
+    """Read everything the region reached; plans and the reader are built or rebuilt here."""
+    static_modules, static_functions = reach
+    everything = list({id(m): m for m in (*static_modules, *modules)}.values())
+    roots = [f for f in static_functions if not is_library_code(f.__code__)]
+    key = (
+        tuple([id(m) for m in everything]),
+        tuple([(f.__code__, id(f.__globals__)) for f in roots]),
+        reentrant,
+        frozenset(loose) if loose else None,
+    )
+    reader = cached_reader(key, everything)
+    for fresh in (False, True):
+        if reader is None:
+            reader = _build_reader(everything, roots, reentrant, loose, fresh)
+            store_reader(key, everything, reader)
+        functions = reader.functions(roots)
+        if functions is not None:
+            values, checks = reader.read_safely(everything, functions, own_hooks)
+            if fresh or (checks == reader.checks and not reader.stale_functions(values)):
+                break
+        reader = None
     fingerprint = RegionFingerprint()
-    fingerprint.torch_state = _torch_state(resolved, reentrant)
-    fingerprint.global_hooks = _global_hooks(resolved, own_hooks)
-    values = fingerprint.values
-    functions: dict[int, Any] = {}
-    static_modules, static_functions = static_reach(fn)
-    for func in static_functions:
-        functions[id(func)] = func
-    seen_modules: set[int] = set()
-    for module in (*static_modules, *modules):
-        if id(module) in seen_modules:
-            continue
-        seen_modules.add(id(module))
-        plan = module_plan(module, id(module) in loose)
-        for ref in plan.reads.functions:
-            func = ref()
-            if func is not None:
-                functions.setdefault(id(func), ref)
-        done = written.get(id(module), frozenset())
-        fingerprint.modules.append((plan, weakref.ref(module), done))
-        values.append(plan.read(module, done))
-    for key, holder in functions.items():
-        func = holder() if isinstance(holder, weakref.ref) else holder
-        if func is None or is_library_code(func.__code__):
-            continue
-        plan = function_plan(func)
-        read = plan.read(func)
-        if plan.stale(read):
-            plan = rebuild_function_plan(func)
-            read = plan.read(func)
-        fingerprint.functions.append((plan, holder))
-        values.append(read)
-        del key
+    fingerprint.reader = reader
+    fingerprint.roots = roots
+    if written:
+        index_of = {id(m): i for i, m in enumerate(everything)}
+        written = {index_of[k]: v for k, v in written.items() if k in index_of}
+    fingerprint.written = written
+    fingerprint.values = _masked(reader, values, fingerprint.written)
+    fingerprint.checks = checks
     _capture_arguments(fingerprint, fn, args, kwargs)
     return fingerprint
+
+
+def compare(
+    fingerprint: RegionFingerprint,
+    fn: Any,
+    args: tuple,
+    kwargs: dict,
+    own_hooks: frozenset,
+    name_module: Any,
+) -> None:
+    """Raise ``Difference`` for the first value that differs from the forward's."""
+    reader = fingerprint.reader
+    modules = [ref() for ref in reader.module_refs]
+    functions = reader.functions(fingerprint.roots)
+    if functions is not None and all(m is not None for m in modules):
+        values, checks = reader.read_safely(modules, functions, own_hooks)
+        values = _masked(reader, values, fingerprint.written)
+        if values != fingerprint.values:
+            _explain_values(fingerprint, values, modules, functions, name_module)
+        if checks != fingerprint.checks:
+            _explain_reshaped(fingerprint, checks, modules, name_module)
+    _compare_arguments(fingerprint, fn, args, kwargs)
+
+
+def _explain_values(
+    fingerprint: RegionFingerprint, values: tuple, modules: list, functions: list, name_module: Any
+) -> None:
+    reader = fingerprint.reader
+    for group, (old_group, new_group) in enumerate(zip(fingerprint.values, values, strict=True)):
+        if old_group == new_group:
+            continue
+        index = _first_difference(old_group, new_group)
+        old, new = _at(old_group, index), _at(new_group, index)
+        if group == 0:
+            raise Difference(
+                "torch_state", reader.torch_labels[index], "process-wide torch setting", old, new
+            )
+        if group == 1:
+            name = _compat.GLOBAL_HOOK_DICTS[index]
+            where = "global module hooks, run by every module"
+            raise Difference("hook", f"torch.nn.modules.module.{name}", where, old, new)
+        module_index = group - 2
+        if module_index < len(modules):
+            kind, attribute = reader.module_plans[module_index].labels[index]
+            _raise_module(kind, attribute, modules[module_index], old, new, name_module)
+        start = 0
+        for plan_index, plan in enumerate(reader.function_plans):
+            count = len(plan.entries)
+            if plan_index == module_index - len(modules):
+                kind, name, where = plan.labels(functions[start : start + count])[index]
+                raise Difference(kind, name, where, old, new)
+            start += count
+
+
+def _explain_reshaped(
+    fingerprint: RegionFingerprint, checks: tuple, modules: list, name_module: Any
+) -> None:
+    """A module's shape changed (an attribute, parameter, buffer or child added or removed)
+    while every value its plan reads stayed equal: read it through a fresh plan and compare
+    what both plans read (a new instance attribute may now shadow a class attribute)."""
+    reader = fingerprint.reader
+    for index, (old, new) in enumerate(zip(fingerprint.checks, checks, strict=True)):
+        if old == new:
+            continue
+        module, plan = modules[index], reader.module_plans[index]
+        fresh = RegionReader([module], [module_plan(module, plan.loose, fresh=True)], [], [], ())
+        current = fresh.read([module], [], frozenset())[0][2]
+        written = fingerprint.written.get(index)
+        if written:
+            current = fresh.module_plans[0].masked(current, written)
+        before = dict(zip(plan.labels, fingerprint.values[2 + index], strict=True))
+        for label, value in zip(fresh.module_plans[0].labels, current, strict=True):
+            if label in before and before[label] != value:
+                _raise_module(*label, module, before[label], value, name_module)
 
 
 def _argument_values(fn: Any, args: tuple, kwargs: dict) -> tuple[list, Any, list, dict]:
@@ -246,12 +336,10 @@ def _capture_arguments(fingerprint: RegionFingerprint, fn: Any, args: tuple, kwa
             if value is MISSING or isinstance(value, (torch.Tensor, torch.nn.Module)):
                 continue  # tensors are arguments above; modules have their own plans
             chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
-    fingerprint.values.append([value_fp(read_chain(v, attrs)) for _, v, attrs in chains])
+    fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
 
 
-def _compare_arguments(
-    fingerprint: RegionFingerprint, fn: Any, args: tuple, kwargs: dict, old_chains: list
-) -> None:
+def _compare_arguments(fingerprint: RegionFingerprint, fn: Any, args: tuple, kwargs: dict) -> None:
     values = _argument_values(fn, args, kwargs)[0]
     for (label, ref, old), (_, value, same) in zip(fingerprint.arguments, values, strict=False):
         if ref is not None and ref() is not value:
@@ -262,6 +350,7 @@ def _compare_arguments(
         if new != old:
             raise Difference("argument", label, "argument of the region", old, new)
     chains = fingerprint.argument_chains
+    old_chains = fingerprint.argument_values
     new_chains = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
     if new_chains != old_chains:
         index = _first_difference(old_chains, new_chains)
@@ -269,60 +358,9 @@ def _compare_arguments(
         raise Difference("attribute", chains[index][0], where, old_chains[index], new_chains[index])
 
 
-def compare(
-    fingerprint: RegionFingerprint,
-    fn: Any,
-    args: tuple,
-    kwargs: dict,
-    reentrant: bool,
-    own_hooks: frozenset,
-    name_module: Any,
+def _raise_module(
+    kind: str, attribute: str, module: Any, old: Any, new: Any, name_module: Any
 ) -> None:
-    """Raise ``Difference`` for the first value that differs from the forward's."""
-    resolved = _compat.resolve()
-    state = _torch_state(resolved, reentrant)
-    if state != fingerprint.torch_state:
-        labels = [label for label, _ in resolved.torch_state] + ["torch.get_default_device()"]
-        for label, old, new in zip(labels, fingerprint.torch_state, state, strict=False):
-            if old != new:
-                raise Difference("torch_state", label, "process-wide torch setting", old, new)
-    hooks = _global_hooks(resolved, own_hooks)
-    if hooks != fingerprint.global_hooks:
-        pairs = zip(resolved.global_hook_dicts, fingerprint.global_hooks, hooks, strict=True)
-        for (name, _), old, new in pairs:
-            if old != new:
-                where = "global module hooks, run by every module"
-                raise Difference("hook", f"torch.nn.modules.module.{name}", where, old, new)
-    position = 0
-    values = fingerprint.values
-    for plan, ref, written in fingerprint.modules:
-        module = ref()
-        old = values[position]
-        position += 1
-        if module is None:
-            continue
-        new = plan.read(module, written)
-        if new != old:
-            _explain_module(plan, module, written, old, new, name_module)
-    for plan, holder in fingerprint.functions:
-        func = holder() if isinstance(holder, weakref.ref) else holder
-        old = values[position]
-        position += 1
-        if func is None:
-            continue
-        new = plan.read(func)
-        if new != old:
-            index = _first_difference(old, new)
-            kind, name, where = plan.labels(func)[index]
-            raise Difference(kind, name, where, _at(old, index), _at(new, index))
-    _compare_arguments(fingerprint, fn, args, kwargs, values[position])
-
-
-def _explain_module(
-    plan: ModulePlan, module: Any, written: frozenset, old: list, new: list, name_module: Any
-) -> None:
-    index = _first_difference(old, new)
-    kind, attribute = plan.labels(written)[index]
     owner = type(module).__name__
     where = {
         "tensor": f"parameter or buffer of {owner}",
@@ -330,7 +368,7 @@ def _explain_module(
         "hook": f"hooks of {owner}",
     }.get(kind, f"{owner} module")
     name = f"{name_module(module)}.{attribute}"
-    raise Difference(kind, name, where, _at(old, index), _at(new, index))
+    raise Difference(kind, name, where, old, new)
 
 
 def _at(values: list, index: int) -> Any:
