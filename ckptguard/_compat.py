@@ -243,6 +243,12 @@ def is_fsdp2_module(module: torch.nn.Module) -> bool:
     return any(cls.__name__ == "FSDPModule" for cls in type(module).__mro__)
 
 
+def fsdp2_in_use() -> bool:
+    """Whether any module was handed to FSDP2 (or another composable API) in this process."""
+    registry = sys.modules.get(FSDP_STATE_MODULE)
+    return bool(registry is not None and getattr(registry, "_module_state_mapping", None))
+
+
 def fsdp2_managed_modules() -> set[int]:
     """ids of modules whose parameters FSDP2 swaps between sharded and unsharded on purpose,
     from FSDP2's own state registry (empty when FSDP2 was never imported)."""

@@ -185,6 +185,11 @@ class Region:
         "last_strict",
         "random_ops",
         "rng_before",
+        "target",
+        "binding",
+        "prepared",
+        "reach",
+        "loose",
         "stats",
         "found",
         "forward_done",
@@ -201,8 +206,12 @@ class Region:
         self.observer: Observer | None = None
         self.modules: list[weakref.ref] = []
         self.watch: list[tuple[weakref.ref, tuple, tuple]] = []
-        root = _names.find_root()
-        self.root = weakref.ref(root) if root is not None else None
+        self.root: weakref.ref | None = None  # the model, found after the forward
+        self.binding = _verify.bind(fn)
+        self.target = _verify.region_module(self.binding)  # None: a function, observed
+        self.prepared: tuple | None = None
+        self.reach: tuple = ((), ())
+        self.loose: set[int] = set()
         self.strict_forward = _strict.StrictForward(reentrant) if options.strict else None
         self.last_strict: _strict.StrictRecompute | None = None
         self.random_ops = None if preserve else _rng.RandomOps()
@@ -238,8 +247,21 @@ class Region:
     # forward ----------------------------------------------------------------------------
 
     def enter_forward(self) -> None:
+        """Before the forward: a module region gets its (cached) reader and the state of the
+        modules that hold buffers; a function region watches which modules it runs."""
+        self.reach = _verify.static_reach(self.fn)
+        if _compat.fsdp2_in_use():
+            self.loose = _compat.fsdp2_managed_modules()
         self.observer = observer = Observer()
-        _observation.start(observer)
+        if self.target is None:
+            _observation.start(observer)
+        else:
+            self.prepared = _verify.reader_for(
+                self.target, [], self.reach, self.reentrant, self._loose(())
+            )
+            modules = self.prepared[1]
+            for index in self.prepared[0].stateful:
+                observer.see(modules[index])
         if self.random_ops is not None:
             self.random_ops.__enter__()
         if self.strict_forward is not None:
@@ -250,26 +272,48 @@ class Region:
             self.strict_forward.__exit__(*exc)
         if self.random_ops is not None:
             self.random_ops.__exit__(*exc)
-        _observation.stop(self.observer)
+        if self.target is None:
+            _observation.stop(self.observer)
+
+    def _loose(self, modules: Any) -> set[int]:
+        """Modules whose parameters FSDP2 swaps on purpose (compared loosely)."""
+        if not self.loose:
+            return self.loose
+        loose = set(self.loose)
+        loose.update(id(m) for m in modules if _compat.is_fsdp2_module(m))
+        return loose
 
     def finish_forward(self, args: tuple, kwargs: dict) -> None:
         """Right after the forward: fingerprint what it reached, check RNG, count it."""
         observer = self.observer
         self.observer = None
-        modules = list(observer.modules.values())
-        written = self._written(observer, modules)
-        loose: set[int] = set()
-        if _compat.FSDP_STATE_MODULE in sys.modules:
-            loose = _compat.fsdp2_managed_modules()
-            loose.update(id(m) for m in modules if _compat.is_fsdp2_module(m))
-        reach = _verify.static_reach(self.fn)
-        self.modules = [weakref.ref(m) for m in (*reach[0], *modules)]
+        prepared = self.prepared
+        if self.target is None:
+            observed = list(observer.modules.values())
+            prepared = _verify.reader_for(
+                None, observed, self.reach, self.reentrant, self._loose(observed)
+            )
+        self.prepared = None
+        modules = prepared[1]
+        loose = self._loose(modules)
+        written = self._written(observer)
+        self.modules = [weakref.ref(m) for m in modules]
+        root = _names.root_for(modules[0]) if modules else None
+        self.root = weakref.ref(root) if root is not None else None
         self.fingerprint = _verify.capture(
-            self.fn, reach, modules, written, args, kwargs, self.reentrant, _observation.own, loose
+            self.binding,
+            prepared,
+            self.target,
+            written,
+            args,
+            kwargs,
+            self.reentrant,
+            _observation.own,
+            loose,
         )
         if self.strict_forward is not None:
             state_ids = set()
-            for module in modules:
+            for module in observer.modules.values():
                 names = written.get(id(module), ())
                 state_ids.update(id(module._buffers[n]) for n in names if n in module._buffers)
             self.strict_forward.mark_state(state_ids)
@@ -281,11 +325,11 @@ class Region:
             with torch.autograd.graph.saved_tensors_hooks(_same, _same):
                 self.stats = collector.on_forward(self.name, self.fn, args, kwargs)
 
-    def _written(self, observer: Observer, modules: list) -> dict[int, frozenset]:
+    def _written(self, observer: Observer) -> dict[int, frozenset]:
         """Module state the forward itself updated: outputs of the region, not inputs; the
         recompute will update it again (the side-effect kind)."""
         written: dict[int, frozenset] = {}
-        for module in modules:
+        for module in observer.modules.values():
             before = observer.before.get(id(module))
             if before is None:
                 continue
@@ -359,7 +403,7 @@ class Region:
         try:
             _verify.compare(
                 self.fingerprint,
-                self.fn,
+                self.binding,
                 args,
                 kwargs,
                 _observation.own,

@@ -23,6 +23,7 @@ _CALL_CODES = tuple(
     if hasattr(torch.nn.Module, name)
 )
 _paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (root ref, path)
+_roots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> root ref or None
 
 
 def find_root() -> torch.nn.Module | None:
@@ -39,6 +40,19 @@ def find_root() -> torch.nn.Module | None:
         return None
     root = outer.f_locals.get("self")
     return root if isinstance(root, torch.nn.Module) else None
+
+
+def root_for(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The model a region's first module runs in: found once per module by walking the stack
+    (the region's forward is still inside the model's call), then cached weakly."""
+    cached = _roots.get(module, False)
+    if cached is not False:
+        root = cached() if cached is not None else None
+        if cached is None or root is not None:
+            return root
+    root = find_root()
+    _roots[module] = weakref.ref(root) if root is not None else None
+    return root
 
 
 def module_path(root: torch.nn.Module | None, module: torch.nn.Module) -> str | None:

@@ -217,7 +217,10 @@ def static_attribute(obj: Any, name: str) -> Any:
 
     Properties and other descriptors are not evaluated (``SKIPPED``): reading them may run
     arbitrary code with side effects."""
-    state = getattr(obj, "__dict__", None)
+    try:  # past a custom __getattribute__ (transformers' configs have one)
+        state = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        state = None
     if type(state) is dict and name in state:
         return state[name]
     if isinstance(obj, torch.nn.Module):
@@ -272,20 +275,20 @@ def _follow_target(value: Any) -> types.FunctionType | None:
 class FunctionPlan:
     """The globals, closures and defaults of a function and of every user function it calls.
 
-    ``entries`` lists each function: (weak reference, or None for the root the caller passes
-    in; global chains as (chain, kind of value); number of closure cells). Followed callees
-    are weak references; ``expected`` says which read value must still be the callee that was
-    followed, so a rebound name rebuilds the plan at the next forward.
+    ``entries`` lists each function as (weak reference, or None for the root the caller
+    passes in; global chains as (chain, kind of value); kind of each closure cell's value;
+    whether it has ``__defaults__``, ``__kwdefaults__``; followed callees as (chain index,
+    id of the callee's object)). A decorator's wrapper (``__wrapped__``) is followed into the
+    function it wraps; its own closure is decorator plumbing and is not read. A rebound
+    followed name makes the plan stale, and it is rebuilt at the next forward.
     """
 
-    __slots__ = ("entries", "expected", "size", "__weakref__")
+    __slots__ = ("entries", "__weakref__")
 
     def __init__(self, root: types.FunctionType):
         entries = []
-        expected = []  # (position in this plan's values, id of the followed object)
         pending: list[tuple[types.FunctionType, bool]] = [(root, True)]
         seen: set[int] = set()
-        position = 0
         while pending and len(entries) < MAX_FUNCTIONS:
             func, is_root = pending.pop()
             if id(func) in seen:
@@ -295,7 +298,7 @@ class FunctionPlan:
             reads = code_reads(code) if not is_library_code(code) else None
             namespace = func.__globals__
             chains = []
-            position += 1  # the code object comes first
+            followed = []
             for chain in sorted(reads.global_chains) if reads is not None else ():
                 name = chain[0]
                 if name not in namespace and name in _BUILTINS:
@@ -307,50 +310,54 @@ class FunctionPlan:
                 elif len(chain) > 1 and isinstance(value, type):
                     chain = chain[:2]  # a class attribute; deeper is the class's business
                 target = read_chain(value, chain[1:])
-                chains.append((chain, sample_kind(target)))
+                kind = sample_kind(target)
+                chains.append((chain, kind))
                 callee = _follow_target(target)
                 if callee is not None:
-                    if chains[-1][1] == "object":
-                        expected.append((position + len(chains) - 1, id(target)))
+                    if kind == "object":
+                        followed.append((len(chains) - 1, id(target)))
                     pending.append((callee, False))
-            position += len(chains)
-            cells = len(func.__closure__ or ())
-            for cell in func.__closure__ or ():
-                try:
-                    callee = _follow_target(cell.cell_contents)
-                except ValueError:  # an empty cell
-                    continue
-                if callee is not None:
-                    pending.append((callee, False))
-            position += cells + 2  # cells, then __defaults__ and __kwdefaults__
+            cells = []  # kind of each closure cell's value ("empty" for an unset cell)
+            wrapped = getattr(func, "__wrapped__", None)
+            if wrapped is not None:
+                target = unwrap_function(wrapped)
+                if target is not None and not is_library_code(target.__code__):
+                    pending.append((target, False))
+            else:
+                for cell in func.__closure__ or ():
+                    try:
+                        contents = cell.cell_contents
+                    except ValueError:
+                        cells.append("empty")
+                        continue
+                    cells.append(sample_kind(contents))
+                    callee = _follow_target(contents)
+                    if callee is not None:
+                        pending.append((callee, False))
             ref = None if is_root else weakref.ref(func)
-            entries.append((ref, tuple(chains), cells))
+            defaults = (func.__defaults__ is not None, func.__kwdefaults__ is not None)
+            entries.append((ref, tuple(chains), tuple(cells), defaults, tuple(followed)))
         self.entries = tuple(entries)
-        self.expected = tuple(expected)
-        self.size = position
 
     def functions(self, root: types.FunctionType) -> list:
         """The function of each entry now (None where a followed one was collected)."""
-        return [root if ref is None else ref() for ref, _, _ in self.entries]
+        return [root if entry[0] is None else entry[0]() for entry in self.entries]
 
-    def stale(self, values: tuple) -> bool:
-        return any(values[index] != fp for index, fp in self.expected)
 
-    def labels(self, functions: list) -> list[tuple[str, str, str]]:
-        """(kind, name, where) for each value."""
-        out = []
-        for func, (_, chains, cells) in zip(functions, self.entries, strict=True):
-            name = function_name(func) if func is not None else "<collected function>"
-            module = getattr(func, "__module__", "?")
-            location = code_location(getattr(func, "__code__", None))
-            out.append(("function", f"{name}.__code__", location))
-            for chain, _ in chains:
-                out.append(("global", ".".join(chain), f"global of {module}, read by {name}"))
-            names = func.__code__.co_freevars if func is not None else ("?",) * cells
-            out.extend(("closure", var, f"closure of {name}") for var in names[:cells])
-            out.append(("closure", f"{name}.__defaults__", "default arguments"))
-            out.append(("closure", f"{name}.__kwdefaults__", "default arguments"))
-        return out
+def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
+    """(kind, name, where) for each value an entry reads."""
+    _, chains, cells, defaults, _ = entry
+    name = function_name(func) if func is not None else "<collected function>"
+    module = getattr(func, "__module__", "?")
+    out = [("function", f"{name}.__code__", code_location(getattr(func, "__code__", None)))]
+    out += [("global", ".".join(c), f"global of {module}, read by {name}") for c, _ in chains]
+    names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
+    out += [("closure", var, f"closure of {name}") for var in names[: len(cells)]]
+    if defaults[0]:
+        out.append(("closure", f"{name}.__defaults__", "default arguments"))
+    if defaults[1]:
+        out.append(("closure", f"{name}.__kwdefaults__", "default arguments"))
+    return out
 
 
 _function_plans: dict[tuple[types.CodeType, int], FunctionPlan] = {}
@@ -491,6 +498,7 @@ class ModulePlan:
         "loose",
         "functions",
         "labels",
+        "stores_scalars",
         "__weakref__",
     )
 
@@ -505,6 +513,7 @@ class ModulePlan:
         self.code = forward.__code__ if isinstance(forward, types.FunctionType) else None
         self.loose = loose
         self.functions = reads.functions
+        self.stores_scalars = bool(reads.stored)
         chains = set(reads.self_chains)
         if reads.dynamic:
             chains.update(
@@ -524,6 +533,8 @@ class ModulePlan:
             if source is None:
                 continue  # a property: not evaluated, its getter's own reads are chains
             sample = read_chain(static_attribute(module, chain[0]), chain[1:])
+            if sample is SKIPPED:
+                continue  # ends in a property: nothing to read without running its getter
             resolved.append((chain, source, sample_kind(sample)))
         self.chains = tuple(resolved)
         labels = [

@@ -14,6 +14,7 @@ tuples (torch settings, global hooks, one per module, one per function) compared
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 from ckptguard import _compat
 from ckptguard._compat import MODULE_HOOK_DICTS
@@ -26,7 +27,7 @@ from ckptguard._fingerprint import (
     tensor_fp,
     value_fp,
 )
-from ckptguard._plan import FunctionPlan, ModulePlan, cell_fp, read_chain
+from ckptguard._plan import FunctionPlan, ModulePlan, cell_fp, function_labels, read_chain
 
 _NAMESPACE = {
     "MISSING": MISSING,
@@ -75,9 +76,12 @@ class RegionReader:
         "module_refs",
         "function_plans",
         "class_functions",
+        "function_labels",
+        "expected",
         "checks",
         "torch_labels",
         "safe",
+        "stateful",
         "_getters",
         "__weakref__",
     )
@@ -89,13 +93,20 @@ class RegionReader:
         function_plans: list[FunctionPlan],
         class_functions: list,
         torch_state: tuple,
+        functions: list,
         safe: bool = False,
     ):
         self.module_plans = tuple(module_plans)
         self.module_refs = tuple(weakref.ref(m) for m in modules)
         self.function_plans = tuple(function_plans)
         self.class_functions = tuple(class_functions)  # weak refs to the modules' functions
-        self.checks = tuple(plan.check() for plan in module_plans)
+        self.checks = tuple(
+            (*plan.check(), tuple(map(id, m._modules.values())))
+            for plan, m in zip(module_plans, modules, strict=True)
+        )
+        self.stateful = tuple(
+            i for i, plan in enumerate(module_plans) if plan.buffers or plan.stores_scalars
+        )
         self.torch_labels = tuple(label for label, _ in torch_state)
         self.safe = safe
         namespace = dict(_NAMESPACE)
@@ -139,26 +150,41 @@ class RegionReader:
                     expression = f"{table}.get({source[1]!r}, MISSING)"
                 items.append(_convert(_chain(expression, chain), kind))
             groups.append(", ".join(items))
-        position = 0
-        for plan in function_plans:
-            items = []
-            for ref, chains, cells in plan.entries:
-                del ref
-                name = f"F{position}"
-                lines.append(f"    {name} = funcs[{position}]")
-                lines.append(f"    G{position} = {name}.__globals__")
-                items.append(f"{name}.__code__")
-                for chain, kind in chains:
-                    expression = f"G{position}.get({chain[0]!r}, MISSING)"
-                    items.append(_convert(_chain(expression, chain), kind))
-                items += [f"cell_fp({name}, {c})" for c in range(cells)]
-                items += [f"value_fp({name}.__defaults__)", f"value_fp({name}.__kwdefaults__)"]
-                position += 1
-            groups.append(", ".join(items))
+        # each function once, however many plans reach it
+        entries = [entry for plan in function_plans for entry in plan.entries]
+        items, labels, expected, seen = [], [], [], set()
+        for position, (func, entry) in enumerate(zip(functions, entries, strict=True)):
+            if id(func) in seen:
+                continue
+            seen.add(id(func))
+            _, chains, cells, defaults, followed = entry
+            name = f"F{position}"
+            lines.append(f"    {name} = funcs[{position}]")
+            lines.append(f"    G{position} = {name}.__globals__")
+            first = len(items) + 1
+            expected += [(first + index, ident) for index, ident in followed]
+            items.append(f"{name}.__code__")
+            for chain, kind in chains:
+                expression = f"G{position}.get({chain[0]!r}, MISSING)"
+                items.append(_convert(_chain(expression, chain), kind))
+            for c, kind in enumerate(cells):
+                if kind == "empty" or safe:
+                    items.append(f"cell_fp({name}, {c})")
+                else:
+                    items.append(_convert(f"{name}.__closure__[{c}].cell_contents", kind))
+            if defaults[0]:
+                items.append(f"value_fp({name}.__defaults__)")
+            if defaults[1]:
+                items.append(f"value_fp({name}.__kwdefaults__)")
+            labels += function_labels(func, entry)
+        groups.append(", ".join(items))
+        self.function_labels = tuple(labels)
+        self.expected = tuple(expected)
         body = ",\n        ".join(f"({group},)" if group else "()" for group in groups)
         checks = ", ".join(
             f'((len(s{i}), len(p{i}), len(b{i}), len(s{i}["_modules"])), id(f{i}), '
-            + (f"f{i}.__code__)" if plan.code is not None else "None)")
+            + (f"f{i}.__code__, " if plan.code is not None else "None, ")
+            + f'tuple(map(id, s{i}["_modules"].values())))'
             for i, plan in enumerate(module_plans)
         )
         checks = f"({checks},)" if checks else "()"
@@ -183,9 +209,6 @@ class RegionReader:
         for plan, func in zip(self.function_plans, holders, strict=True):
             if func is None:
                 return None
-            if len(plan.entries) == 1:
-                out.append(func)
-                continue
             for entry in plan.functions(func):
                 if entry is None:
                     return None
@@ -193,9 +216,10 @@ class RegionReader:
         return out
 
     def stale_functions(self, values: tuple) -> bool:
-        start = 2 + len(self.module_plans)
-        for index, plan in enumerate(self.function_plans):
-            if plan.expected and plan.stale(values[start + index]):
+        """Whether a name a plan followed into a function now holds another object."""
+        group = values[-1]
+        for index, ident in self.expected:
+            if group[index] != ident:
                 return True
         return False
 
@@ -204,7 +228,7 @@ class RegionReader:
         (a parameter became a wrapper subclass without storage)."""
         try:
             return self.read(modules, functions, own)
-        except (RuntimeError, AttributeError):
+        except (RuntimeError, AttributeError, ValueError, IndexError, TypeError):
             if self.safe:
                 raise
         self.read = RegionReader(
@@ -213,6 +237,7 @@ class RegionReader:
             list(self.function_plans),
             list(self.class_functions),
             tuple(zip(self.torch_labels, self._getters, strict=True)),
+            functions,
             safe=True,
         ).read
         self.safe = True
@@ -223,23 +248,27 @@ class RegionReader:
 _readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def cached_reader(key: tuple, modules: list) -> RegionReader | None:
-    if not modules:
+def cached_reader(key: tuple, anchor: Any, modules: list | None) -> RegionReader | None:
+    """The reader stored under ``anchor`` (the region's module, or its first module) for
+    ``key``; with ``modules``, only if it reads exactly those."""
+    if anchor is None:
         return _unanchored.get(key)
-    table = _readers.get(modules[0])
+    table = _readers.get(anchor)
     reader = table.get(key) if table is not None else None
-    if reader is not None and reader.same_modules(modules):
-        return reader
-    return None
+    if reader is None:
+        return None
+    if modules is None:
+        return reader if reader.module_refs[0]() is anchor else None
+    return reader if reader.same_modules(modules) else None
 
 
-def store_reader(key: tuple, modules: list, reader: RegionReader) -> None:
-    if not modules:
+def store_reader(key: tuple, anchor: Any, reader: RegionReader) -> None:
+    if anchor is None:
         _unanchored[key] = reader
         return
-    table = _readers.get(modules[0])
+    table = _readers.get(anchor)
     if table is None:
-        table = _readers[modules[0]] = {}
+        table = _readers[anchor] = {}
     table[key] = reader
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import types
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -32,6 +32,7 @@ from ckptguard._plan import (
     module_plan,
     read_chain,
     rebuild_function_plan,
+    static_attribute,
     unwrap_function,
 )
 from ckptguard._reader import RegionReader, cached_reader, store_reader
@@ -45,6 +46,27 @@ class Difference(Exception):
     def __init__(self, kind: str, name: str, where: str, old: Any, new: Any):
         super().__init__(name)
         self.kind, self.name, self.where, self.old, self.new = kind, name, where, old, new
+
+
+class Binding(NamedTuple):
+    """A region's callable taken apart once: what it finally calls, the arguments bound
+    before the call's own, and the innermost Python function (whose argument chains count)."""
+
+    target: Any
+    bound_args: list
+    bound_kwargs: dict
+    function: types.FunctionType | None
+
+
+def bind(fn: Any) -> Binding:
+    target, bound_args, bound_kwargs = _bind(fn)
+    function = target if isinstance(target, types.FunctionType) else None
+    if isinstance(target, torch.nn.Module):
+        forward = target.__dict__.get("forward") or type(target).forward
+        function = unwrap_function(getattr(forward, "__func__", forward))
+    if function is not None and is_library_code(function.__code__):
+        function = None
+    return Binding(target, bound_args, bound_kwargs, function)
 
 
 def _bind(fn: Any) -> tuple[Any, list, dict]:
@@ -132,7 +154,7 @@ class RegionFingerprint:
     )
 
     def __init__(self) -> None:
-        self.arguments: list[tuple[str, Any, Any]] = []  # (label, weakref or None, value)
+        self.arguments: tuple[list, list] = ([], [])  # (positional tensors, other arguments)
         self.argument_chains: list[tuple[str, Any, tuple]] = []
 
 
@@ -171,15 +193,99 @@ def _build_reader(
         func = ref()
         class_plans.append(rebuild_function_plan(func) if fresh else function_plan(func))
     torch_state = _torch_state(_compat.resolve(), reentrant)
+    function_plans = [*root_plans, *class_plans]
+    functions = []
+    for plan, func in zip(
+        function_plans, [*roots, *(r() for r in class_functions.values())], strict=True
+    ):
+        functions += plan.functions(func)
     return RegionReader(
-        modules, plans, [*root_plans, *class_plans], list(class_functions.values()), torch_state
+        modules,
+        plans,
+        function_plans,
+        list(class_functions.values()),
+        torch_state,
+        functions,
     )
 
 
+def region_module(binding: Binding) -> torch.nn.Module | None:
+    """The module a region calls: ``checkpoint(block, ...)``, ``block.__call__``, partials of
+    them, and ``partial(Block.forward, block, ...)`` (transformers' layers). None when the
+    region is another function, which may call any module it reaches."""
+    target, bound_args = binding.target, binding.bound_args
+    if isinstance(target, torch.nn.Module):
+        return target
+    if bound_args and isinstance(bound_args[0], torch.nn.Module):
+        module = bound_args[0]
+        owner = getattr(target, "__qualname__", "").rpartition(".")[0]
+        if any(klass.__qualname__ == owner for klass in type(module).__mro__):
+            return module  # a method of the module's class, called with the module as self
+    return None
+
+
+def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
+    """A module region's modules: its subtree, plus modules its code reaches outside the tree
+    through attributes (``self.shared = other_module`` set without registering it)."""
+    out: list = []
+    seen: set[int] = set()
+    pending = [target]
+    while pending:
+        module = pending.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        out.append(module)
+        pending.extend(reversed([c for c in module._modules.values() if c is not None]))
+        plan = module_plan(module, id(module) in loose)
+        for chain, _, kind in plan.chains:
+            if kind == "object":
+                value = read_chain(static_attribute(module, chain[0]), chain[1:])
+                if isinstance(value, torch.nn.Module) and id(value) not in seen:
+                    pending.append(value)
+    return out
+
+
+def _reader_key(
+    target: Any, modules: list, roots: list, reentrant: bool, loose: set[int]
+) -> tuple[tuple, Any]:
+    """(cache key, anchor module) of a region's reader: a module region's reader is stored
+    under its module, a function region's under the first module it ran."""
+    functions = tuple([(f.__code__, id(f.__globals__)) for f in roots])
+    frozen = frozenset(loose) if loose else None
+    if target is not None:
+        return ("tree", functions, reentrant, frozen), target
+    ids = tuple([id(m) for m in modules])
+    return (ids, functions, reentrant, frozen), (modules[0] if modules else None)
+
+
+def reader_for(
+    target: Any, observed: list, reach: tuple, reentrant: bool, loose: set[int]
+) -> tuple[RegionReader, list, list]:
+    """(reader, its modules, the region's own functions): cached per module region (its
+    tree) or per set of observed modules; ``capture`` checks it and rebuilds it if stale."""
+    static_modules, static_functions = reach
+    roots = [f for f in static_functions if not is_library_code(f.__code__)]
+    if target is not None:
+        key, anchor = _reader_key(target, [], roots, reentrant, loose)
+        reader = cached_reader(key, anchor, None)
+        if reader is None:
+            reader = _build_reader(module_tree(target, loose), roots, reentrant, loose, False)
+            store_reader(key, anchor, reader)
+        return reader, [ref() for ref in reader.module_refs], roots
+    modules = list({id(m): m for m in (*static_modules, *observed)}.values())
+    key, anchor = _reader_key(None, modules, roots, reentrant, loose)
+    reader = cached_reader(key, anchor, modules)
+    if reader is None:
+        reader = _build_reader(modules, roots, reentrant, loose, False)
+        store_reader(key, anchor, reader)
+    return reader, modules, roots
+
+
 def capture(
-    fn: Any,
-    reach: tuple[list, list],
-    modules: list,
+    binding: Binding,
+    prepared: tuple[RegionReader, list, list],
+    target: Any,
     written: dict[int, frozenset],
     args: tuple,
     kwargs: dict,
@@ -187,43 +293,39 @@ def capture(
     own_hooks: frozenset,
     loose: set[int],
 ) -> RegionFingerprint:
-    """Read everything the region reached; plans and the reader are built or rebuilt here."""
-    static_modules, static_functions = reach
-    everything = list({id(m): m for m in (*static_modules, *modules)}.values())
-    roots = [f for f in static_functions if not is_library_code(f.__code__)]
-    key = (
-        tuple([id(m) for m in everything]),
-        tuple([(f.__code__, id(f.__globals__)) for f in roots]),
-        reentrant,
-        frozenset(loose) if loose else None,
-    )
-    reader = cached_reader(key, everything)
+    """Read everything the region reached; a reader that no longer matches its modules (a
+    child replaced, an attribute added, a followed global rebound) is rebuilt here."""
+    reader, modules, roots = prepared
+    values = checks = None
     for fresh in (False, True):
-        if reader is None:
-            reader = _build_reader(everything, roots, reentrant, loose, fresh)
-            store_reader(key, everything, reader)
+        if fresh:
+            if target is not None:
+                modules = module_tree(target, loose)
+            reader = _build_reader(modules, roots, reentrant, loose, fresh=True)
+            key, anchor = _reader_key(target, modules, roots, reentrant, loose)
+            store_reader(key, anchor, reader)
         functions = reader.functions(roots)
-        if functions is not None:
-            values, checks = reader.read_safely(everything, functions, own_hooks)
-            if fresh or (checks == reader.checks and not reader.stale_functions(values)):
-                break
-        reader = None
+        if functions is None or None in modules:
+            continue
+        values, checks = reader.read_safely(modules, functions, own_hooks)
+        if fresh or (checks == reader.checks and not reader.stale_functions(values)):
+            break
     fingerprint = RegionFingerprint()
     fingerprint.reader = reader
     fingerprint.roots = roots
     if written:
-        index_of = {id(m): i for i, m in enumerate(everything)}
+        index_of = {id(m): i for i, m in enumerate(modules)}
         written = {index_of[k]: v for k, v in written.items() if k in index_of}
     fingerprint.written = written
     fingerprint.values = _masked(reader, values, fingerprint.written)
     fingerprint.checks = checks
-    _capture_arguments(fingerprint, fn, args, kwargs)
+    _capture_arguments(fingerprint, binding, args, kwargs)
     return fingerprint
 
 
 def compare(
     fingerprint: RegionFingerprint,
-    fn: Any,
+    binding: Binding,
     args: tuple,
     kwargs: dict,
     own_hooks: frozenset,
@@ -240,7 +342,7 @@ def compare(
             _explain_values(fingerprint, values, modules, functions, name_module)
         if checks != fingerprint.checks:
             _explain_reshaped(fingerprint, checks, modules, name_module)
-    _compare_arguments(fingerprint, fn, args, kwargs)
+    _compare_arguments(fingerprint, binding, args, kwargs)
 
 
 def _explain_values(
@@ -264,13 +366,8 @@ def _explain_values(
         if module_index < len(modules):
             kind, attribute = reader.module_plans[module_index].labels[index]
             _raise_module(kind, attribute, modules[module_index], old, new, name_module)
-        start = 0
-        for plan_index, plan in enumerate(reader.function_plans):
-            count = len(plan.entries)
-            if plan_index == module_index - len(modules):
-                kind, name, where = plan.labels(functions[start : start + count])[index]
-                raise Difference(kind, name, where, old, new)
-            start += count
+        kind, name, where = reader.function_labels[index]
+        raise Difference(kind, name, where, old, new)
 
 
 def _explain_reshaped(
@@ -284,7 +381,8 @@ def _explain_reshaped(
         if old == new:
             continue
         module, plan = modules[index], reader.module_plans[index]
-        fresh = RegionReader([module], [module_plan(module, plan.loose, fresh=True)], [], [], ())
+        fresh_plan = module_plan(module, plan.loose, fresh=True)
+        fresh = RegionReader([module], [fresh_plan], [], [], (), [])
         current = fresh.read([module], [], frozenset())[0][2]
         written = fingerprint.written.get(index)
         if written:
@@ -295,67 +393,87 @@ def _explain_reshaped(
                 _raise_module(*label, module, before[label], value, name_module)
 
 
-def _argument_values(fn: Any, args: tuple, kwargs: dict) -> tuple[list, Any, list, dict]:
-    """(label, value, compare by same object) for each argument, in a fixed order."""
-    target, bound_args, bound_kwargs = _bind(fn)
-    out = [(f"positional argument {i}", v, isinstance(v, torch.Tensor)) for i, v in enumerate(args)]
-    out += [(f"keyword argument {k}", v, False) for k, v in kwargs.items()]
+def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
+    """(positional tensors, every other argument) of a call, in a fixed order: call arguments,
+    then objects bound into partials and methods (modules aside: they have their own plans)."""
+    tensors, others = [], []
+    for value in args:
+        (tensors if isinstance(value, torch.Tensor) else others).append(value)
+    others += kwargs.values()
+    others += [v for v in binding.bound_args if not isinstance(v, torch.nn.Module)]
+    others += binding.bound_kwargs.values()
+    return tensors, others
+
+
+def _argument_labels(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
+    tensors = [
+        f"positional argument {i}" for i, v in enumerate(args) if isinstance(v, torch.Tensor)
+    ]
+    others = [
+        f"positional argument {i}" for i, v in enumerate(args) if not isinstance(v, torch.Tensor)
+    ]
+    others += [f"keyword argument {k}" for k in kwargs]
     where = "bound into the region's functools.partial or method"
-    out += [
-        (f"bound argument {i} ({where})", v, False)
-        for i, v in enumerate(bound_args)
+    others += [
+        f"bound argument {i} ({where})"
+        for i, v in enumerate(binding.bound_args)
         if not isinstance(v, torch.nn.Module)
     ]
-    out += [(f"bound keyword {k} ({where})", v, False) for k, v in bound_kwargs.items()]
-    return out, target, bound_args, bound_kwargs
+    others += [f"bound keyword {k} ({where})" for k in binding.bound_kwargs]
+    return tensors, others
 
 
-def _argument_fp(value: Any, same_object: bool) -> Any:
-    return input_fp(value) if same_object else argument_fp(value)
-
-
-def _capture_arguments(fingerprint: RegionFingerprint, fn: Any, args: tuple, kwargs: dict) -> None:
-    values, target, bound_args, bound_kwargs = _argument_values(fn, args, kwargs)
-    fingerprint.arguments = [
-        (label, weakref.ref(value) if same else None, _argument_fp(value, same))
-        for label, value, same in values
-    ]
-    function = target if isinstance(target, types.FunctionType) else None
-    if isinstance(target, torch.nn.Module):
-        forward = target.__dict__.get("forward") or type(target).forward
-        function = unwrap_function(getattr(forward, "__func__", forward))
+def _capture_arguments(
+    fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
+) -> None:
+    tensors, others = _arguments(binding, args, kwargs)
+    fingerprint.arguments = (
+        [(weakref.ref(t), input_fp(t)) for t in tensors],
+        [argument_fp(v) for v in others],
+    )
     chains = fingerprint.argument_chains
-    if function is not None and not is_library_code(function.__code__):
+    function = binding.function
+    if function is not None:
         reads = code_reads(function.__code__)
-        names = _argument_names(function.__code__)
-        bound = dict(zip(names, [*bound_args, *args], strict=False))
-        bound.update(bound_kwargs)
-        bound.update(kwargs)
-        for name, attrs in sorted(reads.arg_chains):
-            value = bound.get(name, MISSING)
-            if value is MISSING or isinstance(value, (torch.Tensor, torch.nn.Module)):
-                continue  # tensors are arguments above; modules have their own plans
-            chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
+        if reads.arg_chains:
+            names = _argument_names(function.__code__)
+            bound = dict(zip(names, [*binding.bound_args, *args], strict=False))
+            bound.update(binding.bound_kwargs)
+            bound.update(kwargs)
+            for name, attrs in sorted(reads.arg_chains):
+                value = bound.get(name, MISSING)
+                if value is MISSING or isinstance(value, (torch.Tensor, torch.nn.Module)):
+                    continue  # tensors are arguments above; modules have their own plans
+                chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
     fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
 
 
-def _compare_arguments(fingerprint: RegionFingerprint, fn: Any, args: tuple, kwargs: dict) -> None:
-    values = _argument_values(fn, args, kwargs)[0]
-    for (label, ref, old), (_, value, same) in zip(fingerprint.arguments, values, strict=False):
-        if ref is not None and ref() is not value:
-            # nested and reentrant recomputes get new input objects: only the same object is
-            # comparable (torch checks the versions of the tensors it saved itself)
-            continue
-        new = _argument_fp(value, same)
-        if new != old:
-            raise Difference("argument", label, "argument of the region", old, new)
+def _compare_arguments(
+    fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
+) -> None:
+    tensors, others = _arguments(binding, args, kwargs)
+    old_tensors, old_others = fingerprint.arguments
+    for index, ((ref, old), tensor) in enumerate(zip(old_tensors, tensors, strict=False)):
+        # nested and reentrant recomputes get new input objects: only the same object is
+        # comparable (torch checks the versions of the tensors it saved itself)
+        if ref() is tensor and input_fp(tensor) != old:
+            label = _argument_labels(binding, args, kwargs)[0][index]
+            raise Difference("argument", label, "argument of the region", old, input_fp(tensor))
+    new_others = [argument_fp(v) for v in others]
+    if new_others != old_others:
+        index = _first_difference(old_others, new_others)
+        label = _argument_labels(binding, args, kwargs)[1][index]
+        old, new = _at(old_others, index), _at(new_others, index)
+        raise Difference("argument", label, "argument of the region", old, new)
     chains = fingerprint.argument_chains
-    old_chains = fingerprint.argument_values
-    new_chains = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
-    if new_chains != old_chains:
-        index = _first_difference(old_chains, new_chains)
-        where = "attribute of an object passed to or bound into the region"
-        raise Difference("attribute", chains[index][0], where, old_chains[index], new_chains[index])
+    if chains:
+        old_chains = fingerprint.argument_values
+        new_chains = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
+        if new_chains != old_chains:
+            index = _first_difference(old_chains, new_chains)
+            where = "attribute of an object passed to or bound into the region"
+            old, new = old_chains[index], new_chains[index]
+            raise Difference("attribute", chains[index][0], where, old, new)
 
 
 def _raise_module(
