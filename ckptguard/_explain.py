@@ -112,12 +112,38 @@ def _refine(kind: str, old: Any, new: Any) -> tuple[str, str]:
     return kind, "changed"
 
 
+def _descend(name: str, old: Any, new: Any) -> tuple[str, Any, Any]:
+    """Into a container fingerprint to the first element that differs: ``factors[0]``."""
+    while (
+        type(old) is tuple
+        and type(new) is tuple
+        and len(old) == 2
+        and len(new) == 2
+        and old[0] is new[0]
+        and old[0] in (list, tuple, dict)
+        and len(old[1]) == len(new[1])
+    ):
+        pairs = list(zip(old[1], new[1], strict=True))
+        index = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+        if index is None:
+            break
+        a, b = pairs[index]
+        if old[0] is dict:
+            if a[0] != b[0]:
+                break
+            name, old, new = f"{name}[{a[0]!r}]", a[1], b[1]
+        else:
+            name, old, new = f"{name}[{index}]", a, b
+    return name, old, new
+
+
 def mismatch_error(
     region: str, kind: str, name: str, where: str, old: Any, new: Any
 ) -> CheckpointMismatchError:
     """A fingerprinted state that differs at recompute from what the forward saw."""
     if kind == "argument":
         kind = "tensor"
+    name, old, new = _descend(name, old, new)
     kind, change = _refine(kind, old, new)
     old_text, new_text = _describe_value(old), _describe_value(new)
     message = (

@@ -23,7 +23,7 @@ _CALL_CODES = tuple(
     if hasattr(torch.nn.Module, name)
 )
 _paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (root ref, path)
-_roots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> root ref or None
+_roots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> root ref
 
 
 def find_root() -> torch.nn.Module | None:
@@ -45,13 +45,12 @@ def find_root() -> torch.nn.Module | None:
 def root_for(module: torch.nn.Module) -> torch.nn.Module | None:
     """The model a region's first module runs in: found once per module by walking the stack
     (the region's forward is still inside the model's call), then cached weakly."""
-    cached = _roots.get(module, False)
-    if cached is not False:
-        root = cached() if cached is not None else None
-        if cached is None or root is not None:
-            return root
-    root = find_root()
-    _roots[module] = weakref.ref(root) if root is not None else None
+    cached = _roots.get(module)
+    root = cached() if cached is not None else None
+    if root is None:
+        root = find_root()
+        if root is not None:  # none found is not cached: the next call may run in a model
+            _roots[module] = weakref.ref(root)
     return root
 
 

@@ -20,6 +20,7 @@ import torch
 from ckptguard import _compat
 from ckptguard._fingerprint import (
     MISSING,
+    OBJECT,
     argument_fp,
     input_fp,
     value_fp,
@@ -145,6 +146,7 @@ class RegionFingerprint:
     __slots__ = (
         "reader",
         "roots",
+        "top_hooks",
         "written",
         "values",
         "checks",
@@ -165,10 +167,20 @@ def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
     return resolved.torch_state
 
 
-def _masked(reader: RegionReader, values: tuple, written: dict[int, frozenset]) -> tuple:
-    if not written:
+def _masked(
+    reader: RegionReader, values: tuple, written: dict[int, frozenset], top_hooks: bool
+) -> tuple:
+    """Values without what cannot change the recompute: buffers the region itself writes, and
+    (non-reentrant module regions) the region module's own forward hooks: the recompute stops
+    inside the forward, and its output is never used, so such a hook never matters."""
+    if not written and not (top_hooks and values[2][3]):
         return values
     out = list(values)
+    if top_hooks and values[2][3]:
+        group = list(out[2])
+        pre, _, backward_pre, backward = group[3]
+        group[3] = (pre, (), backward_pre, backward) if pre or backward_pre or backward else ()
+        out[2] = tuple(group)
     for index, plan in enumerate(reader.module_plans):
         done = written.get(index)
         if done:
@@ -317,7 +329,8 @@ def capture(
         index_of = {id(m): i for i, m in enumerate(modules)}
         written = {index_of[k]: v for k, v in written.items() if k in index_of}
     fingerprint.written = written
-    fingerprint.values = _masked(reader, values, fingerprint.written)
+    fingerprint.top_hooks = target is not None and not reentrant
+    fingerprint.values = _masked(reader, values, written, fingerprint.top_hooks)
     fingerprint.checks = checks
     _capture_arguments(fingerprint, binding, args, kwargs)
     return fingerprint
@@ -337,7 +350,7 @@ def compare(
     functions = reader.functions(fingerprint.roots)
     if functions is not None and all(m is not None for m in modules):
         values, checks = reader.read_safely(modules, functions, own_hooks)
-        values = _masked(reader, values, fingerprint.written)
+        values = _masked(reader, values, fingerprint.written, fingerprint.top_hooks)
         if values != fingerprint.values:
             _explain_values(fingerprint, values, modules, functions, name_module)
         if checks != fingerprint.checks:
@@ -486,6 +499,11 @@ def _raise_module(
         "hook": f"hooks of {owner}",
     }.get(kind, f"{owner} module")
     name = f"{name_module(module)}.{attribute}"
+    if kind == "attribute" and type(old) is int and type(new) is int:
+        # read by identity: say what the attribute holds now
+        chain = tuple(attribute.split("."))
+        current = read_chain(static_attribute(module, chain[0]), chain[1:])
+        old, new = (OBJECT, old, type(current)), (OBJECT, new, type(current))
     raise Difference(kind, name, where, old, new)
 
 
