@@ -137,6 +137,7 @@ class Torch:
     default_device: Callable[[], Any] | None
     privateuse1_name: Callable[[], str]
     is_compiling: Callable[[], bool]
+    module_call_codes: tuple  # code of nn.Module's __call__ path, found on the stack
 
 
 _resolved: Torch | None = None
@@ -228,6 +229,10 @@ def resolve() -> Torch:
         default_device=getattr(torch, "get_default_device", None),
         privateuse1_name=_require(torch._C, "_get_privateuse1_backend_name", "torch._C"),
         is_compiling=is_compiling,
+        module_call_codes=tuple(
+            _require(torch.nn.Module, name, "torch.nn.Module").__code__
+            for name in ("_call_impl", "_wrapped_call_impl")
+        ),
     )
     _require(
         _resolved.checkpoint_frame, "check_recomputed_tensors_match", f"{where}._CheckpointFrame"

@@ -282,7 +282,7 @@ def lost_gradients(region: str, parameters: list[str], nested: list[str], raise_
         )
     if nested:
         parts.append(
-            "tensors that require grad are nested inside container arguments, which the "
+            "the tensors that require grad are nested inside container arguments, which the "
             f"reentrant variant does not track; they will get no gradient: {', '.join(nested)}"
         )
     message = (

@@ -355,19 +355,20 @@ class Region:
             _explain.report(error, self.options.on_mismatch)
 
     def check_lost_gradients(self, args: tuple) -> None:
-        """Reentrant only: parameters and nested tensors the region's gradient will not reach."""
+        """Reentrant only: with no positional tensor that requires grad, the region's output
+        requires none, so its parameters and the tensors nested in its container arguments
+        get no gradient. (With one, the recompute's own backward reaches nested tensors.)"""
+        if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return
         parameters: list[str] = []
-        if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            for ref in self.modules:
-                module = ref()
-                if module is None:
-                    continue
-                owned = [
-                    n for n, p in module._parameters.items() if p is not None and p.requires_grad
-                ]
-                if owned:
-                    prefix = self.name_module(module)
-                    parameters.extend(f"{prefix}.{n}" for n in owned)
+        for ref in self.modules:
+            module = ref()
+            if module is None:
+                continue
+            owned = [n for n, p in module._parameters.items() if p is not None and p.requires_grad]
+            if owned:
+                prefix = self.name_module(module)
+                parameters.extend(f"{prefix}.{n}" for n in owned)
         nested = [
             f"positional argument {index}{path}"
             for index, arg in enumerate(args)

@@ -15,20 +15,16 @@ from typing import Any
 
 import torch
 
+from ckptguard import _compat
 from ckptguard._plan import code_location, forward_of, function_name, unwrap_function
 
-_CALL_CODES = tuple(
-    getattr(torch.nn.Module, name).__code__
-    for name in ("_call_impl", "_wrapped_call_impl")
-    if hasattr(torch.nn.Module, name)
-)
 _paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (root ref, path)
 _roots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> root ref
 
 
 def find_root() -> torch.nn.Module | None:
     """The outermost module being called on this thread's stack, if any."""
-    first, second = (_CALL_CODES + _CALL_CODES)[:2]
+    first, second = _compat.resolve().module_call_codes
     frame = sys._getframe(2)
     outer = None
     while frame is not None:

@@ -274,3 +274,7 @@ def store_reader(key: tuple, anchor: Any, reader: RegionReader) -> None:
 
 # regions that run no module (a plain function): keyed by their function plans, few
 _unanchored: dict[tuple, RegionReader] = {}
+
+
+def reader_count() -> int:
+    return sum(len(table) for table in _readers.values()) + len(_unanchored)

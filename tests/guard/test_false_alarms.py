@@ -220,7 +220,9 @@ def test_other_thread_drawing_random_numbers_is_not_blamed(reentrant: bool) -> N
     try:
         ckptguard.enable()
         before = torch.get_rng_state()
-        out = checkpoint(_deterministic_region, x, use_reentrant=reentrant, preserve_rng_state=False)
+        out = checkpoint(
+            _deterministic_region, x, use_reentrant=reentrant, preserve_rng_state=False
+        )
         moved = not torch.equal(before, torch.get_rng_state())
         out.sum().backward()
     finally:

@@ -261,7 +261,7 @@ class Config:
 
 
 class Configured(nn.Module):
-    """transformers style: reads ``self.config.scale``; also a class attribute ``Configured.bias``."""
+    """transformers style: reads ``self.config.scale``; and a class attribute, ``bias``."""
 
     bias = 0.0
 
