@@ -240,6 +240,7 @@ class SavedTensors:
 
     def __exit__(self, *exc: Any) -> None:
         self._hooks.__exit__(*exc)
+        self._hooks = None  # torch's hooks close over its checkpoint frame: do not keep them
 
 
 class StrictForward:

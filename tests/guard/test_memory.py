@@ -51,7 +51,9 @@ def test_100_models_built_and_dropped_are_collected(strict: bool) -> None:
     """Every model, parameter and input is collectable right after its step (the guard's plan
     and reader caches are keyed weakly), and after ``disable()`` too."""
     ckptguard.enable(strict=strict)
+    gc.collect()
     regions_before = _live_regions()
+    plans_before = cache_sizes()
     models, tensors = [], []
     for index in range(100):
         model = Model()
@@ -66,8 +68,8 @@ def test_100_models_built_and_dropped_are_collected(strict: bool) -> None:
     assert [ref for ref in models if ref() is not None] == []
     assert [ref for ref in tensors if ref() is not None] == []
     assert _live_regions() <= regions_before
-    assert cache_sizes()["module_plans"] == 0
-    assert cache_sizes()["region_readers"] == 0
+    assert cache_sizes()["module_plans"] <= plans_before["module_plans"]
+    assert cache_sizes()["region_readers"] <= plans_before["region_readers"]
     ckptguard.disable()
     gc.collect()
     assert _live_regions() <= regions_before
