@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ckptguard._compat import MODULE_HOOK_DICTS, torch_dir
+from ckptguard._compat import torch_dir
 from ckptguard._fingerprint import (
     MISSING,
     SCALAR_TYPES,
@@ -542,7 +542,7 @@ class ModulePlan:
             ("function", "forward"),
             ("function", "forward.__code__"),
         ]
-        labels.append(("hook", "hooks (" + ", ".join(MODULE_HOOK_DICTS) + ")"))
+        labels.append(("hook", "hooks"))
         labels += [("tensor", name) for name in (*self.params, *self.buffers)]
         labels += [("attribute", ".".join(chain)) for chain, _, _ in self.chains]
         self.labels = tuple(labels)

@@ -39,48 +39,44 @@ _DISTRIBUTED_DIR = os.path.join(_compat.torch_dir(), "distributed") + os.sep
 _SKIPPED_DIRS = (_compat.torch_dir(), os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
 
-def _signature(tensor: torch.Tensor, with_values: bool = True) -> tuple:
-    """(shape, dtype, device, sum, L1, L2, strided sum) or only the first three."""
-    meta = (tuple(tensor.shape), tensor.dtype, tensor.device.type)
-    if (
-        not with_values
-        or type(tensor) not in _PLAIN_TENSOR_TYPES
-        or tensor.is_sparse
-        or tensor.device.type == "meta"
-        or tensor.is_complex()
-        or tensor.numel() == 0
-    ):
-        return meta
-    with _compat.disable_dispatch_modes(), torch.no_grad():
-        flat = tensor.detach().reshape(-1)
-        if not flat.is_floating_point():
-            flat = flat.double()
-        sums = (
-            torch.sum(flat, dtype=torch.float64),
-            torch.linalg.vector_norm(flat, 1, dtype=torch.float64),
-            torch.linalg.vector_norm(flat, 2, dtype=torch.float64),
-            torch.sum(flat[::3], dtype=torch.float64),
-        )
-        return meta + tuple(torch.stack(sums).tolist())
+def _comparable(tensor: torch.Tensor) -> bool:
+    return (
+        type(tensor) in _PLAIN_TENSOR_TYPES
+        and not tensor.is_sparse
+        and tensor.device.type != "meta"
+        and not tensor.is_complex()
+        and tensor.numel() > 0
+    )
 
 
-def _op_signature(tensor: torch.Tensor) -> tuple:
-    meta = (tuple(tensor.shape), tensor.dtype)
-    if type(tensor) not in _PLAIN_TENSOR_TYPES or tensor.is_sparse or tensor.is_complex():
-        return meta
-    if tensor.device.type == "meta" or tensor.numel() == 0:
-        return meta
+def signatures(tensors: list, with_values: list[bool]) -> list[tuple]:
+    """(shape, dtype, device[, sum, L1, L2, sum of every third element]) of many tensors, in a
+    few batched ops per device and precision: strict mode keeps the tensors of a forward (or a
+    recompute) and checksums them at its end, not op by op."""
+    out = [(tuple(t.shape), t.dtype, t.device.type) for t in tensors]
+    groups: dict[tuple, list[int]] = {}
+    for index, (tensor, values) in enumerate(zip(tensors, with_values, strict=True)):
+        if values and _comparable(tensor):
+            precision = torch.float64 if tensor.dtype == torch.float64 else torch.float32
+            groups.setdefault((tensor.device, precision), []).append(index)
     with _compat.disable_dispatch_modes(), torch.no_grad():
-        flat = tensor.detach().reshape(-1)
-        if not flat.is_floating_point():
-            flat = flat.double()
-        pair = torch.stack(
-            (
-                torch.sum(flat, dtype=torch.float64),
-                torch.linalg.vector_norm(flat, 1, dtype=torch.float64),
-            )
-        )
-        return meta + tuple(pair.tolist())
+        for (device, precision), indices in groups.items():
+            parts = [tensors[i].detach().reshape(-1).to(precision) for i in indices]
+            flat = torch.cat(parts)
+            lengths = torch.tensor([p.numel() for p in parts], device=device)
+            every_third = (torch.arange(flat.numel(), device=device) % 3 == 0).to(precision)
+            rows = torch.stack(
+                [
+                    torch.segment_reduce(flat, "sum", lengths=lengths),
+                    torch.segment_reduce(flat.abs(), "sum", lengths=lengths),
+                    torch.segment_reduce(flat * flat, "sum", lengths=lengths).sqrt(),
+                    torch.segment_reduce(flat * every_third, "sum", lengths=lengths),
+                ],
+                1,
+            ).tolist()
+            for index, row in zip(indices, rows, strict=True):
+                out[index] = out[index] + tuple(row)
+    return out
 
 
 def compare_signatures(old: tuple, new: tuple) -> dict[str, Any] | None:
@@ -177,7 +173,8 @@ def _facts(func: Any) -> tuple[bool, bool, bool]:
 
 
 class OpLog(TorchDispatchMode):
-    """Records each op's signature, and which tensors hold uninitialised memory."""
+    """Records each op and keeps its outputs until ``finish`` checksums them in one batch;
+    remembers which tensors hold uninitialised memory."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -185,24 +182,24 @@ class OpLog(TorchDispatchMode):
         self.frames: list[str] = []
         self.uninitialised: dict[int, int] = {}  # id(tensor) -> version when created
         self.keep_frames = False
+        self._outputs: list[list] = []  # per op: its tensor outputs, until finish()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         compared, with_values, writes = _facts(func)
         if compared and not _called_by_framework():
             outputs = []
+            tensors = []
             for leaf in tree_leaves(out):
                 if isinstance(leaf, torch.Tensor):
                     if not with_values:
                         self.uninitialised[id(leaf)] = leaf._version
-                        outputs.append((tuple(leaf.shape), leaf.dtype))
-                    elif writes:
-                        outputs.append((tuple(leaf.shape), leaf.dtype))
-                    else:
-                        outputs.append(_op_signature(leaf))
+                    outputs.append((tuple(leaf.shape), leaf.dtype))
+                    tensors.append(leaf if with_values and not writes else None)
                 else:
                     outputs.append(abbreviate(leaf, 40))
             self.ops.append((str(func), tuple(outputs), writes))
+            self._outputs.append(tensors)
             if self.keep_frames:
                 self.frames.append(_user_frame())
         return out
@@ -210,15 +207,35 @@ class OpLog(TorchDispatchMode):
     def holds_garbage(self, tensor: torch.Tensor) -> bool:
         return self.uninitialised.get(id(tensor), -1) == tensor._version
 
+    def finish(self) -> None:
+        """Checksum every recorded output (sum and L1 norm) and let the tensors go."""
+        flat = [t for tensors in self._outputs for t in tensors if t is not None]
+        sums = iter(signatures(flat, [True] * len(flat)))
+        ops = []
+        for (name, outputs, writes), tensors in zip(self.ops, self._outputs, strict=True):
+            shown = []
+            tensor_outputs = iter(tensors)
+            for output in outputs:
+                if isinstance(output, tuple):
+                    tensor = next(tensor_outputs)
+                    if tensor is not None:
+                        signature = next(sums)
+                        output = output + tuple(signature[3:5])
+                shown.append(output)
+            ops.append((name, tuple(shown), writes))
+        self.ops = ops
+        self._outputs = []
+
 
 class SavedTensors:
-    """Wraps the innermost saved-tensor hooks (torch's checkpoint hooks) to take a signature
-    of each tensor saved for backward, then hands it on unchanged."""
+    """Wraps the innermost saved-tensor hooks (torch's checkpoint hooks) to see each tensor
+    saved for backward, then hands it on unchanged; ``finish`` checksums them in one batch."""
 
     def __init__(self, log: OpLog) -> None:
         self.log = log
         self.signatures: list[tuple] = []
         self.ids: list[int] = []
+        self._tensors: list = []
         self._hooks: Any = None
 
     def __enter__(self) -> SavedTensors:
@@ -229,8 +246,7 @@ class SavedTensors:
             pack_inner, unpack = top
 
         def pack(tensor: torch.Tensor) -> Any:
-            garbage = self.log.holds_garbage(tensor)
-            self.signatures.append(_signature(tensor, with_values=not garbage))
+            self._tensors.append(tensor)
             self.ids.append(id(tensor))
             return pack_inner(tensor)
 
@@ -241,6 +257,13 @@ class SavedTensors:
     def __exit__(self, *exc: Any) -> None:
         self._hooks.__exit__(*exc)
         self._hooks = None  # torch's hooks close over its checkpoint frame: do not keep them
+
+    def finish(self) -> None:
+        """Checksum the saved tensors as backward would read them (after the forward, or where
+        an early-stopped recompute stopped); uninitialised memory is compared by shape only."""
+        tensors = self._tensors
+        self.signatures = signatures(tensors, [not self.log.holds_garbage(t) for t in tensors])
+        self._tensors = []
 
 
 class StrictForward:
@@ -263,9 +286,12 @@ class StrictForward:
         if not self.reentrant:
             self.saved.__exit__(*exc)
         self.log.__exit__(*exc)
+        self.saved.finish()
+        self.log.finish()
 
     def record_outputs(self, out: Any) -> None:
-        self.outputs = [_signature(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        self.outputs = signatures(tensors, [True] * len(tensors))
 
     def mark_state(self, state_ids: set[int]) -> None:
         """Saved tensors that are buffers the region writes: compared by shape only."""
@@ -292,9 +318,12 @@ class StrictRecompute:
         if not self.forward.reentrant:
             self.saved.__exit__(*exc)
         self.log.__exit__(*exc)
+        self.saved.finish()
+        self.log.finish()
 
     def record_outputs(self, out: Any) -> None:
-        self.outputs = [_signature(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        self.outputs = signatures(tensors, [True] * len(tensors))
 
     def difference(self, stopped_early: bool) -> tuple[str, dict[str, Any]] | None:
         """(what differs, how much) for the first tensor backward uses that differs."""

@@ -374,6 +374,7 @@ def _explain_values(
         if group == 1:
             name = _compat.GLOBAL_HOOK_DICTS[index]
             where = "global module hooks, run by every module"
+            old, new = _hooks_text(old), _hooks_text(new)
             raise Difference("hook", f"torch.nn.modules.module.{name}", where, old, new)
         module_index = group - 2
         if module_index < len(modules):
@@ -495,9 +496,15 @@ def _raise_module(
     owner = type(module).__name__
     where = {
         "tensor": f"parameter or buffer of {owner}",
-        "attribute": f"read by {owner}'s code (attribute, child module or class attribute)",
+        "attribute": f"read by {owner}'s code",
         "hook": f"hooks of {owner}",
     }.get(kind, f"{owner} module")
+    if kind == "hook":  # the module's four hook dicts, () when all are empty
+        names = _compat.MODULE_HOOK_DICTS
+        before, after = old or ((),) * len(names), new or ((),) * len(names)
+        index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
+        attribute = names[index]
+        old, new = _hooks_text(before[index]), _hooks_text(after[index])
     name = f"{name_module(module)}.{attribute}"
     if kind == "attribute" and type(old) is int and type(new) is int:
         # read by identity: say what the attribute holds now
@@ -505,6 +512,14 @@ def _raise_module(
         current = read_chain(static_attribute(module, chain[0]), chain[1:])
         old, new = (OBJECT, old, type(current)), (OBJECT, new, type(current))
     raise Difference(kind, name, where, old, new)
+
+
+def _hooks_text(keys: tuple) -> str:
+    if not keys:
+        return "no hooks"
+    return (
+        f"{len(keys)} hook{'s' if len(keys) > 1 else ''} (handle ids {', '.join(map(str, keys))})"
+    )
 
 
 def _at(values: list, index: int) -> Any:

@@ -220,7 +220,12 @@ def test_hook_registered_between_forward_and_backward(reentrant: bool, where: st
             finally:
                 undo()
         return
-    name = {"module": "Parent.hooks", "submodule": "Parent.child.hooks", "global": "_global_"}
+    dictionary = "_forward_pre_hooks" if pre else "_forward_hooks"
+    name = {
+        "module": f"Parent.{dictionary}",
+        "submodule": f"Parent.child.{dictionary}",
+        "global": f"torch.nn.modules.module._global{dictionary}",
+    }
     silently_wrong_then_named(step, change, undo, "hook", name[where])
 
 
