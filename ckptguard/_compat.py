@@ -46,8 +46,10 @@ TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 FSDP_STATE_MODULE = "torch.distributed._composable_state"
 
 # private helpers the dispatch-mode layers subclass or call, re-exported from here only
-__all__ = ["TorchDispatchMode", "disable_dispatch_modes", "tree_leaves"]
+__all__ = ["TorchDispatchMode", "disable_dispatch_modes", "no_python_dispatch", "tree_leaves"]
 disable_dispatch_modes = _disable_current_modes
+# a C++ guard: no Python dispatch (modes, subclasses) inside it; cheaper than popping modes
+no_python_dispatch = torch._C._DisableTorchDispatch
 
 
 def _backend_flag(owner: Any, name: str) -> Callable[[], Any]:

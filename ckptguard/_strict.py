@@ -49,34 +49,37 @@ def _comparable(tensor: torch.Tensor) -> bool:
     )
 
 
-def signatures(tensors: list, with_values: list[bool]) -> list[tuple]:
-    """(shape, dtype, device[, sum, L1, L2, sum of every third element]) of many tensors, in a
-    few batched ops per device and precision: strict mode keeps the tensors of a forward (or a
-    recompute) and checksums them at its end, not op by op."""
-    out = [(tuple(t.shape), t.dtype, t.device.type) for t in tensors]
-    groups: dict[tuple, list[int]] = {}
-    for index, (tensor, values) in enumerate(zip(tensors, with_values, strict=True)):
-        if values and _comparable(tensor):
-            precision = torch.float64 if tensor.dtype == torch.float64 else torch.float32
-            groups.setdefault((tensor.device, precision), []).append(index)
-    with _compat.disable_dispatch_modes(), torch.no_grad():
-        for (device, precision), indices in groups.items():
-            parts = [tensors[i].detach().reshape(-1).to(precision) for i in indices]
-            flat = torch.cat(parts)
-            lengths = torch.tensor([p.numel() for p in parts], device=device)
-            every_third = (torch.arange(flat.numel(), device=device) % 3 == 0).to(precision)
-            rows = torch.stack(
-                [
-                    torch.segment_reduce(flat, "sum", lengths=lengths),
-                    torch.segment_reduce(flat.abs(), "sum", lengths=lengths),
-                    torch.segment_reduce(flat * flat, "sum", lengths=lengths).sqrt(),
-                    torch.segment_reduce(flat * every_third, "sum", lengths=lengths),
-                ],
-                1,
-            ).tolist()
-            for index, row in zip(indices, rows, strict=True):
-                out[index] = out[index] + tuple(row)
-    return out
+def checksums(tensor: torch.Tensor, saved: bool) -> torch.Tensor | None:
+    """(sum, sum of squares[, sum of every third element]) of ``tensor``, computed now in its
+    precision (float32 for lower ones; a faithful recompute repeats the same kernels bit for
+    bit) and read back with one ``.tolist()`` per region, not per op."""
+    if not _comparable(tensor):
+        return None
+    with _compat.no_python_dispatch(), torch.no_grad():
+        flat = tensor.detach().reshape(-1)
+        if flat.dtype not in (torch.float32, torch.float64):
+            flat = flat.float()
+        if saved:
+            return (flat.sum(), torch.dot(flat, flat), flat[::3].sum())
+        return (flat.sum(), torch.dot(flat, flat))
+
+
+def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
+    """Signatures (shape, dtype, device[, sum, sum of squares, ...]) with one read-back."""
+    present = [part for s in sums if s is not None for part in s]
+    if not present:
+        return list(metas)
+    with _compat.no_python_dispatch(), torch.no_grad():
+        values = iter(torch.stack([p.double().cpu() for p in present]).tolist())
+    return [
+        m if s is None else m + tuple(next(values) for _ in s)
+        for m, s in zip(metas, sums, strict=True)
+    ]
+
+
+def signatures(tensors: list) -> list[tuple]:
+    metas = [(tuple(t.shape), t.dtype, t.device.type) for t in tensors]
+    return resolve_checksums(metas, [checksums(t, saved=True) for t in tensors])
 
 
 def compare_signatures(old: tuple, new: tuple) -> dict[str, Any] | None:
@@ -89,15 +92,16 @@ def compare_signatures(old: tuple, new: tuple) -> dict[str, Any] | None:
     if len(old) == 3 or len(new) == 3:
         return None
     tolerance = _TOLERANCE.get(old[1], _DEFAULT_TOLERANCE)
-    old_sum, old_l1, old_l2, old_part = old[3:]
-    new_sum, new_l1, new_l2, new_part = new[3:]
-    scale1 = max(old_l1, new_l1, 1e-300)
-    scale2 = max(old_l2, new_l2, 1e-300)
+    old_sum, old_squares, old_part = old[3:]
+    new_sum, new_squares, new_part = new[3:]
+    old_l2, new_l2 = math.sqrt(max(old_squares, 0.0)), math.sqrt(max(new_squares, 0.0))
+    count = math.prod(old[0]) or 1
+    # |sum difference| <= L1 of the difference <= sqrt(n) * its L2: scale sums by sqrt(n) * L2
+    scale = max(old_l2, new_l2, 1e-300)
     relative = max(
-        abs(old_sum - new_sum) / scale1,
-        abs(old_part - new_part) / scale1,
-        abs(old_l1 - new_l1) / scale1,
-        abs(old_l2 - new_l2) / scale2,
+        abs(old_sum - new_sum) / (scale * math.sqrt(count)),
+        abs(old_part - new_part) / (scale * math.sqrt(count)),
+        abs(old_l2 - new_l2) / scale,
     )
     nan = any(math.isnan(v) for v in (*old[3:], *new[3:]))
     if nan:
@@ -129,7 +133,10 @@ def _meta(signature: tuple) -> str:
 
 def _called_by_framework() -> bool:
     """Whether the op comes from torch.distributed's own hooks (FSDP's all-gather buffers,
-    casts and frees run in the forward but not in the recompute), not from the region's code."""
+    casts and frees run in the forward but not in the recompute), not from the region's code.
+    Only looked for once FSDP2 is in use."""
+    if not _compat.fsdp2_in_use():
+        return False
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -173,8 +180,8 @@ def _facts(func: Any) -> tuple[bool, bool, bool]:
 
 
 class OpLog(TorchDispatchMode):
-    """Records each op and keeps its outputs until ``finish`` checksums them in one batch;
-    remembers which tensors hold uninitialised memory."""
+    """Records each op (name, output shapes, sum and sum of squares of each output) and which
+    tensors hold uninitialised memory; values are read back once, by ``finish``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -182,24 +189,24 @@ class OpLog(TorchDispatchMode):
         self.frames: list[str] = []
         self.uninitialised: dict[int, int] = {}  # id(tensor) -> version when created
         self.keep_frames = False
-        self._outputs: list[list] = []  # per op: its tensor outputs, until finish()
+        self._sums: list = []  # per op: a checksum tensor per output (None: shape only)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         compared, with_values, writes = _facts(func)
         if compared and not _called_by_framework():
             outputs = []
-            tensors = []
+            sums = []
             for leaf in tree_leaves(out):
                 if isinstance(leaf, torch.Tensor):
                     if not with_values:
                         self.uninitialised[id(leaf)] = leaf._version
                     outputs.append((tuple(leaf.shape), leaf.dtype))
-                    tensors.append(leaf if with_values and not writes else None)
+                    sums.append(checksums(leaf, False) if with_values and not writes else None)
                 else:
                     outputs.append(abbreviate(leaf, 40))
             self.ops.append((str(func), tuple(outputs), writes))
-            self._outputs.append(tensors)
+            self._sums.append(sums)
             if self.keep_frames:
                 self.frames.append(_user_frame())
         return out
@@ -208,34 +215,27 @@ class OpLog(TorchDispatchMode):
         return self.uninitialised.get(id(tensor), -1) == tensor._version
 
     def finish(self) -> None:
-        """Checksum every recorded output (sum and L1 norm) and let the tensors go."""
-        flat = [t for tensors in self._outputs for t in tensors if t is not None]
-        sums = iter(signatures(flat, [True] * len(flat)))
+        metas = [output for op in self.ops for output in op[1] if isinstance(output, tuple)]
+        flat_sums = [s for sums in self._sums for s in sums]
+        resolved = iter(resolve_checksums(metas, flat_sums))
         ops = []
-        for (name, outputs, writes), tensors in zip(self.ops, self._outputs, strict=True):
-            shown = []
-            tensor_outputs = iter(tensors)
-            for output in outputs:
-                if isinstance(output, tuple):
-                    tensor = next(tensor_outputs)
-                    if tensor is not None:
-                        signature = next(sums)
-                        output = output + tuple(signature[3:5])
-                shown.append(output)
-            ops.append((name, tuple(shown), writes))
+        for name, outputs, writes in self.ops:
+            shown = tuple(next(resolved) if isinstance(o, tuple) else o for o in outputs)
+            ops.append((name, shown, writes))
         self.ops = ops
-        self._outputs = []
+        self._sums = []
 
 
 class SavedTensors:
-    """Wraps the innermost saved-tensor hooks (torch's checkpoint hooks) to see each tensor
-    saved for backward, then hands it on unchanged; ``finish`` checksums them in one batch."""
+    """Wraps the innermost saved-tensor hooks (torch's checkpoint hooks) to checksum each
+    tensor saved for backward, then hands it on unchanged."""
 
     def __init__(self, log: OpLog) -> None:
         self.log = log
         self.signatures: list[tuple] = []
         self.ids: list[int] = []
-        self._tensors: list = []
+        self._metas: list[tuple] = []
+        self._sums: list = []
         self._hooks: Any = None
 
     def __enter__(self) -> SavedTensors:
@@ -246,7 +246,9 @@ class SavedTensors:
             pack_inner, unpack = top
 
         def pack(tensor: torch.Tensor) -> Any:
-            self._tensors.append(tensor)
+            self._metas.append((tuple(tensor.shape), tensor.dtype, tensor.device.type))
+            garbage = self.log.holds_garbage(tensor)
+            self._sums.append(None if garbage else checksums(tensor, saved=True))
             self.ids.append(id(tensor))
             return pack_inner(tensor)
 
@@ -259,11 +261,8 @@ class SavedTensors:
         self._hooks = None  # torch's hooks close over its checkpoint frame: do not keep them
 
     def finish(self) -> None:
-        """Checksum the saved tensors as backward would read them (after the forward, or where
-        an early-stopped recompute stopped); uninitialised memory is compared by shape only."""
-        tensors = self._tensors
-        self.signatures = signatures(tensors, [not self.log.holds_garbage(t) for t in tensors])
-        self._tensors = []
+        self.signatures = resolve_checksums(self._metas, self._sums)
+        self._metas, self._sums = [], []
 
 
 class StrictForward:
@@ -290,8 +289,7 @@ class StrictForward:
         self.log.finish()
 
     def record_outputs(self, out: Any) -> None:
-        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        self.outputs = signatures(tensors, [True] * len(tensors))
+        self.outputs = signatures([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
 
     def mark_state(self, state_ids: set[int]) -> None:
         """Saved tensors that are buffers the region writes: compared by shape only."""
@@ -322,8 +320,7 @@ class StrictRecompute:
         self.log.finish()
 
     def record_outputs(self, out: Any) -> None:
-        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        self.outputs = signatures(tensors, [True] * len(tensors))
+        self.outputs = signatures([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
 
     def difference(self, stopped_early: bool) -> tuple[str, dict[str, Any]] | None:
         """(what differs, how much) for the first tensor backward uses that differs."""
@@ -388,10 +385,11 @@ def _same_op(old: tuple, new: tuple) -> bool:
             continue
         if a[:2] != b[:2]:
             return False
-        if len(a) == 4 and len(b) == 4:
+        if len(a) == 4 and len(b) == 4:  # (shape, dtype, sum, sum of squares)
             tolerance = _TOLERANCE.get(a[1], _DEFAULT_TOLERANCE)
-            scale = max(a[3], b[3], 1e-300)
-            if abs(a[2] - b[2]) / scale > tolerance or abs(a[3] - b[3]) / scale > tolerance:
+            squares = max(a[3], b[3], 1e-300)
+            spread = math.sqrt(squares * (math.prod(a[0]) or 1))
+            if abs(a[2] - b[2]) / spread > tolerance or abs(a[3] - b[3]) / squares > tolerance:
                 return False
     return True
 
@@ -405,7 +403,7 @@ def _describe_op(op: tuple | None) -> str:
         if isinstance(output, tuple):
             text = f"{list(output[0])} {str(output[1]).replace('torch.', '')}"
             if len(output) == 4:
-                text += f" sum={output[2]!r} l1={output[3]!r}"
+                text += f" sum={output[2]!r} sumsq={output[3]!r}"
             shown.append(text)
         else:
             shown.append(str(output))
