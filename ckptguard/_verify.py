@@ -514,12 +514,18 @@ def _raise_module(
     raise Difference(kind, name, where, old, new)
 
 
+class _Text(str):
+    """A description shown as it is in a message (no quotes)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 def _hooks_text(keys: tuple) -> str:
     if not keys:
-        return "no hooks"
-    return (
-        f"{len(keys)} hook{'s' if len(keys) > 1 else ''} (handle ids {', '.join(map(str, keys))})"
-    )
+        return _Text("no hooks")
+    plural = "s" if len(keys) > 1 else ""
+    return _Text(f"{len(keys)} hook{plural} (handle ids {', '.join(map(str, keys))})")
 
 
 def _at(values: list, index: int) -> Any:
