@@ -10,10 +10,12 @@ Instead ckptguard wraps the two places every path goes through (resolved by ``_c
   copy the composable ``checkpoint(module)`` API imported). Torch runs the forward itself and
   calls the generator's ``fn`` only to recompute, so the generator gets a ``Region``.
 
-While the forward runs, a global forward pre-hook (registered only then, and only acting on the
-region's own thread) records the modules it runs; right after the forward the region is
-fingerprinted (``_verify.capture``), and the fingerprint is verified at the start of each
-recompute, before any user code runs (an early-stopped recompute never reaches the end).
+A region that calls a module reads that module's tree; for a region that is a function, a
+global forward pre-hook (registered only while its forward runs, acting only on its own thread)
+records the modules it runs. Right after the forward the region is fingerprinted
+(``_verify.capture``), and the fingerprint is verified at the start of each recompute, before
+any user code runs (an early-stopped recompute never reaches the end). After the recompute come
+the side-effect check and, in strict mode, the comparison of what backward uses.
 """
 
 from __future__ import annotations
@@ -123,10 +125,6 @@ class Observer:
         if buffers or stored:
             scalars = {n: state[n] for n in stored if type(state.get(n)) in SCALAR_TYPES}
             self.before[key] = (_buffer_state(buffers), scalars)
-
-    def add(self, module: Any) -> None:
-        if isinstance(module, torch.nn.Module):
-            self.see(module)
 
 
 SMALL_BUFFER = 4096  # elements: copied to see writes that skip the version counter

@@ -69,13 +69,6 @@ def module_path(root: torch.nn.Module | None, module: torch.nn.Module) -> str | 
     return found
 
 
-def qualified_path(root: torch.nn.Module | None, module: torch.nn.Module) -> str:
-    """``blocks.7.attn`` inside the model, or the class name when the module is the model or
-    not inside it."""
-    path = module_path(root, module)
-    return path if path else type(module).__name__
-
-
 def describe_function(fn: Any) -> str:
     """Qualified name and file:line of the function a checkpoint region runs."""
     target = fn

@@ -3,16 +3,18 @@
 Backward uses the tensors the region saves for backward (non-reentrant: torch pairs the
 forward's saved tensors with the recompute's by position) and, for the reentrant variant, the
 region's outputs (its forward runs without grad and saves nothing). Strict mode takes a value
-signature of each (sum, L1 and L2 norms, a strided partial sum, in float64) at forward and at
-recompute and compares them. Paths that compute the same values differently (a fused kernel in
-forward, a composite one in the recompute; autocast's cast cache) differ at most by rounding
-and do not alarm; a larger difference raises ``values`` with its size.
+signature of each (sum, sum of squares, a strided partial sum) at forward and at recompute and
+compares them with a tolerance scaled by the tensor's norm. Paths that compute the same values
+differently (a fused kernel in forward, a composite one in the recompute; autocast's cast
+cache) differ at most by rounding and do not alarm; a larger difference raises ``values`` with
+its size. Shape, dtype or count differences are left to torch's own check, which ``_intercept``
+explains.
 
-A per-op log (op name, output shapes, sum and L1 norm) is kept only to name the first op that
-diverged. Signatures are computed with every dispatch mode switched off, so nested regions'
-logs never see each other's checksum ops. Saved tensors that are module state the region
-itself updates (BatchNorm running statistics) are compared by shape only: their change is the
-``side_effect`` kind, not a gradient error.
+A per-op log (op name, output shapes, sum and sum of squares) is kept only to name the first
+op that diverged. Checksums run with Python dispatch switched off, so nested regions' logs
+never see each other's checksum ops, and are read back once per pass, not per op. Saved
+tensors that are module state the region itself updates (BatchNorm running statistics) are
+compared by shape only: their change is the ``side_effect`` kind, not a gradient error.
 """
 
 from __future__ import annotations
