@@ -1,9 +1,20 @@
-"""Overhead of ckptguard on a CPU training step, plain and guarded runs interleaved.
+"""Overhead of ckptguard on CPU training steps: plain, guarded and strict runs interleaved.
 
-Prints the median step time of each and their ratio for the two configurations the issue names:
-8 blocks x hidden 512 x batch 32 x seq 128 (compute-bound) and batch 1 x seq 16 (host-bound).
-With --strict it also measures strict mode (goal: at most 1.5x a plain step on the 8 x 512 model).
-Run: python benchmarks/guard_overhead.py [--steps-large N] [--steps-small N] [--strict]
+Every configuration runs its modes step by step in rotating order (plain, guard, strict, then
+guard, strict, plain, ...), so drift on a shared machine hits all modes alike; it reports the
+median step time of each mode (wall clock and process CPU time) and the median of the per-round
+ratios to the plain step.
+
+Configurations:
+* transformers Llama, 4 layers, hidden 128, seq 64, batch 1 and 4, random weights from a config
+  (goals: guard <= 1 % of the step at batch 4, <= 3 % at batch 1; strict <= 1.5x at batch 4);
+* timm ViT-tiny (vit_tiny_patch16_224, random weights), batch 2, timm's own checkpointing;
+* a depth sweep: 8/16/32/64 blocks under ``checkpoint_sequential`` (one block per segment):
+  the guard's cost per region must stay flat (+-20 %); it also prints the counted work per
+  region (modules and values fingerprinted), which must not grow with depth;
+* 8 blocks x hidden 512 (the original configurations), batch 32 x seq 128 and batch 1 x seq 16.
+
+Run: python benchmarks/guard_overhead.py [--rounds N] [--quick]
 """
 
 from __future__ import annotations
@@ -11,13 +22,166 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 import ckptguard
+from ckptguard import _verify
+
+MODES = {"plain": None, "guard": {}, "strict": {"strict": True}}
+
+
+def timed(step: Callable[[], None], mode: str) -> tuple[float, float]:
+    options = MODES[mode]
+    if options is not None:
+        ckptguard.enable(**options)
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        step()
+        return time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        ckptguard.disable()
+
+
+def interleave(step: Callable[[], None], modes: list[str], rounds: int) -> dict[str, list]:
+    for mode in modes:  # warm-up: builds the guard's plans and readers, fills torch's caches
+        for _ in range(2):
+            timed(step, mode)
+    results: dict[str, list] = {mode: [] for mode in modes}
+    for index in range(rounds):
+        shift = index % len(modes)
+        for mode in modes[shift:] + modes[:shift]:
+            results[mode].append(timed(step, mode))
+    return results
+
+
+def report(name: str, results: dict[str, list], goals: dict[str, str]) -> None:
+    plain = results["plain"]
+    print(f"{name}")
+    for mode, samples in results.items():
+        wall = statistics.median(s[0] for s in samples)
+        cpu = statistics.median(s[1] for s in samples)
+        line = f"  {mode:<6} wall {wall * 1e3:8.2f} ms  cpu {cpu * 1e3:8.2f} ms"
+        if mode != "plain":
+            wall_ratio = statistics.median(s[0] / p[0] for s, p in zip(samples, plain, strict=True))
+            cpu_ratio = statistics.median(s[1] / p[1] for s, p in zip(samples, plain, strict=True))
+            line += (
+                f"  ratio wall x{wall_ratio:.4f} ({(wall_ratio - 1) * 100:+.2f} %)"
+                f"  cpu x{cpu_ratio:.4f} ({(cpu_ratio - 1) * 100:+.2f} %)"
+            )
+            if mode in goals:
+                line += f"  goal {goals[mode]}"
+        print(line)
+    print(f"  [{len(plain)} interleaved rounds, medians]")
+
+
+# ------------------------------------------------------------------------ transformers Llama
+
+
+def llama_step(batch: int) -> Callable[[], None] | None:
+    try:
+        import transformers
+    except ImportError:
+        return None
+    config = transformers.LlamaConfig(
+        num_hidden_layers=4,
+        hidden_size=128,
+        intermediate_size=344,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    model.train()
+    ids = torch.randint(0, config.vocab_size, (batch, 64))
+
+    def step() -> None:
+        model(input_ids=ids, labels=ids).loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+# ------------------------------------------------------------------------------ timm ViT-tiny
+
+
+def vit_step() -> Callable[[], None] | None:
+    try:
+        import timm
+    except Exception:  # timm imports torchvision, which may not match this torch
+        return None
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    model.set_grad_checkpointing(True)
+    model.train()
+    images = torch.randn(2, 3, 224, 224)
+
+    def step() -> None:
+        model(images).square().mean().backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+# ------------------------------------------------------------------------------ depth sweep
+
+
+class SmallBlock(nn.Module):
+    def __init__(self, hidden: int = 64) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+        self.up = nn.Linear(hidden, 2 * hidden)
+        self.down = nn.Linear(2 * hidden, hidden)
+        self.scale = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(self.norm(x)))) * self.scale
+
+
+def depth_step(depth: int) -> Callable[[], None]:
+    torch.manual_seed(0)
+    sequence = nn.Sequential(*(SmallBlock() for _ in range(depth)))
+    x = torch.randn(4, 16, 64, requires_grad=True)
+
+    def step() -> None:
+        checkpoint_sequential(sequence, depth, x, use_reentrant=False).square().mean().backward()
+        sequence.zero_grad(set_to_none=True)
+        x.grad = None
+
+    return step
+
+
+def counted_work(step: Callable[[], None]) -> tuple[float, float]:
+    """Modules and values fingerprinted per region, averaged over one guarded step."""
+    counts: list[tuple[int, int]] = []
+    original = _verify.capture
+
+    def counting(*args, **kwargs):
+        fingerprint = original(*args, **kwargs)
+        values = sum(len(group) for group in fingerprint.values)
+        counts.append((len(fingerprint.reader.module_plans), values))
+        return fingerprint
+
+    _verify.capture = counting
+    try:
+        timed(step, "guard")
+    finally:
+        _verify.capture = original
+    return (
+        statistics.mean(c[0] for c in counts),
+        statistics.mean(c[1] for c in counts),
+    )
+
+
+# ------------------------------------------------------------- 8 blocks x hidden 512 (original)
 
 
 class Block(nn.Module):
@@ -44,92 +208,72 @@ class Block(nn.Module):
         return x + self.dropout(self.fc2(F.gelu(self.fc1(self.norm2(x)))))
 
 
-class Model(nn.Module):
-    def __init__(self, blocks: int, hidden: int):
-        super().__init__()
-        self.blocks = nn.ModuleList(Block(hidden) for _ in range(blocks))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=False)
-        return x
-
-
-def step(model: Model, x: torch.Tensor) -> float:
-    start = time.perf_counter()
-    model(x).square().mean().backward()
-    elapsed = time.perf_counter() - start
-    for p in model.parameters():
-        p.grad = None
-    return elapsed
-
-
-def measure(batch: int, seq: int, steps: int, options: dict) -> tuple[float, float, float]:
+def blocks_step(batch: int, seq: int) -> Callable[[], None]:
     torch.manual_seed(0)
-    model = Model(blocks=8, hidden=512)
+    blocks = nn.ModuleList(Block(512) for _ in range(8))
     x = torch.randn(batch, seq, 512, requires_grad=True)
-    for _ in range(1 if steps < 20 else 3):  # warm-up, also builds the guard's plans
-        step(model, x)
-        with ckptguard.guard(**options):
-            step(model, x)
-    plain, guarded = [], []
-    for _ in range(steps):
-        plain.append(step(model, x))
-        with ckptguard.guard(**options):
-            guarded.append(step(model, x))
-    paired = statistics.median(g / p for g, p in zip(guarded, plain, strict=True))
-    return statistics.median(plain), statistics.median(guarded), paired
 
+    def step() -> None:
+        hidden = x
+        for block in blocks:
+            hidden = checkpoint(block, hidden, use_reentrant=False)
+        hidden.square().mean().backward()
+        blocks.zero_grad(set_to_none=True)
 
-def region_cost_us(repeats: int = 2000) -> float:
-    """Guard work for one region of the model (fingerprint at forward + verify at recompute)."""
-    from ckptguard._intercept import Options, RegionGuard
-
-    block = Block(512)
-    x = torch.randn(1, 16, 512)
-    options = Options()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        region = RegionGuard(block, options)
-        region.capture((x,))
-        region.verify((x,))
-    return (time.perf_counter() - start) / repeats * 1e6
-
-
-def report(name: str, batch: int, seq: int, steps: int, options: dict, region_cost: float) -> None:
-    plain, guarded, paired = measure(batch, seq, steps, options)
-    print(
-        f"{name:<44} plain {plain * 1e3:9.2f} ms  guarded {guarded * 1e3:9.2f} ms  "
-        f"ratio of medians {guarded / plain:.4f}  median paired ratio {paired:.4f} "
-        f"({(paired - 1) * 100:+.2f} %)  [{steps} interleaved pairs]"
-    )
-    if not options:
-        share = 8 * region_cost / plain / 1e6 * 100
-        print(f"{'':<44} guard work 8 x {region_cost:.1f} us = {share:.4f} % of the plain step")
+    return step
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps-large", type=int, default=5)
-    parser.add_argument("--steps-small", type=int, default=100)
-    parser.add_argument(
-        "--threads", type=int, default=1, help="intra-op threads; 1 keeps a shared CPU stable"
-    )
-    parser.add_argument("--strict", action="store_true", help="also measure strict mode")
+    parser.add_argument("--rounds", type=int, default=40, help="interleaved rounds (Llama)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds everywhere")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, 8 blocks x hidden 512")
-    region_cost = region_cost_us()
-    print(f"guard work per region (fingerprint + verify, one block): {region_cost:.1f} us")
-    modes = [("guard", {}, "<= 1 %", "<= 3 %")]
-    if args.strict:
-        modes.append(("strict", {"strict": True}, "<= 1.5x", "none set"))
-    for mode, options, goal_large, goal_small in modes:
-        for label, batch, seq, steps in (
-            (f"batch 32 x seq 128 (goal {goal_large})", 32, 128, args.steps_large),
-            (f"batch 1 x seq 16 (goal {goal_small})", 1, 16, args.steps_small),
-        ):
-            report(f"{mode}: {label}", batch, seq, steps, options, region_cost)
+    rounds = 8 if args.quick else args.rounds
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+
+    for batch, goal in ((1, "<= 3 %"), (4, "<= 1 %")):
+        step = llama_step(batch)
+        if step is None:
+            print("transformers Llama: skipped (transformers is not installed)")
+            break
+        strict_goal = "<= x1.5" if batch == 4 else "none set"
+        results = interleave(step, ["plain", "guard", "strict"], rounds)
+        name = f"transformers Llama 4 x 128, seq 64, batch {batch}"
+        report(name, results, {"guard": goal, "strict": strict_goal})
+
+    step = vit_step()
+    if step is None:
+        print("timm ViT-tiny: skipped (timm cannot be imported with this torch)")
+    else:
+        results = interleave(step, ["plain", "guard", "strict"], max(4, rounds // 4))
+        report("timm vit_tiny_patch16_224, batch 2", results, {})
+
+    print("depth sweep: checkpoint_sequential, one SmallBlock(64) per segment, input [4, 16, 64]")
+    per_region = {}
+    for depth in (8, 16, 32, 64):
+        step = depth_step(depth)
+        results = interleave(step, ["plain", "guard"], max(8, rounds // 2))
+        regions = depth - 1  # checkpoint_sequential runs its last segment without checkpoint
+        cost = statistics.median(
+            (g[1] - p[1]) / regions for g, p in zip(results["guard"], results["plain"], strict=True)
+        )
+        per_region[depth] = cost
+        modules, values = counted_work(step)
+        plain = statistics.median(s[1] for s in results["plain"])
+        print(
+            f"  depth {depth:>2}: plain cpu {plain * 1e3:7.2f} ms, guard cost per region "
+            f"{cost * 1e6:7.1f} us (cpu, median of paired differences); per region "
+            f"{modules:.1f} modules and {values:.1f} values fingerprinted"
+        )
+    spread = max(per_region.values()) / min(per_region.values()) - 1
+    print(f"  per-region cost spread across depth: +{spread * 100:.1f} % (goal: within 20 %)")
+
+    classic_rounds = 3 if args.quick else 5
+    for batch, seq, rounds_here in ((32, 128, classic_rounds), (1, 16, rounds)):
+        results = interleave(blocks_step(batch, seq), ["plain", "guard", "strict"], rounds_here)
+        report(f"8 blocks x hidden 512, batch {batch} x seq {seq}", results, {})
 
 
 if __name__ == "__main__":

@@ -14,16 +14,24 @@ from collections.abc import Iterator
 from typing import Any
 
 from ckptguard.errors import (
+    CheckpointGuardCompatibilityError,
+    CheckpointGuardError,
     CheckpointGuardWarning,
     CheckpointMismatchError,
     CheckpointMismatchWarning,
+    LostGradientsError,
+    RecomputeSideEffectError,
 )
 from ckptguard.pricing import price
 
 __all__ = [
+    "CheckpointGuardCompatibilityError",
+    "CheckpointGuardError",
     "CheckpointGuardWarning",
     "CheckpointMismatchError",
     "CheckpointMismatchWarning",
+    "LostGradientsError",
+    "RecomputeSideEffectError",
     "disable",
     "enable",
     "guard",
@@ -36,6 +44,7 @@ __all__ = [
 ]
 
 _ON_MISMATCH = ("raise", "warn")
+_ON_LOST_GRADIENTS = ("warn", "raise")
 _PLANNER_NAMES = ("plan", "Plan")
 
 
@@ -60,17 +69,33 @@ def _load_intercept():
     return intercept
 
 
-def enable(*, strict: bool = False, on_mismatch: str = "raise", report: bool = False) -> None:
+def enable(
+    *,
+    strict: bool = False,
+    on_mismatch: str = "raise",
+    report: bool = False,
+    on_lost_gradients: str = "warn",
+) -> None:
     """Guard every checkpointed region in the process from now on; enabling twice is harmless.
 
-    ``strict`` also compares every op's output values at recompute; ``report`` collects
-    per-region memory and recompute figures and prints them as a table when the process exits
-    (``region_report()`` returns them as data).
+    ``strict`` also compares the values backward uses (saved tensors, reentrant outputs) at
+    recompute and makes a recompute's side effects an error; ``report`` collects per-region
+    memory and recompute figures and prints them as a table when the process exits
+    (``region_report()`` returns them as data); ``on_lost_gradients="raise"`` turns the warning
+    about parameters a reentrant region leaves without gradient into ``LostGradientsError``.
+    Raises ``CheckpointGuardCompatibilityError`` when this torch lacks a hook point.
     """
     if on_mismatch not in _ON_MISMATCH:
         raise ValueError(f"on_mismatch must be one of {_ON_MISMATCH}, got {on_mismatch!r}")
+    if on_lost_gradients not in _ON_LOST_GRADIENTS:
+        raise ValueError(
+            f"on_lost_gradients must be one of {_ON_LOST_GRADIENTS}, got {on_lost_gradients!r}"
+        )
     intercept = _load_intercept()
-    intercept.install(intercept.Options(strict=strict, on_mismatch=on_mismatch, report=report))
+    options = intercept.Options(
+        strict=strict, on_mismatch=on_mismatch, report=report, on_lost_gradients=on_lost_gradients
+    )
+    intercept.install(options)
     if report and not _exit_report_registered:
         _register_exit_report()
 
@@ -138,12 +163,21 @@ def profile(
 
 @contextlib.contextmanager
 def guard(
-    *, strict: bool = False, on_mismatch: str = "raise", report: bool = False
+    *,
+    strict: bool = False,
+    on_mismatch: str = "raise",
+    report: bool = False,
+    on_lost_gradients: str = "warn",
 ) -> Iterator[None]:
     """Enable the guard inside the block, then restore whatever was in force before."""
     intercept = _load_intercept()
     previous = intercept.current_options()
-    enable(strict=strict, on_mismatch=on_mismatch, report=report)
+    enable(
+        strict=strict,
+        on_mismatch=on_mismatch,
+        report=report,
+        on_lost_gradients=on_lost_gradients,
+    )
     try:
         yield
     finally:

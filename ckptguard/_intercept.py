@@ -1,44 +1,35 @@
-"""Where ckptguard hooks into torch.utils.checkpoint.
+"""Where ckptguard hooks into torch.utils.checkpoint, and the life of one region.
 
 ``checkpoint`` itself is never replaced (references bound earlier, e.g. ``partial(checkpoint,
 ...)`` or ``checkpoint_wrapper``, would escape, and torch.compile recognises it by identity).
-Instead ckptguard wraps the two places every path goes through:
+Instead ckptguard wraps the two places every path goes through (resolved by ``_compat``):
 
-* reentrant: ``CheckpointFunction.apply`` (outer grad mode is still visible there; inside
-  ``forward`` it is always off). The user's function is handed to torch wrapped in a
-  ``RegionGuard``, which torch stores as ``ctx.run_function`` and calls again to recompute.
-* non-reentrant: ``_checkpoint_without_reentrant_generator`` (``..._impl`` from 2.14, and
-  the copy the composable ``checkpoint(module)`` API imported). Torch runs the forward itself
-  and calls the generator's ``fn`` only to recompute, so the generator gets a ``RegionGuard``.
+* reentrant: ``CheckpointFunction.apply``. The user's function is handed to torch wrapped in a
+  ``Region``, which torch calls for the forward and stores as ``ctx.run_function`` to recompute.
+* non-reentrant: ``_checkpoint_without_reentrant_generator`` (``..._impl`` from 2.14, and the
+  copy the composable ``checkpoint(module)`` API imported). Torch runs the forward itself and
+  calls the generator's ``fn`` only to recompute, so the generator gets a ``Region``.
 
-The fingerprint is taken right after the forward and verified at the start of each recompute,
-before any user code runs (an early-stopped recompute never reaches the function's end).
+A region that calls a module reads that module's tree; for a region that is a function, a
+global forward pre-hook (registered only while its forward runs, acting only on its own thread)
+records the modules it runs. Right after the forward the region is fingerprinted
+(``_verify.capture``), and the fingerprint is verified at the start of each recompute, before
+any user code runs (an early-stopped recompute never reaches the end). After the recompute come
+the side-effect check and, in strict mode, the comparison of what backward uses.
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-import os
 import sys
-import warnings
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils import checkpoint as torch_checkpoint
 
-from ckptguard import _report, _rng, _strict
-from ckptguard._fingerprint import Label, ModuleSegment, collect_segments, input_fp
-from ckptguard._verify import build_error, describe_region, first_difference, report
-from ckptguard.errors import CheckpointGuardWarning, CheckpointMismatchError
-
-_GENERATOR_NAMES = (
-    "_checkpoint_without_reentrant_generator",
-    "_checkpoint_without_reentrant_generator_impl",
-)
-_COMPOSABLE_MODULE = "torch.distributed._composable.checkpoint_activation"
+from ckptguard import _compat, _explain, _names, _plan, _report, _rng, _strict, _verify
+from ckptguard._fingerprint import SCALAR_TYPES, nested_tensors
 
 
 @dataclass(frozen=True)
@@ -46,22 +37,13 @@ class Options:
     strict: bool = False
     on_mismatch: str = "raise"
     report: bool = False
+    on_lost_gradients: str = "warn"
 
 
 _options: Options | None = None
 collector: _report.Collector | None = None  # report mode's figures, kept after disable()
 _patches: list[tuple[Any, str, bool, Any]] = []  # (owner, attribute, owned it, original)
-
-
-_COMPILER_DIRS = tuple(
-    os.path.join(os.path.dirname(torch.__file__), name) + os.sep
-    for name in ("_higher_order_ops", "_dynamo", "_functorch", "_inductor")
-)
-
-
-def _is_compiling() -> bool:
-    compiler = getattr(torch, "compiler", None)
-    return bool(compiler is not None and compiler.is_compiling())
+_local = threading.local()
 
 
 def _measuring() -> bool:
@@ -74,163 +56,475 @@ def _is_compiled_region(fn: Any) -> bool:
     return code is not None and code.co_filename.startswith(_COMPILER_DIRS)
 
 
-class RegionGuard:
-    """One checkpoint call: its forward fingerprint, verified whenever torch recomputes it."""
+_COMPILER_DIRS = tuple(
+    _compat.torch_dir() + name + "/"
+    for name in ("_higher_order_ops", "_dynamo", "_functorch", "_inductor")
+)
+
+
+# ------------------------------------------------------------------ modules a forward runs
+
+
+class _Observation:
+    """Registers one global forward pre-hook while any region's forward runs, on any thread;
+    the hook only feeds the observers of the thread that calls it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = 0
+        self.handle: Any = None
+        self.own: frozenset = frozenset()
+
+    def start(self, observer: Observer) -> None:
+        stack = _local.__dict__.get("observers")
+        if stack is None:
+            stack = _local.observers = []
+        stack.append(observer)
+        with self.lock:
+            if self.active == 0:
+                self.handle = _compat.resolve().register_forward_pre_hook(_observe)
+                self.own = frozenset({self.handle.id})
+            self.active += 1
+
+    def stop(self, observer: Observer) -> None:
+        stack = _local.observers
+        stack.remove(observer)
+        with self.lock:
+            self.active -= 1
+            if self.active == 0:
+                self.handle.remove()
+                self.handle = None
+
+
+_observation = _Observation()
+
+
+def _observe(module: torch.nn.Module, args: Any) -> None:
+    for observer in _local.__dict__.get("observers", ()):
+        observer.see(module)
+
+
+class Observer:
+    """The modules a region's forward runs, and their state before it first ran them (to tell
+    the state the region itself updates, such as BatchNorm's running statistics)."""
+
+    __slots__ = ("modules", "before")
+
+    def __init__(self) -> None:
+        self.modules: dict[int, torch.nn.Module] = {}
+        self.before: dict[int, tuple] = {}
+
+    def see(self, module: torch.nn.Module) -> None:
+        key = id(module)
+        if key in self.modules:
+            return
+        self.modules[key] = module
+        state = module.__dict__
+        buffers = state["_buffers"]
+        stored = _stored_scalars(module)
+        if buffers or stored:
+            scalars = {n: state[n] for n in stored if type(state.get(n)) in SCALAR_TYPES}
+            self.before[key] = (_buffer_state(buffers), scalars)
+
+
+SMALL_BUFFER = 4096  # elements: copied to see writes that skip the version counter
+
+
+def _buffer_state(buffers: dict, names: Any = None) -> dict[str, tuple]:
+    """Version and, for small buffers, a copy: BatchNorm's running statistics are written by
+    ``native_batch_norm``, whose schema does not mark them mutable, so the version counter
+    does not move."""
+    state = {}
+    with _compat.disable_dispatch_modes(), torch.no_grad():
+        for name in buffers if names is None else names:
+            tensor = buffers.get(name)
+            if tensor is None:
+                continue
+            small = tensor.numel() <= SMALL_BUFFER and tensor.device.type != "meta"
+            state[name] = (tensor._version, tensor.clone() if small else None)
+    return state
+
+
+def _buffer_changed(before: tuple, tensor: Any) -> bool:
+    if tensor is None:
+        return True
+    version, copy = before
+    if tensor._version != version:
+        return True
+    if copy is None:
+        return False
+    with _compat.disable_dispatch_modes(), torch.no_grad():
+        return copy.shape != tensor.shape or not torch.equal(copy, tensor)
+
+
+def _stored_scalars(module: torch.nn.Module) -> frozenset:
+    return _plan.class_reads(type(module), _plan.forward_of(module)).stored
+
+
+# ------------------------------------------------------------------------------- a region
+
+
+class Region:
+    """One checkpoint call: its forward's fingerprint, verified whenever torch recomputes it.
+
+    Holds the user's function (as torch does) and only weak references to modules."""
 
     __slots__ = (
         "fn",
-        "segments",
-        "values",
-        "inputs",
-        "on_mismatch",
-        "strict",
-        "signatures",
+        "options",
+        "reentrant",
+        "preserve",
+        "fingerprint",
+        "observer",
+        "modules",
+        "watch",
+        "root",
+        "strict_forward",
+        "last_strict",
+        "random_ops",
+        "rng_before",
+        "target",
+        "binding",
+        "prepared",
+        "reach",
+        "loose",
         "stats",
+        "found",
+        "forward_done",
+        "_name",
         "__weakref__",
     )
 
-    def __init__(self, fn: Any, options: Options):
+    def __init__(self, fn: Any, options: Options, reentrant: bool, preserve: bool):
         self.fn = fn
-        self.segments = collect_segments(fn)
-        self.values: list | None = None
-        self.inputs: list = []
-        self.on_mismatch = options.on_mismatch
-        self.strict = options.strict
-        self.signatures: list | None = None  # strict mode: per-op signatures of the forward
-        self.stats: _report.RegionStats | None = None  # report mode: this region's figures
+        self.options = options
+        self.reentrant = reentrant
+        self.preserve = preserve
+        self.fingerprint: _verify.RegionFingerprint | None = None
+        self.observer: Observer | None = None
+        self.modules: list[weakref.ref] = []
+        self.watch: list[tuple[weakref.ref, tuple, tuple]] = []
+        self.root: weakref.ref | None = None  # the model, found after the forward
+        self.binding = _verify.bind(fn)
+        self.target = _verify.region_module(self.binding)  # None: a function, observed
+        self.prepared: tuple | None = None
+        self.reach: tuple = ((), ())
+        self.loose: set[int] = set()
+        self.strict_forward = _strict.StrictForward(reentrant) if options.strict else None
+        self.last_strict: _strict.StrictRecompute | None = None
+        self.random_ops = None if preserve else _rng.RandomOps()
+        self.rng_before = _rng.snapshot() if preserve else None
+        self.stats: _report.RegionStats | None = None
+        self.found: list = []
+        self.forward_done = False
+        self._name: str | None = None
 
-    def capture(self, args: tuple) -> None:
-        self.values = [segment.read() for segment in self.segments]
-        self.inputs = [(weakref.ref(a), input_fp(a)) for a in args if isinstance(a, torch.Tensor)]
+    # names ------------------------------------------------------------------------------
 
-    def verify(self, args: tuple) -> None:
-        for segment, old in zip(self.segments, self.values, strict=True):
-            new = segment.read()
-            if new != old:
-                index = first_difference(old, new)
-                label = segment.labels[min(index, len(segment.labels) - 1)]
-                old_value = old[index] if index < len(old) else None
-                new_value = new[index] if index < len(new) else None
-                self._mismatch(label, old_value, new_value)
-                return
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        for index, (tensor, (ref, old)) in enumerate(zip(tensors, self.inputs, strict=False)):
-            # nested and reentrant recomputes get new input objects: only the same object
-            # is comparable, and torch checks versions of the tensors it saved itself
-            if ref() is tensor and input_fp(tensor) != old:
-                label = Label("tensor", f"input tensor #{index}", "argument of the region")
-                self._mismatch(label, old, input_fp(tensor))
-                return
+    def naming_root(self) -> torch.nn.Module | None:
+        root = self.root() if self.root is not None else None
+        if root is not None:
+            return root
+        live = [m for m in (ref() for ref in self.modules) if m is not None]
+        return live[0] if live else None
 
-    def _mismatch(self, label: Label, old: Any, new: Any) -> None:
-        report(build_error(describe_region(self.fn), label, old, new), self.on_mismatch)
+    def name_module(self, module: torch.nn.Module) -> str:
+        root = self.naming_root()
+        path = _names.module_path(root, module)
+        if self.root is None and root is not None and path:
+            return f"{type(root).__name__}.{path}"
+        return path if path else type(module).__name__
 
-    def parameters_without_gradients(self) -> list[str]:
-        names = []
-        for segment in self.segments:
-            if isinstance(segment, ModuleSegment):
-                plan = segment.plan
-                for path, entry in zip(plan.paths, plan.entries, strict=True):
-                    for name, param in entry.module._parameters.items():
-                        if param is not None and param.requires_grad:
-                            names.append(f"{path}.{name}")
-        return names
+    @property
+    def name(self) -> str:
+        if self._name is None:
+            live = [m for m in (ref() for ref in self.modules) if m is not None]
+            self._name = _names.region_name(self.fn, self.naming_root(), live)
+        return self._name
 
-    def recorder(self) -> Any:
-        """Context that records the forward's op signatures in strict mode (else a no-op)."""
-        if not self.strict:
-            return contextlib.nullcontext()
-        recorder = _strict.ForwardRecorder()
-        self.signatures = recorder.signatures
-        return recorder
+    # forward ----------------------------------------------------------------------------
+
+    def enter_forward(self) -> None:
+        """Before the forward: a module region gets its (cached) reader and the state of the
+        modules that hold buffers; a function region watches which modules it runs."""
+        self.reach = _verify.static_reach(self.fn)
+        if _compat.fsdp2_in_use():
+            self.loose = _compat.fsdp2_managed_modules()
+        self.observer = observer = Observer()
+        if self.target is None:
+            _observation.start(observer)
+        else:
+            self.prepared = _verify.reader_for(
+                self.target, [], self.reach, self.reentrant, self._loose(())
+            )
+            modules = self.prepared[1]
+            for index in self.prepared[0].stateful:
+                observer.see(modules[index])
+        if self.random_ops is not None:
+            self.random_ops.__enter__()
+        if self.strict_forward is not None:
+            self.strict_forward.__enter__()
+
+    def exit_forward(self, exc: tuple) -> None:
+        if self.strict_forward is not None:
+            self.strict_forward.__exit__(*exc)
+        if self.random_ops is not None:
+            self.random_ops.__exit__(*exc)
+        if self.target is None:
+            _observation.stop(self.observer)
+
+    def _loose(self, modules: Any) -> set[int]:
+        """Modules whose parameters FSDP2 swaps on purpose (compared loosely)."""
+        if not self.loose:
+            return self.loose
+        loose = set(self.loose)
+        loose.update(id(m) for m in modules if _compat.is_fsdp2_module(m))
+        return loose
+
+    def finish_forward(self, args: tuple, kwargs: dict) -> None:
+        """Right after the forward: fingerprint what it reached, check RNG, count it."""
+        observer = self.observer
+        self.observer = None
+        prepared = self.prepared
+        if self.target is None:
+            observed = list(observer.modules.values())
+            prepared = _verify.reader_for(
+                None, observed, self.reach, self.reentrant, self._loose(observed)
+            )
+        self.prepared = None
+        modules = prepared[1]
+        loose = self._loose(modules)
+        written = self._written(observer)
+        self.modules = [weakref.ref(m) for m in modules]
+        root = _names.root_for(modules[0]) if modules else None
+        self.root = weakref.ref(root) if root is not None else None
+        self.fingerprint = _verify.capture(
+            self.binding,
+            prepared,
+            self.target,
+            written,
+            args,
+            kwargs,
+            self.reentrant,
+            _observation.own,
+            loose,
+        )
+        if self.strict_forward is not None:
+            state_ids = set()
+            for module in observer.modules.values():
+                names = written.get(id(module), ())
+                state_ids.update(id(module._buffers[n]) for n in names if n in module._buffers)
+            self.strict_forward.mark_state(state_ids)
+        self.forward_done = True
+        self._check_rng(args)
+        if collector is not None and self.options.report and not _local.__dict__.get("depth"):
+            # pricing runs the region again: keep its saved tensors out of an enclosing
+            # region's checkpoint frame
+            with torch.autograd.graph.saved_tensors_hooks(_same, _same):
+                self.stats = collector.on_forward(self.name, self.fn, args, kwargs)
+
+    def _written(self, observer: Observer) -> dict[int, frozenset]:
+        """Module state the forward itself updated: outputs of the region, not inputs; the
+        recompute will update it again (the side-effect kind)."""
+        written: dict[int, frozenset] = {}
+        for module in observer.modules.values():
+            before = observer.before.get(id(module))
+            if before is None:
+                continue
+            buffer_state, scalars = before
+            state = module.__dict__
+            buffers = state["_buffers"]
+            names = tuple(
+                n for n, old in buffer_state.items() if _buffer_changed(old, buffers.get(n))
+            )
+            attrs = tuple(n for n, v in scalars.items() if state.get(n) != v)
+            if names:
+                written[id(module)] = frozenset(names)
+            if names or attrs:
+                self.watch.append((weakref.ref(module), names, attrs))
+        return written
+
+    def _check_rng(self, args: tuple) -> None:
+        drawn = self.random_ops.devices if self.random_ops is not None else None
+        devices = _rng.consumed_unstashed(self.rng_before, drawn, self.preserve, args)
+        self.rng_before = None
+        if devices:
+            error = _explain.rng_device_error(self.name, devices, self.preserve)
+            _explain.report(error, self.options.on_mismatch)
+
+    def check_lost_gradients(self, args: tuple) -> None:
+        """Reentrant only: with no positional tensor that requires grad, the region's output
+        requires none, so its parameters and the tensors nested in its container arguments
+        get no gradient. (With one, the recompute's own backward reaches nested tensors.)"""
+        if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return
+        parameters: list[str] = []
+        for ref in self.modules:
+            module = ref()
+            if module is None:
+                continue
+            owned = [n for n, p in module._parameters.items() if p is not None and p.requires_grad]
+            if owned:
+                prefix = self.name_module(module)
+                parameters.extend(f"{prefix}.{n}" for n in owned)
+        nested = [
+            f"positional argument {index}{path}"
+            for index, arg in enumerate(args)
+            if not isinstance(arg, torch.Tensor)
+            for path, tensor in nested_tensors(arg)
+            if tensor.requires_grad
+        ]
+        if parameters or nested:
+            raise_ = self.options.on_lost_gradients == "raise"
+            _explain.lost_gradients(self.name, list(dict.fromkeys(parameters)), nested, raise_)
+
+    # recompute --------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.values is None:  # the reentrant forward (torch calls run_function first)
-            with self.recorder():
-                return self.fn(*args, **kwargs)
-        if _options is None:
+        if self.reentrant and not self.forward_done and self.observer is None:
+            self.enter_forward()  # torch runs the reentrant forward through us
+            exc: tuple = (None, None, None)
+            try:
+                out = self.fn(*args, **kwargs)
+            except BaseException:
+                exc = sys.exc_info()
+                raise
+            finally:
+                self.exit_forward(exc)
+            if self.strict_forward is not None:
+                self.strict_forward.record_outputs(out)
+            return out
+        if _options is None or not self.forward_done:
             return self.fn(*args, **kwargs)
-        self.verify(args)
-        if self.signatures is None:
-            return self._recompute(args, kwargs)
-        checker = _strict.RecomputeChecker(
-            self.signatures, describe_region(self.fn), self.on_mismatch
+        return self._recompute(args, kwargs)
+
+    def verify(self, args: tuple, kwargs: dict) -> None:
+        try:
+            _verify.compare(
+                self.fingerprint,
+                self.binding,
+                args,
+                kwargs,
+                _observation.own,
+                self.name_module,
+            )
+        except _verify.Difference as difference:
+            found = difference
+        else:
+            return
+        # built and raised outside the except block: the error carries no internal context
+        error = _explain.mismatch_error(
+            self.name, found.kind, found.name, found.where, found.old, found.new
         )
-        with checker:
-            return self._recompute(args, kwargs)
+        self.found.append((error.kind, error.details))
+        _explain.report(error, self.options.on_mismatch)
 
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
+        resolved = _compat.resolve()
+        _local.recomputing = weakref.ref(self)  # read by the saved-tensor check right after
+        self.verify(args, kwargs)
+        watched = self._watched_state()
+        strict = _strict.StrictRecompute(self.strict_forward) if self.strict_forward else None
+        self.last_strict = strict
+        finished = stopped = False
+        _local.depth = _local.__dict__.get("depth", 0) + 1
+        try:
+            if strict is None:
+                out = self._run(args, kwargs)
+            else:
+                with strict:
+                    out = self._run(args, kwargs)
+                if self.reentrant:
+                    strict.record_outputs(out)
+            finished = True
+            return out
+        except resolved.stop_recomputation_error:
+            stopped = True
+            raise
+        except resolved.checkpoint_error as error:
+            raise self.explain(error) from error
+        finally:
+            _local.depth -= 1
+            if finished or stopped:
+                self._after_recompute(watched, strict, stopped)
+
+    def _run(self, args: tuple, kwargs: dict) -> Any:
         if self.stats is None:
             return self.fn(*args, **kwargs)
         return _report.Collector.timed_recompute(self.stats, self.fn, args, kwargs)
 
-    def count_forward(self, args: tuple, kwargs: dict) -> None:
-        """Report mode: count this call and price its region the first time it is seen."""
-        if collector is not None and _options is not None and _options.report:
-            self.stats = collector.on_forward(describe_region(self.fn), self.fn, args, kwargs)
+    def _watched_state(self) -> list:
+        state = []
+        for ref, buffers, attrs in self.watch:
+            module = ref()
+            if module is None:
+                continue
+            values = module.__dict__
+            buffer_state = _buffer_state(module._buffers, buffers)
+            state.append((module, buffer_state, attrs, tuple(values.get(a) for a in attrs)))
+        return state
+
+    def _after_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
+        changed: list[str] = []
+        for module, buffer_state, attrs, scalars in watched:
+            table, values = module._buffers, module.__dict__
+            prefix = self.name_module(module)
+            changed += [
+                f"{prefix}.{n}"
+                for n, old in buffer_state.items()
+                if _buffer_changed(old, table.get(n))
+            ]
+            changed += [
+                f"{prefix}.{n}" for n, a in zip(attrs, scalars, strict=True) if values.get(n) != a
+            ]
+        if changed:
+            _explain.side_effect(self.name, changed, self.options.strict)
+        if strict is not None:
+            found = strict.difference(stopped)
+            if found is not None:
+                what, difference = found
+                error = _explain.values_error(
+                    self.name, what, difference, strict.first_diverging_op()
+                )
+                self.found.append((error.kind, error.details))
+                _explain.report(error, self.options.on_mismatch)
+
+    def explain(self, error: BaseException) -> BaseException:
+        strict = self.last_strict
+        first_op = strict.first_diverging_op() if strict is not None else None
+        return _explain.checkpoint_error_explained(self.name, str(error), self.found, first_op)
 
 
-def _check_rng(region: RegionGuard, before: Any, preserve: bool, args: tuple) -> None:
-    devices = _rng.consumed_unstashed(before, preserve, args)
-    if not devices:
-        return
-    where = ", ".join(devices)
-    reason = (
-        "preserve_rng_state=False, so torch restores no RNG state"
-        if not preserve
-        else "torch stashes the RNG state only for CPU and for the devices of tensor positional "
-        "arguments"
+def _same(tensor: Any) -> Any:
+    return tensor
+
+
+# ---------------------------------------------------------------------------- the patches
+
+
+def _skip(fn: Any) -> bool:
+    return (
+        _options is None
+        or isinstance(fn, Region)
+        or not torch.is_grad_enabled()
+        or _compat.resolve().is_compiling()
+        or _is_compiled_region(fn)
+        or _measuring()
     )
-    error = CheckpointMismatchError(
-        f"ckptguard [rng_device]: checkpointed region {describe_region(region.fn)} drew random "
-        f"numbers on {where} during its forward, but {reason}; the recompute will draw different "
-        f"numbers there and its gradients will not match the forward.\n"
-        f"  how to fix: pass a tensor on each of these devices as a positional argument of "
-        f"checkpoint, keep preserve_rng_state=True, or draw the random numbers outside the "
-        f"region and pass them in.",
-        kind="rng_device",
-        region=describe_region(region.fn),
-        details={"devices": devices, "preserve_rng_state": preserve},
-    )
-    report(error, region.on_mismatch)
 
 
 def _guard_reentrant(original_apply: Any) -> Any:
     def apply(run_function: Any, preserve_rng_state: bool, *args: Any) -> Any:
         options = _options
-        if (
-            options is None
-            or not torch.is_grad_enabled()
-            or isinstance(run_function, RegionGuard)
-            or _is_compiling()
-            or _measuring()
-        ):
+        if _skip(run_function):
             return original_apply(run_function, preserve_rng_state, *args)
-        region = RegionGuard(run_function, options)
-        region.count_forward(args, {})
-        if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            _warn_no_input_requires_grad(region)
-        before = _rng.snapshot(preserve_rng_state)
+        region = Region(run_function, options, reentrant=True, preserve=preserve_rng_state)
         outputs = original_apply(region, preserve_rng_state, *args)
-        region.capture(args)
-        _check_rng(region, before, preserve_rng_state, args)
+        region.finish_forward(args, {})
+        region.check_lost_gradients(args)
         return outputs
 
     return staticmethod(apply)
-
-
-def _warn_no_input_requires_grad(region: RegionGuard) -> None:
-    names = region.parameters_without_gradients()
-    if not names:
-        return
-    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-    warnings.warn(
-        f"ckptguard: checkpoint(use_reentrant=True) region {describe_region(region.fn)} has no "
-        f"input that requires grad, so these parameters will get no gradient: {shown}. Use "
-        f"use_reentrant=False, or pass an input that requires grad.",
-        CheckpointGuardWarning,
-        stacklevel=4,
-    )
 
 
 def _generator_call_reader(original: Any) -> Any:
@@ -240,6 +534,8 @@ def _generator_call_reader(original: Any) -> Any:
     ``_checkpoint_without_reentrant_generator_impl(fn, args, kwargs, *, preserve_rng_state, ...)``
     takes them packed, with keyword-only options.
     """
+    import inspect
+
     signature = inspect.signature(original)
     parameters = list(signature.parameters.values())
     if signature.parameters["args"].kind is not inspect.Parameter.VAR_POSITIONAL:
@@ -263,36 +559,52 @@ def _guard_generator(original: Any) -> Any:
 
     def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
         options = _options
-        if (
-            options is None
-            or isinstance(fn, RegionGuard)
-            or not torch.is_grad_enabled()
-            or _is_compiling()
-            or _is_compiled_region(fn)
-            or _measuring()
-        ):
+        if _skip(fn):
             return (yield from original(fn, *args, **kwargs))
         preserve, user_args, user_kwargs = read_call(fn, args, kwargs)
-        region = RegionGuard(fn, options)
-        region.count_forward(user_args, user_kwargs)
-        before = _rng.snapshot(preserve)
+        region = Region(fn, options, reentrant=False, preserve=preserve)
         inner = original(region, *args, **kwargs)
         first = next(inner)
+        region.enter_forward()
         try:
-            with region.recorder():
-                yield first
+            yield first
         except BaseException as exc:  # the forward failed: let torch unwind its contexts
+            region.exit_forward(sys.exc_info())
             try:
                 inner.throw(exc)
             except StopIteration:
                 return
             raise
+        region.exit_forward((None, None, None))
         yield from inner  # torch's post-forward logic; it yields nothing more
-        region.capture(user_args)
-        _check_rng(region, before, preserve, user_args)
+        region.finish_forward(user_args, user_kwargs)
 
     generator.__wrapped__ = original
     return generator
+
+
+def _guard_saved_tensor_check(original: Any, checkpoint_error: type) -> Any:
+    """torch raises CheckpointError after the recompute returned; explain it there too."""
+
+    def check_recomputed_tensors_match(frame: Any, gid: Any) -> None:
+        try:
+            return original(frame, gid)
+        except checkpoint_error as error:
+            recomputing = _local.__dict__.get("recomputing")
+            region = recomputing() if recomputing is not None else None
+            cells = getattr(frame.recompute_fn, "__closure__", None) or ()
+            if region is None or not any(_holds(cell, region) for cell in cells):
+                raise
+            raise region.explain(error) from error
+
+    return check_recomputed_tensors_match
+
+
+def _holds(cell: Any, value: Any) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:
+        return False
 
 
 def _patch(owner: Any, attribute: str, replacement: Any) -> None:
@@ -301,32 +613,25 @@ def _patch(owner: Any, attribute: str, replacement: Any) -> None:
     setattr(owner, attribute, replacement)
 
 
-def _install_patches() -> None:
+def _install_patches(resolved: _compat.Torch) -> None:
+    function = resolved.checkpoint_function
+    _patch(function, "apply", _guard_reentrant(function.apply))
+    for owner, name, original in resolved.generators:
+        _patch(owner, name, _guard_generator(original))
+    frame = resolved.checkpoint_frame
+    check = frame.check_recomputed_tensors_match
     _patch(
-        torch_checkpoint.CheckpointFunction,
-        "apply",
-        _guard_reentrant(torch_checkpoint.CheckpointFunction.apply),
+        frame,
+        "check_recomputed_tensors_match",
+        _guard_saved_tensor_check(check, resolved.checkpoint_error),
     )
-    for name in _GENERATOR_NAMES:
-        original = getattr(torch_checkpoint, name, None)
-        if original is not None:
-            _patch(torch_checkpoint, name, _guard_generator(original))
-    if torch.distributed.is_available():
-        try:
-            __import__(_COMPOSABLE_MODULE)
-        except ImportError:
-            return
-        composable = sys.modules[_COMPOSABLE_MODULE]
-        for name in _GENERATOR_NAMES:
-            original = getattr(composable, name, None)
-            if original is not None:
-                _patch(composable, name, _guard_generator(original))
 
 
 def install(options: Options) -> None:
     global _options, collector
+    resolved = _compat.resolve()
     if not _patches:
-        _install_patches()
+        _install_patches(resolved)
     if options.report and collector is None:
         collector = _report.Collector()
     _options = options

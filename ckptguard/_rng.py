@@ -1,8 +1,16 @@
 """Which devices' RNG a region consumed, and which of them torch stashed for its recompute.
 
-Torch stashes the CPU generator, plus the generators of the devices of tensor *positional*
-arguments of one device type (``_infer_device_type``), and only when that device module is
-already initialised. Randomness drawn anywhere else is not replayed by the recompute.
+Torch stashes the CPU generator (unless ``preserve_rng_state=False``), plus the generators of
+the devices of tensor *positional* arguments of one device type (``_infer_device_type``), and
+only when that device module is already initialised. Randomness drawn anywhere else is not
+replayed by the recompute.
+
+Attribution to the region's own thread: with ``preserve_rng_state=False`` a dispatch mode (the
+mode stack is per thread) sees each random op the region runs, so another thread drawing
+numbers meanwhile is never blamed on the region. With ``preserve_rng_state=True`` only
+accelerator generators torch does not stash are watched, by comparing their states before and
+after the forward (a dispatch mode on every region would cost too much); a thread drawing on
+such a device during the region's forward is the documented limit.
 """
 
 from __future__ import annotations
@@ -10,26 +18,34 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils import checkpoint as torch_checkpoint
-from torch.utils._pytree import tree_leaves
+
+from ckptguard import _compat
+from ckptguard._compat import TorchDispatchMode, tree_leaves
 
 _CANDIDATE_DEVICE_TYPES = ("cuda", "xpu", "mps", "mtia", "hpu")
+_SEEDED = torch.Tag.nondeterministic_seeded
 
 
 def _device_types() -> tuple[str, ...]:
-    private = torch._C._get_privateuse1_backend_name()
+    private = _compat.resolve().privateuse1_name()
     if private != "privateuseone" and private not in _CANDIDATE_DEVICE_TYPES:
         return (*_CANDIDATE_DEVICE_TYPES, private)
     return _CANDIDATE_DEVICE_TYPES
 
 
+_device_modules: dict[str, list[tuple[str, Any]]] = {}
+
+
 def _initialised_modules() -> list[tuple[str, Any]]:
-    found = []
-    for device_type in _device_types():
-        module = getattr(torch, device_type, None)
-        if module is not None and getattr(module, "_initialized", False):
-            found.append((device_type, module))
-    return found
+    private = _compat.resolve().privateuse1_name()
+    modules = _device_modules.get(private)
+    if modules is None:
+        modules = _device_modules[private] = [
+            (device_type, getattr(torch, device_type))
+            for device_type in _device_types()
+            if getattr(torch, device_type, None) is not None
+        ]
+    return [(t, m) for t, m in modules if getattr(m, "_initialized", False)]
 
 
 def _get_state(module: Any, index: int) -> Any:
@@ -40,14 +56,12 @@ def _get_state(module: Any, index: int) -> Any:
             return module.get_rng_state()
 
 
-def snapshot(preserve_rng_state: bool) -> dict[str, Any] | None:
-    """RNG states of every initialised accelerator (and CPU when torch will not restore it)."""
+def snapshot() -> dict[str, Any] | None:
+    """RNG states of every initialised accelerator; None when there is none."""
     modules = _initialised_modules()
-    if preserve_rng_state and not modules:
+    if not modules:
         return None
     states: dict[str, Any] = {}
-    if not preserve_rng_state:
-        states["cpu"] = torch.get_rng_state()
     for device_type, module in modules:
         for index in range(module.device_count()):
             states[f"{device_type}:{index}"] = _get_state(module, index)
@@ -59,7 +73,7 @@ def stashed_devices(preserve_rng_state: bool, args: tuple) -> set[str]:
     if not preserve_rng_state:
         return set()
     devices = {"cpu"}
-    device_type = torch_checkpoint._infer_device_type(*args)
+    device_type = _compat.resolve().infer_device_type(*args)
     module = getattr(torch, device_type, None)
     if device_type == "meta" or not getattr(module, "_initialized", False):
         return devices
@@ -69,18 +83,46 @@ def stashed_devices(preserve_rng_state: bool, args: tuple) -> set[str]:
     return devices
 
 
+def _device_name(device: torch.device) -> str:
+    if device.type == "cpu":
+        return "cpu"
+    return f"{device.type}:{device.index if device.index is not None else 0}"
+
+
+class RandomOps(TorchDispatchMode):
+    """Devices on which ops of this thread drew from a default generator (explicit
+    ``torch.Generator`` arguments are strict mode's business)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.devices: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if _SEEDED in func.tags and kwargs.get("generator") is None:
+            for leaf in tree_leaves((out, args)):
+                if isinstance(leaf, torch.Tensor):
+                    self.devices.add(_device_name(leaf.device))
+                    break
+        return out
+
+
 def consumed_unstashed(
-    before: dict[str, Any] | None, preserve_rng_state: bool, args: tuple
+    before: dict[str, Any] | None,
+    drawn: set[str] | None,
+    preserve_rng_state: bool,
+    args: tuple,
 ) -> list[str]:
-    """Devices whose generator advanced during the forward but will not be replayed."""
-    if before is None:
-        return []
-    after = snapshot(preserve_rng_state) or {}
-    advanced = [
-        device
-        for device, state in after.items()
-        if device not in before or not torch.equal(before[device], state)
-    ]
+    """Devices the region drew random numbers on that its recompute will not replay."""
+    advanced = set(drawn or ())
+    if before is not None:
+        after = snapshot() or {}
+        advanced.update(
+            device
+            for device, state in after.items()
+            if device not in before or not torch.equal(before[device], state)
+        )
     if not advanced:
         return []
     stashed = stashed_devices(preserve_rng_state, args)

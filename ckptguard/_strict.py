@@ -1,12 +1,20 @@
-"""Strict mode: per-op value signatures at forward, compared op by op during recompute.
+"""Strict mode: compare what backward uses, and name the first op that diverged.
 
-Fingerprints see what a region *reads* by name; strict mode sees what it *computes*, so it also
-catches state no fingerprint can name (an attribute of an arbitrary object, an explicit
-``torch.Generator``, a nondeterministic kernel). A signature is the op name, each output's shape
-and dtype, and for plain dense tensors a checksum: the sum and the sum of squares (a dot
-product), both exact-compared, since a faithful recompute repeats the same kernels on the same
-inputs bit for bit. View ops (including the detaches torch's own checkpoint hooks issue during
-recompute) alias their input and are left out on both sides.
+Backward uses the tensors the region saves for backward (non-reentrant: torch pairs the
+forward's saved tensors with the recompute's by position) and, for the reentrant variant, the
+region's outputs (its forward runs without grad and saves nothing). Strict mode takes a value
+signature of each (sum, sum of squares, a strided partial sum) at forward and at recompute and
+compares them with a tolerance scaled by the tensor's norm. Paths that compute the same values
+differently (a fused kernel in forward, a composite one in the recompute; autocast's cast
+cache) differ at most by rounding and do not alarm; a larger difference raises ``values`` with
+its size. Shape, dtype or count differences are left to torch's own check, which ``_intercept``
+explains.
+
+A per-op log (op name, output shapes, sum and sum of squares) is kept only to name the first
+op that diverged. Checksums run with Python dispatch switched off, so nested regions' logs
+never see each other's checksum ops, and are read back once per pass, not per op. Saved
+tensors that are module state the region itself updates (BatchNorm running statistics) are
+compared by shape only: their change is the ``side_effect`` kind, not a gradient error.
 """
 
 from __future__ import annotations
@@ -14,111 +22,123 @@ from __future__ import annotations
 import math
 import os
 import sys
-import warnings
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
-from ckptguard.errors import CheckpointMismatchError, CheckpointMismatchWarning, abbreviate
+from ckptguard import _compat
+from ckptguard._compat import TorchDispatchMode, tree_leaves
+from ckptguard.errors import abbreviate
 
 _PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
-_SKIPPED_DIRS = (
-    os.path.dirname(torch.__file__) + os.sep,
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,
-)
-
-
-def _checksum(tensor: torch.Tensor) -> tuple:
-    if type(tensor) not in _PLAIN_TENSOR_TYPES or tensor.is_sparse or tensor.device.type == "meta":
-        return ()
-    with torch.no_grad():
-        flat = tensor.detach().reshape(-1)
-        if flat.is_floating_point():
-            if flat.dtype not in (torch.float32, torch.float64):
-                flat = flat.float()
-            return (flat.sum().item(), torch.dot(flat, flat).item())
-        if flat.is_complex():
-            return ()
-        return (flat.sum(dtype=torch.int64).item(),)
-
-
 _UNINITIALISED_OPS = frozenset(
     {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"}
 )
-_op_facts: dict[Any, tuple[bool, bool]] = {}
-_compared_ops: dict[Any, bool] = {}
+# relative difference (to the tensor's L1 / L2 norm) that rounding can explain, per dtype
+_TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+_DEFAULT_TOLERANCE = 2e-5
+_DISTRIBUTED_DIR = os.path.join(_compat.torch_dir(), "distributed") + os.sep
+_SKIPPED_DIRS = (_compat.torch_dir(), os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
 
-def _compared(func: Any) -> bool:
-    """Only aten compute ops: views alias their input, and other namespaces (profiler ranges,
-    FSDP's all-gather copy-in, c10d collectives) belong to framework hooks that run
-    differently in a recompute on purpose."""
-    compared = _compared_ops.get(func)
-    if compared is None:
-        compared = _compared_ops[func] = func.namespace == "aten" and not func.is_view
-    return compared
-
-
-def _facts(func: Any) -> tuple[bool, bool]:
-    """(values are meaningful, writes into an input) for an op, cached per op overload."""
-    facts = _op_facts.get(func)
-    if facts is None:
-        uninitialised = func._schema.name.split("::")[-1] in _UNINITIALISED_OPS
-        writes = any(
-            arg.alias_info is not None and arg.alias_info.is_write for arg in func._schema.arguments
-        )
-        # an op writing into an input also writes state that outlives the region (BatchNorm's
-        # num_batches_tracked.add_(1) runs again in the recompute): compare its shapes only;
-        # the ops that read what it wrote still compare their values
-        facts = _op_facts[func] = (not uninitialised and not writes, writes)
-    return facts
-
-
-def op_signature(func: Any, out: Any) -> tuple:
-    """(op name, ((shape, dtype) or value per output...), checksums, writes into an input)."""
-    with_values, writes = _facts(func)
-    outputs = []
-    sums: list = []
-    for leaf in tree_leaves(out):
-        if isinstance(leaf, torch.Tensor):
-            outputs.append((tuple(leaf.shape), leaf.dtype))
-            if with_values:
-                sums.extend(_checksum(leaf))
-        elif leaf is None or isinstance(leaf, (bool, int, float, str)):
-            outputs.append(leaf)
-        else:
-            outputs.append(type(leaf).__name__)
-    return (str(func), tuple(outputs), tuple(sums), writes)
-
-
-def _same(expected: tuple, actual: tuple) -> bool:
-    """Equality that treats NaN checksums as equal to NaN."""
-    if expected == actual:
-        return True
-    if (
-        expected[:2] != actual[:2]
-        or len(expected[2]) != len(actual[2])
-        or expected[3:] != actual[3:]
-    ):
-        return False
-    return all(
-        a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
-        for a, b in zip(expected[2], actual[2], strict=True)
+def _comparable(tensor: torch.Tensor) -> bool:
+    return (
+        type(tensor) in _PLAIN_TENSOR_TYPES
+        and not tensor.is_sparse
+        and tensor.device.type != "meta"
+        and not tensor.is_complex()
+        and tensor.numel() > 0
     )
 
 
-_DISTRIBUTED_DIR = os.path.join(os.path.dirname(torch.__file__), "distributed") + os.sep
+def checksums(tensor: torch.Tensor, saved: bool) -> torch.Tensor | None:
+    """(sum, sum of squares[, sum of every third element]) of ``tensor``, computed now in its
+    precision (float32 for lower ones; a faithful recompute repeats the same kernels bit for
+    bit) and read back with one ``.tolist()`` per region, not per op."""
+    if not _comparable(tensor):
+        return None
+    with _compat.no_python_dispatch(), torch.no_grad():
+        flat = tensor.detach().reshape(-1)
+        if flat.dtype not in (torch.float32, torch.float64):
+            flat = flat.float()
+        if saved:
+            return (flat.sum(), torch.dot(flat, flat), flat[::3].sum())
+        return (flat.sum(), torch.dot(flat, flat))
+
+
+def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
+    """Signatures (shape, dtype, device[, sum, sum of squares, ...]) with one read-back."""
+    present = [part for s in sums if s is not None for part in s]
+    if not present:
+        return list(metas)
+    with _compat.no_python_dispatch(), torch.no_grad():
+        values = iter(torch.stack([p.double().cpu() for p in present]).tolist())
+    return [
+        m if s is None else m + tuple(next(values) for _ in s)
+        for m, s in zip(metas, sums, strict=True)
+    ]
+
+
+def signatures(tensors: list) -> list[tuple]:
+    metas = [(tuple(t.shape), t.dtype, t.device.type) for t in tensors]
+    return resolve_checksums(metas, [checksums(t, saved=True) for t in tensors])
+
+
+def compare_signatures(old: tuple, new: tuple) -> dict[str, Any] | None:
+    """None when equal up to rounding; else the size of the difference."""
+    if old[:3] != new[:3]:
+        return {
+            "summary": f"{_meta(old)} at forward, {_meta(new)} at recompute",
+            "relative": math.inf,
+        }
+    if len(old) == 3 or len(new) == 3:
+        return None
+    tolerance = _TOLERANCE.get(old[1], _DEFAULT_TOLERANCE)
+    old_sum, old_squares, old_part = old[3:]
+    new_sum, new_squares, new_part = new[3:]
+    old_l2, new_l2 = math.sqrt(max(old_squares, 0.0)), math.sqrt(max(new_squares, 0.0))
+    count = math.prod(old[0]) or 1
+    # |sum difference| <= L1 of the difference <= sqrt(n) * its L2: scale sums by sqrt(n) * L2
+    scale = max(old_l2, new_l2, 1e-300)
+    relative = max(
+        abs(old_sum - new_sum) / (scale * math.sqrt(count)),
+        abs(old_part - new_part) / (scale * math.sqrt(count)),
+        abs(old_l2 - new_l2) / scale,
+    )
+    nan = any(math.isnan(v) for v in (*old[3:], *new[3:]))
+    if nan:
+        same_nans = all(
+            (math.isnan(a) and math.isnan(b)) or a == b
+            for a, b in zip(old[3:], new[3:], strict=True)
+        )
+        if same_nans:
+            return None
+        relative = math.inf
+    if relative <= tolerance:
+        return None
+    return {
+        "summary": (
+            f"sum {old_sum:.6g} -> {new_sum:.6g}, L2 norm {old_l2:.6g} -> {new_l2:.6g}: a "
+            f"relative difference of {relative:.3g} (rounding alone stays below "
+            f"{tolerance:g} for {str(old[1]).replace('torch.', '')})"
+        ),
+        "relative": relative,
+        "forward_sum": old_sum,
+        "recompute_sum": new_sum,
+    }
+
+
+def _meta(signature: tuple) -> str:
+    shape, dtype, device = signature[:3]
+    return f"{list(shape)} {str(dtype).replace('torch.', '')} on {device}"
 
 
 def _called_by_framework() -> bool:
     """Whether the op comes from torch.distributed's own hooks (FSDP's all-gather buffers,
     casts and frees run in the forward but not in the recompute), not from the region's code.
-
-    Walks up from the op past torch and ckptguard frames: a torch.distributed frame met before
-    any user frame means a framework hook issued the op.
-    """
+    Only looked for once FSDP2 is in use."""
+    if not _compat.fsdp2_in_use():
+        return False
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -136,119 +156,267 @@ def _user_frame() -> str:
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_SKIPPED_DIRS) and not filename.startswith("<"):
-            return f"{filename}:{frame.f_lineno}"
+            return f"called at {filename}:{frame.f_lineno}"
         frame = frame.f_back
-    return "<unknown>"
+    return ""
 
 
-def _describe(signature: tuple | None) -> str:
-    if signature is None:
-        return "<no such op>"
-    name, outputs, sums, _ = signature
-    shown = ", ".join(
-        f"{list(o[0])} {str(o[1]).replace('torch.', '')}" if isinstance(o, tuple) else abbreviate(o)
-        for o in outputs
-    )
-    checksum = f" sum={sums[0]!r} sumsq={sums[1]!r}" if len(sums) >= 2 else ""
-    return f"{name} -> ({shown}){checksum}"
+_op_facts: dict[Any, tuple[bool, bool, bool]] = {}
 
 
-class ForwardRecorder(TorchDispatchMode):
-    """Records the signature of every op the region's forward runs."""
+def _facts(func: Any) -> tuple[bool, bool, bool]:
+    """(compared at all, values meaningful, writes into an input), cached per op overload.
+
+    Only aten compute ops: views alias their input, other namespaces (profiler ranges, FSDP's
+    copy-in, c10d collectives) belong to framework hooks that differ in a recompute on purpose.
+    """
+    facts = _op_facts.get(func)
+    if facts is None:
+        compared = func.namespace == "aten" and not func.is_view
+        uninitialised = func._schema.name.split("::")[-1] in _UNINITIALISED_OPS
+        writes = any(
+            arg.alias_info is not None and arg.alias_info.is_write for arg in func._schema.arguments
+        )
+        facts = _op_facts[func] = (compared, not uninitialised, writes)
+    return facts
+
+
+class OpLog(TorchDispatchMode):
+    """Records each op (name, output shapes, sum and sum of squares of each output) and which
+    tensors hold uninitialised memory; values are read back once, by ``finish``."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.ops: list[tuple] = []
+        self.frames: list[str] = []
+        self.uninitialised: dict[int, int] = {}  # id(tensor) -> version when created
+        self.keep_frames = False
+        self._sums: list = []  # per op: a checksum tensor per output (None: shape only)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        compared, with_values, writes = _facts(func)
+        if compared and not _called_by_framework():
+            outputs = []
+            sums = []
+            for leaf in tree_leaves(out):
+                if isinstance(leaf, torch.Tensor):
+                    if not with_values:
+                        self.uninitialised[id(leaf)] = leaf._version
+                    outputs.append((tuple(leaf.shape), leaf.dtype))
+                    sums.append(checksums(leaf, False) if with_values and not writes else None)
+                else:
+                    outputs.append(abbreviate(leaf, 40))
+            self.ops.append((str(func), tuple(outputs), writes))
+            self._sums.append(sums)
+            if self.keep_frames:
+                self.frames.append(_user_frame())
+        return out
+
+    def holds_garbage(self, tensor: torch.Tensor) -> bool:
+        return self.uninitialised.get(id(tensor), -1) == tensor._version
+
+    def finish(self) -> None:
+        metas = [output for op in self.ops for output in op[1] if isinstance(output, tuple)]
+        flat_sums = [s for sums in self._sums for s in sums]
+        resolved = iter(resolve_checksums(metas, flat_sums))
+        ops = []
+        for name, outputs, writes in self.ops:
+            shown = tuple(next(resolved) if isinstance(o, tuple) else o for o in outputs)
+            ops.append((name, shown, writes))
+        self.ops = ops
+        self._sums = []
+
+
+class SavedTensors:
+    """Wraps the innermost saved-tensor hooks (torch's checkpoint hooks) to checksum each
+    tensor saved for backward, then hands it on unchanged."""
+
+    def __init__(self, log: OpLog) -> None:
+        self.log = log
         self.signatures: list[tuple] = []
+        self.ids: list[int] = []
+        self._metas: list[tuple] = []
+        self._sums: list = []
+        self._hooks: Any = None
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if _compared(func) and not _called_by_framework():
-            self.signatures.append(op_signature(func, out))
-        return out
-
-
-class RecomputeChecker(TorchDispatchMode):
-    """Compares each recomputed op with the forward's; raises at the first difference.
-
-    An early-stopped recompute simply runs fewer ops: only the prefix that ran is compared.
-    """
-
-    def __init__(self, expected: list[tuple], region: str, on_mismatch: str) -> None:
-        super().__init__()
-        self.expected = expected
-        self.region = region
-        self.on_mismatch = on_mismatch
-        self.index = 0
-        self.active = True
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if self.active and _compared(func) and not _called_by_framework():
-            index = self.index
-            self.index += 1
-            actual = op_signature(func, out)
-            expected = self.expected[index] if index < len(self.expected) else None
-            if expected is None or not _same(expected, actual):
-                self.active = False
-                self._mismatch(index, expected, actual)
-        return out
-
-    def __exit__(self, exc_type, exc_value, traceback):
-        super().__exit__(exc_type, exc_value, traceback)
-        stopped_early = exc_type is not None and exc_type.__name__ == "_StopRecomputationError"
-        if stopped_early and self.active and self.index < len(self.expected):
-            pending = self.expected[self.index]
-            if pending[3]:
-                # torch stopped while the autograd kernel of this op saved its inputs, before
-                # the op ran; the op writes into one of them, so the saved tensor misses it
-                self.active = False
-                self._mismatch(
-                    self.index,
-                    pending,
-                    None,
-                    reason=(
-                        "the recompute stopped early (all saved tensors were recomputed) "
-                        "while this op was saving its inputs, before it ran; the op writes into "
-                        "one of its inputs, so the tensor backward uses misses that write"
-                    ),
-                    frame="",
-                )
-        return False
-
-    def _mismatch(
-        self,
-        index: int,
-        expected: tuple | None,
-        actual: tuple | None,
-        reason: str = "",
-        frame: str | None = None,
-    ) -> None:
-        frame = _user_frame() if frame is None else frame
-        op = (actual or expected)[0]
-        where = f"called at {frame}" if frame else "(not run by the recompute)"
-        because = f"  why: {reason}\n" if reason else ""
-        message = (
-            f"ckptguard [values]: checkpointed region {self.region} computed different values "
-            f"during its recompute.\n"
-            f"  first differing op: #{index} {op} {where}\n"
-            f"  forward:   {_describe(expected)}\n"
-            f"  recompute: {_describe(actual)}\n"
-            f"{because}"
-            f"  effect: the tensors backward uses differ from the ones the forward computed, so "
-            f"the gradients are wrong.\n"
-            f"  how to fix: make the region a pure function of its inputs and parameters: no "
-            f"state that changes between forward and backward (object attributes, explicit "
-            f"torch.Generator, nondeterministic kernels, ops like F.rrelu in training mode)."
-        )
-        details = {
-            "op": op,
-            "index": index,
-            "frame": frame,
-            "forward": _describe(expected),
-            "recompute": _describe(actual),
-        }
-        error = CheckpointMismatchError(message, kind="values", region=self.region, details=details)
-        if self.on_mismatch == "warn":
-            warnings.warn(message, CheckpointMismatchWarning, stacklevel=2)
+    def __enter__(self) -> SavedTensors:
+        top = _compat.resolve().top_saved_tensors_hooks()
+        if top is None:
+            pack_inner, unpack = (lambda x: x), (lambda x: x)
         else:
-            raise error
+            pack_inner, unpack = top
+
+        def pack(tensor: torch.Tensor) -> Any:
+            self._metas.append((tuple(tensor.shape), tensor.dtype, tensor.device.type))
+            garbage = self.log.holds_garbage(tensor)
+            self._sums.append(None if garbage else checksums(tensor, saved=True))
+            self.ids.append(id(tensor))
+            return pack_inner(tensor)
+
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+        self._hooks = None  # torch's hooks close over its checkpoint frame: do not keep them
+
+    def finish(self) -> None:
+        self.signatures = resolve_checksums(self._metas, self._sums)
+        self._metas, self._sums = [], []
+
+
+class StrictForward:
+    """Everything strict mode records while the region's forward runs."""
+
+    def __init__(self, reentrant: bool) -> None:
+        self.reentrant = reentrant
+        self.log = OpLog()
+        self.saved = SavedTensors(self.log)
+        self.outputs: list[tuple] = []
+        self.state_positions: set[int] = set()  # saved tensors that are updated module state
+
+    def __enter__(self) -> StrictForward:
+        self.log.__enter__()
+        if not self.reentrant:
+            self.saved.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.reentrant:
+            self.saved.__exit__(*exc)
+        self.log.__exit__(*exc)
+        self.saved.finish()
+        self.log.finish()
+
+    def record_outputs(self, out: Any) -> None:
+        self.outputs = signatures([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
+
+    def mark_state(self, state_ids: set[int]) -> None:
+        """Saved tensors that are buffers the region writes: compared by shape only."""
+        self.state_positions = {i for i, k in enumerate(self.saved.ids) if k in state_ids}
+
+
+class StrictRecompute:
+    """The recompute's side: the same records, compared with the forward's at the end."""
+
+    def __init__(self, forward: StrictForward) -> None:
+        self.forward = forward
+        self.log = OpLog()
+        self.log.keep_frames = True
+        self.saved = SavedTensors(self.log)
+        self.outputs: list[tuple] = []
+
+    def __enter__(self) -> StrictRecompute:
+        self.log.__enter__()
+        if not self.forward.reentrant:
+            self.saved.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.forward.reentrant:
+            self.saved.__exit__(*exc)
+        self.log.__exit__(*exc)
+        self.saved.finish()
+        self.log.finish()
+
+    def record_outputs(self, out: Any) -> None:
+        self.outputs = signatures([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
+
+    def difference(self, stopped_early: bool) -> tuple[str, dict[str, Any]] | None:
+        """(what differs, how much) for the first tensor backward uses that differs."""
+        forward = self.forward
+        if forward.reentrant:
+            pairs = list(zip(forward.outputs, self.outputs, strict=False))
+            label = "output"
+        else:
+            pairs = list(zip(forward.saved.signatures, self.saved.signatures, strict=False))
+            label = "tensor saved for backward"
+        for index, (old, new) in enumerate(pairs):
+            if old[:3] != new[:3] and not forward.reentrant:
+                return None  # shape, dtype or device: torch's own check raises, we explain it
+            if index in forward.state_positions:
+                old, new = old[:3], new[:3]
+            found = compare_signatures(old, new)
+            if found is not None:
+                return f"{label} #{index} of the region", found
+        if stopped_early:
+            pending = self._pending_write()
+            if pending is not None:
+                return pending
+        return None
+
+    def _pending_write(self) -> tuple[str, dict[str, Any]] | None:
+        """torch stopped the recompute while an op saved its inputs, before it ran; if that op
+        writes into one of them (RReLU's noise), the saved tensor misses the write."""
+        ops = self.forward.log.ops
+        index = len(self.log.ops)
+        if index < len(ops) and ops[index][2]:
+            summary = (
+                f"{ops[index][0]} never ran in the recompute (torch stopped early once every "
+                f"saved tensor was recomputed, while this op saved its inputs); it writes into "
+                f"one of them, so the tensor backward uses misses that write"
+            )
+            return f"op #{index} {ops[index][0]}", {"summary": summary, "relative": math.inf}
+        return None
+
+    def first_diverging_op(self) -> dict[str, Any] | None:
+        old_ops, new_ops = self.forward.log.ops, self.log.ops
+        for index in range(max(len(old_ops), len(new_ops))):
+            old = old_ops[index] if index < len(old_ops) else None
+            new = new_ops[index] if index < len(new_ops) else None
+            if new is None:
+                if old is not None and old[2]:
+                    frame = "(not run by the recompute)"
+                    return _op_entry(index, old, None, frame)
+                return None
+            if old is None or not _same_op(old, new):
+                frame = self.log.frames[index] if index < len(self.log.frames) else ""
+                return _op_entry(index, old, new, frame)
+        return None
+
+
+def _same_op(old: tuple, new: tuple) -> bool:
+    if old[0] != new[0] or len(old[1]) != len(new[1]):
+        return False
+    for a, b in zip(old[1], new[1], strict=True):
+        if not isinstance(a, tuple) or not isinstance(b, tuple):
+            if a != b:
+                return False
+            continue
+        if a[:2] != b[:2]:
+            return False
+        if len(a) == 4 and len(b) == 4:  # (shape, dtype, sum, sum of squares)
+            tolerance = _TOLERANCE.get(a[1], _DEFAULT_TOLERANCE)
+            squares = max(a[3], b[3], 1e-300)
+            spread = math.sqrt(squares * (math.prod(a[0]) or 1))
+            if abs(a[2] - b[2]) / spread > tolerance or abs(a[3] - b[3]) / squares > tolerance:
+                return False
+    return True
+
+
+def _describe_op(op: tuple | None) -> str:
+    if op is None:
+        return "<no such op>"
+    name, outputs, _ = op
+    shown = []
+    for output in outputs:
+        if isinstance(output, tuple):
+            text = f"{list(output[0])} {str(output[1]).replace('torch.', '')}"
+            if len(output) == 4:
+                text += f" sum={output[2]!r} sumsq={output[3]!r}"
+            shown.append(text)
+        else:
+            shown.append(str(output))
+    return f"{name} -> ({', '.join(shown)})"
+
+
+def _op_entry(index: int, old: tuple | None, new: tuple | None, frame: str) -> dict[str, Any]:
+    return {
+        "index": index,
+        "op": (new or old)[0],
+        "frame": frame,
+        "forward": _describe_op(old),
+        "recompute": _describe_op(new),
+    }

@@ -1,152 +1,538 @@
-"""Compare a region's forward fingerprint with what it would read now, and explain the change."""
+"""A region's fingerprint: everything it can reach, read through plans after the forward and
+read again before each recompute; the first difference is handed to ``_explain``.
+
+What a region reaches: process-wide torch settings; the global module hooks; the modules its
+forward ran (seen by ``_intercept``) plus modules bound into the callable; the functions it and
+those modules' code call (their globals, closures and defaults); its arguments (keywords and
+containers, bounded) and objects bound into partials and methods, with the attribute chains
+its code reads from them.
+"""
 
 from __future__ import annotations
 
 import functools
 import types
-import warnings
-from typing import Any
+import weakref
+from typing import Any, NamedTuple
 
 import torch
 
+from ckptguard import _compat
 from ckptguard._fingerprint import (
-    Label,
-    LooseTensorFP,
-    TensorFP,
-    code_location,
-    function_name,
-    readable_tensor_fp,
+    MISSING,
+    OBJECT,
+    argument_fp,
+    input_fp,
+    value_fp,
+)
+from ckptguard._plan import (
+    _argument_names,
+    code_reads,
+    function_plan,
+    is_library_code,
+    module_plan,
+    read_chain,
+    rebuild_function_plan,
+    static_attribute,
     unwrap_function,
 )
-from ckptguard.errors import CheckpointMismatchError, CheckpointMismatchWarning, abbreviate
+from ckptguard._reader import RegionReader, cached_reader, store_reader
 
-_FIXES = {
-    "function": (
-        "patch or replace code (forward, __code__, monkeypatches) before the forward pass or "
-        "after backward, never between them"
-    ),
-    "global": (
-        "do not rebind or mutate this global between forward and backward; pass the value to "
-        "the region as an argument, or read it once outside the region"
-    ),
-    "closure": (
-        "the region closes over a variable that was rebound after the forward (often a loop "
-        "variable: late binding); bind the value now with functools.partial(fn, name=value) "
-        "or a default argument"
-    ),
-    "attribute": (
-        "change module attributes only after backward (e.g. after optimizer.step()), or pass "
-        "the value to the region as an input"
-    ),
-    "training": (
-        "switch train()/eval() only between steps, not between forward and backward; run "
-        "evaluation passes under torch.no_grad()"
-    ),
-    "tensor": (
-        "update parameters, buffers and inputs (optimizer.step(), load_state_dict, in-place "
-        "writes, assignment) only after backward"
-    ),
-    "placement": "move or cast the model (.to(), .double(), .half()) only between steps",
-}
+_MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})
 
 
-def describe_region(fn: Any) -> str:
-    """Qualified name and file:line of the function a checkpoint region runs."""
-    target = fn
-    while isinstance(target, functools.partial):
-        target = target.func
+class Difference(Exception):
+    """Internal: the first fingerprint that differs, with what explains it."""
+
+    def __init__(self, kind: str, name: str, where: str, old: Any, new: Any):
+        super().__init__(name)
+        self.kind, self.name, self.where, self.old, self.new = kind, name, where, old, new
+
+
+class Binding(NamedTuple):
+    """A region's callable taken apart once: what it finally calls, the arguments bound
+    before the call's own, and the innermost Python function (whose argument chains count)."""
+
+    target: Any
+    bound_args: list
+    bound_kwargs: dict
+    function: types.FunctionType | None
+
+
+def bind(fn: Any) -> Binding:
+    target, bound_args, bound_kwargs = _bind(fn)
+    function = target if isinstance(target, types.FunctionType) else None
     if isinstance(target, torch.nn.Module):
         forward = target.__dict__.get("forward") or type(target).forward
-        source = unwrap_function(forward) or forward
-        return f"{type(target).__qualname__}.forward ({code_location(source.__code__)})"
-    if isinstance(target, types.MethodType):
-        owner = target.__self__
-        if isinstance(owner, torch.nn.Module) and target.__func__.__name__ in (
-            "__call__",
-            "_wrapped_call_impl",
-        ):
-            return describe_region(owner)
-        target = target.__func__
-    target = unwrap_function(target) or target
-    code = getattr(target, "__code__", None)
-    return f"{function_name(target)} ({code_location(code)})"
+        function = unwrap_function(getattr(forward, "__func__", forward))
+    if function is not None and is_library_code(function.__code__):
+        function = None
+    return Binding(target, bound_args, bound_kwargs, function)
 
 
-def _describe_value(value: Any) -> str:
-    value = readable_tensor_fp(value) or value
-    if isinstance(value, TensorFP):
-        return (
-            f"tensor {tuple(value.shape)} {value.dtype} on {value.device} (version {value.version})"
-        )
-    if isinstance(value, LooseTensorFP):
-        return f"tensor {tuple(value.shape)} {value.dtype} on {value.device}"
-    if isinstance(value, types.CodeType):
-        name = getattr(value, "co_qualname", value.co_name)
-        return f"code of {name} ({code_location(value)})"
-    if isinstance(value, types.FunctionType):
-        return f"function {function_name(value)} ({code_location(value.__code__)})"
-    if isinstance(value, tuple) and len(value) == 3 and value[0] == "id":
-        return f"{value[2]} object at {value[1]:#x}"
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type):
-        return f"{value[0].__name__} with shallow content {abbreviate(value[1])}"
-    return abbreviate(value)
+def _bind(fn: Any) -> tuple[Any, list, dict]:
+    """(innermost callable, positional values bound before the call's, bound keywords)."""
+    bound_args: list = []
+    bound_kwargs: dict = {}
+    while True:
+        if isinstance(fn, functools.partial):
+            bound_args[:0] = list(fn.args)
+            bound_kwargs = {**fn.keywords, **bound_kwargs}
+            fn = fn.func
+        elif isinstance(fn, types.MethodType):
+            owner = fn.__self__
+            if isinstance(owner, torch.nn.Module) and fn.__func__.__name__ in _MODULE_CALLS:
+                fn = owner
+            else:
+                bound_args.insert(0, owner)
+                fn = fn.__func__
+        elif isinstance(fn, torch.nn.Module):
+            forward = fn.__dict__.get("forward") or type(fn).forward
+            if not isinstance(forward, types.MethodType):
+                bound_args.insert(0, fn)
+            return fn, bound_args, bound_kwargs
+        else:
+            return fn, bound_args, bound_kwargs
 
 
-def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
-    """Refine a tensor mismatch into (kind, what happened)."""
-    if old is None or new is None or type(old) is not type(new):
-        return "tensor", "set, removed or replaced"
-    if old.dtype != new.dtype or old.device != new.device:
-        return "placement", (
-            f"moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
-        )
-    if isinstance(old, LooseTensorFP):
-        return "tensor", f"reshaped from {tuple(old.shape)} to {tuple(new.shape)}"
-    if old.ident != new.ident:
-        return "tensor", "replaced by a different tensor object"
-    if old.shape != new.shape:
-        return "tensor", f"resized from {tuple(old.shape)} to {tuple(new.shape)}"
-    if old.version != new.version:
-        return "tensor", (
-            f"modified in place (version counter {old.version} -> {new.version}, e.g. an "
-            "optimizer step or a .copy_/.add_)"
-        )
-    return "tensor", "its storage was swapped (.data = ... or set_())"
+def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
+    """Modules and Python functions a region's callable holds directly (partials, methods,
+    closures, decorators), before anything runs."""
+    modules: list = []
+    functions: list[types.FunctionType] = []
+    pending = [fn]
+    seen: set[int] = set()
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.nn.Module):
+            modules.append(item)
+        elif isinstance(item, functools.partial):
+            pending.append(item.func)
+            pending.extend(v for v in (*item.args, *item.keywords.values()) if _is_callable(v))
+        elif isinstance(item, types.MethodType):
+            pending.append(item.__self__ if isinstance(item.__self__, torch.nn.Module) else None)
+            if not (
+                isinstance(item.__self__, torch.nn.Module)
+                and item.__func__.__name__ in _MODULE_CALLS
+            ):
+                pending.append(item.__func__)
+        elif isinstance(item, types.FunctionType):
+            functions.append(item)
+            wrapped = getattr(item, "__wrapped__", None)
+            if wrapped is not None:
+                pending.append(wrapped)
+            for cell in item.__closure__ or ():
+                try:
+                    value = cell.cell_contents
+                except ValueError:
+                    continue
+                if _is_callable(value):
+                    pending.append(value)
+    return modules, functions
 
 
-def build_error(
-    region: str, label: Label, old: Any, new: Any, extra: str = ""
-) -> CheckpointMismatchError:
-    kind = label.kind
-    old_tensor, new_tensor = readable_tensor_fp(old), readable_tensor_fp(new)
-    if old_tensor is not None or new_tensor is not None:
-        kind, change = _tensor_change(old_tensor, new_tensor)
-        what = f"{label.name} ({label.where}) was {change}"
-    else:
-        what = f"{label.name} ({label.where}) changed"
-    old_text, new_text = _describe_value(old), _describe_value(new)
-    message = (
-        f"ckptguard [{kind}]: checkpointed region {region} would be recomputed differently "
-        f"from its forward pass.\n"
-        f"  what changed: {what}{extra}\n"
-        f"  forward saw:  {old_text}\n"
-        f"  now:          {new_text}\n"
-        f"  effect: backward reruns the region with the new state, so its gradients belong to a "
-        f"different computation than the forward's output; plain PyTorch does not notice.\n"
-        f"  how to fix: {_FIXES[kind]}."
+def _is_callable(value: Any) -> bool:
+    return isinstance(
+        value, (torch.nn.Module, functools.partial, types.MethodType, types.FunctionType)
     )
-    details = {"name": label.name, "where": label.where, "old": old_text, "new": new_text}
-    return CheckpointMismatchError(message, kind=kind, region=region, details=details)
 
 
-def report(error: CheckpointMismatchError, on_mismatch: str) -> None:
-    if on_mismatch == "warn":
-        warnings.warn(str(error), CheckpointMismatchWarning, stacklevel=3)
-    else:
-        raise error
+class RegionFingerprint:
+    """The values a region's forward saw, and the reader that reads them again."""
+
+    __slots__ = (
+        "reader",
+        "roots",
+        "top_hooks",
+        "written",
+        "values",
+        "checks",
+        "arguments",
+        "argument_chains",
+        "argument_values",
+    )
+
+    def __init__(self) -> None:
+        self.arguments: tuple[list, list] = ([], [])  # (positional tensors, other arguments)
+        self.argument_chains: list[tuple[str, Any, tuple]] = []
 
 
-def first_difference(old: list, new: list) -> int:
+def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
+    """Getters of the process-wide settings the recompute does not restore."""
+    if reentrant and resolved.default_device is not None:  # non-reentrant restores it
+        return (*resolved.torch_state, ("torch.get_default_device()", resolved.default_device))
+    return resolved.torch_state
+
+
+def _masked(
+    reader: RegionReader, values: tuple, written: dict[int, frozenset], top_hooks: bool
+) -> tuple:
+    """Values without what cannot change the recompute: buffers the region itself writes, and
+    (non-reentrant module regions) the region module's own forward hooks: the recompute stops
+    inside the forward, and its output is never used, so such a hook never matters."""
+    if not written and not (top_hooks and values[2][3]):
+        return values
+    out = list(values)
+    if top_hooks and values[2][3]:
+        group = list(out[2])
+        pre, _, backward_pre, backward = group[3]
+        group[3] = (pre, (), backward_pre, backward) if pre or backward_pre or backward else ()
+        out[2] = tuple(group)
+    for index, plan in enumerate(reader.module_plans):
+        done = written.get(index)
+        if done:
+            out[2 + index] = plan.masked(out[2 + index], done)
+    return tuple(out)
+
+
+def _build_reader(
+    modules: list, roots: list, reentrant: bool, loose: set[int], fresh: bool
+) -> RegionReader:
+    plans = [module_plan(m, id(m) in loose, fresh) for m in modules]
+    root_plans = [rebuild_function_plan(f) if fresh else function_plan(f) for f in roots]
+    class_functions: dict[int, weakref.ref] = {}
+    root_ids = {id(f) for f in roots}
+    for plan in plans:
+        for ref in plan.functions:
+            func = ref()
+            if func is not None and id(func) not in root_ids:
+                class_functions.setdefault(id(func), ref)
+    class_plans = []
+    for ref in class_functions.values():
+        func = ref()
+        class_plans.append(rebuild_function_plan(func) if fresh else function_plan(func))
+    torch_state = _torch_state(_compat.resolve(), reentrant)
+    function_plans = [*root_plans, *class_plans]
+    functions = []
+    for plan, func in zip(
+        function_plans, [*roots, *(r() for r in class_functions.values())], strict=True
+    ):
+        functions += plan.functions(func)
+    return RegionReader(
+        modules,
+        plans,
+        function_plans,
+        list(class_functions.values()),
+        torch_state,
+        functions,
+    )
+
+
+def region_module(binding: Binding) -> torch.nn.Module | None:
+    """The module a region calls: ``checkpoint(block, ...)``, ``block.__call__``, partials of
+    them, and ``partial(Block.forward, block, ...)`` (transformers' layers). None when the
+    region is another function, which may call any module it reaches."""
+    target, bound_args = binding.target, binding.bound_args
+    if isinstance(target, torch.nn.Module):
+        return target
+    if bound_args and isinstance(bound_args[0], torch.nn.Module):
+        module = bound_args[0]
+        owner = getattr(target, "__qualname__", "").rpartition(".")[0]
+        if any(klass.__qualname__ == owner for klass in type(module).__mro__):
+            return module  # a method of the module's class, called with the module as self
+    return None
+
+
+def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
+    """A module region's modules: its subtree, plus modules its code reaches outside the tree
+    through attributes (``self.shared = other_module`` set without registering it)."""
+    out: list = []
+    seen: set[int] = set()
+    pending = [target]
+    while pending:
+        module = pending.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        out.append(module)
+        pending.extend(reversed([c for c in module._modules.values() if c is not None]))
+        plan = module_plan(module, id(module) in loose)
+        for chain, _, kind in plan.chains:
+            if kind == "object":
+                value = read_chain(static_attribute(module, chain[0]), chain[1:])
+                if isinstance(value, torch.nn.Module) and id(value) not in seen:
+                    pending.append(value)
+    return out
+
+
+def _reader_key(
+    target: Any, modules: list, roots: list, reentrant: bool, loose: set[int]
+) -> tuple[tuple, Any]:
+    """(cache key, anchor module) of a region's reader: a module region's reader is stored
+    under its module, a function region's under the first module it ran."""
+    functions = tuple([(f.__code__, id(f.__globals__)) for f in roots])
+    frozen = frozenset(loose) if loose else None
+    if target is not None:
+        return ("tree", functions, reentrant, frozen), target
+    ids = tuple([id(m) for m in modules])
+    return (ids, functions, reentrant, frozen), (modules[0] if modules else None)
+
+
+def reader_for(
+    target: Any, observed: list, reach: tuple, reentrant: bool, loose: set[int]
+) -> tuple[RegionReader, list, list]:
+    """(reader, its modules, the region's own functions): cached per module region (its
+    tree) or per set of observed modules; ``capture`` checks it and rebuilds it if stale."""
+    static_modules, static_functions = reach
+    roots = [f for f in static_functions if not is_library_code(f.__code__)]
+    if target is not None:
+        key, anchor = _reader_key(target, [], roots, reentrant, loose)
+        reader = cached_reader(key, anchor, None)
+        if reader is None:
+            reader = _build_reader(module_tree(target, loose), roots, reentrant, loose, False)
+            store_reader(key, anchor, reader)
+        return reader, [ref() for ref in reader.module_refs], roots
+    modules = list({id(m): m for m in (*static_modules, *observed)}.values())
+    key, anchor = _reader_key(None, modules, roots, reentrant, loose)
+    reader = cached_reader(key, anchor, modules)
+    if reader is None:
+        reader = _build_reader(modules, roots, reentrant, loose, False)
+        store_reader(key, anchor, reader)
+    return reader, modules, roots
+
+
+def capture(
+    binding: Binding,
+    prepared: tuple[RegionReader, list, list],
+    target: Any,
+    written: dict[int, frozenset],
+    args: tuple,
+    kwargs: dict,
+    reentrant: bool,
+    own_hooks: frozenset,
+    loose: set[int],
+) -> RegionFingerprint:
+    """Read everything the region reached; a reader that no longer matches its modules (a
+    child replaced, an attribute added, a followed global rebound) is rebuilt here."""
+    reader, modules, roots = prepared
+    values = checks = None
+    for fresh in (False, True):
+        if fresh:
+            if target is not None:
+                modules = module_tree(target, loose)
+            reader = _build_reader(modules, roots, reentrant, loose, fresh=True)
+            key, anchor = _reader_key(target, modules, roots, reentrant, loose)
+            store_reader(key, anchor, reader)
+        functions = reader.functions(roots)
+        if functions is None or None in modules:
+            continue
+        values, checks = reader.read_safely(modules, functions, own_hooks)
+        if fresh or (checks == reader.checks and not reader.stale_functions(values)):
+            break
+    fingerprint = RegionFingerprint()
+    fingerprint.reader = reader
+    fingerprint.roots = roots
+    if written:
+        index_of = {id(m): i for i, m in enumerate(modules)}
+        written = {index_of[k]: v for k, v in written.items() if k in index_of}
+    fingerprint.written = written
+    fingerprint.top_hooks = target is not None and not reentrant
+    fingerprint.values = _masked(reader, values, written, fingerprint.top_hooks)
+    fingerprint.checks = checks
+    _capture_arguments(fingerprint, binding, args, kwargs)
+    return fingerprint
+
+
+def compare(
+    fingerprint: RegionFingerprint,
+    binding: Binding,
+    args: tuple,
+    kwargs: dict,
+    own_hooks: frozenset,
+    name_module: Any,
+) -> None:
+    """Raise ``Difference`` for the first value that differs from the forward's."""
+    reader = fingerprint.reader
+    modules = [ref() for ref in reader.module_refs]
+    functions = reader.functions(fingerprint.roots)
+    if functions is not None and all(m is not None for m in modules):
+        values, checks = reader.read_safely(modules, functions, own_hooks)
+        values = _masked(reader, values, fingerprint.written, fingerprint.top_hooks)
+        if values != fingerprint.values:
+            _explain_values(fingerprint, values, modules, functions, name_module)
+        if checks != fingerprint.checks:
+            _explain_reshaped(fingerprint, checks, modules, name_module)
+    _compare_arguments(fingerprint, binding, args, kwargs)
+
+
+def _explain_values(
+    fingerprint: RegionFingerprint, values: tuple, modules: list, functions: list, name_module: Any
+) -> None:
+    reader = fingerprint.reader
+    for group, (old_group, new_group) in enumerate(zip(fingerprint.values, values, strict=True)):
+        if old_group == new_group:
+            continue
+        index = _first_difference(old_group, new_group)
+        old, new = _at(old_group, index), _at(new_group, index)
+        if group == 0:
+            raise Difference(
+                "torch_state", reader.torch_labels[index], "process-wide torch setting", old, new
+            )
+        if group == 1:
+            name = _compat.GLOBAL_HOOK_DICTS[index]
+            where = "global module hooks, run by every module"
+            old, new = _hooks_text(old), _hooks_text(new)
+            raise Difference("hook", f"torch.nn.modules.module.{name}", where, old, new)
+        module_index = group - 2
+        if module_index < len(modules):
+            kind, attribute = reader.module_plans[module_index].labels[index]
+            _raise_module(kind, attribute, modules[module_index], old, new, name_module)
+        kind, name, where = reader.function_labels[index]
+        raise Difference(kind, name, where, old, new)
+
+
+def _explain_reshaped(
+    fingerprint: RegionFingerprint, checks: tuple, modules: list, name_module: Any
+) -> None:
+    """A module's shape changed (an attribute, parameter, buffer or child added or removed)
+    while every value its plan reads stayed equal: read it through a fresh plan and compare
+    what both plans read (a new instance attribute may now shadow a class attribute)."""
+    reader = fingerprint.reader
+    for index, (old, new) in enumerate(zip(fingerprint.checks, checks, strict=True)):
+        if old == new:
+            continue
+        module, plan = modules[index], reader.module_plans[index]
+        fresh_plan = module_plan(module, plan.loose, fresh=True)
+        fresh = RegionReader([module], [fresh_plan], [], [], (), [])
+        current = fresh.read([module], [], frozenset())[0][2]
+        written = fingerprint.written.get(index)
+        if written:
+            current = fresh.module_plans[0].masked(current, written)
+        before = dict(zip(plan.labels, fingerprint.values[2 + index], strict=True))
+        for label, value in zip(fresh.module_plans[0].labels, current, strict=True):
+            if label in before and before[label] != value:
+                _raise_module(*label, module, before[label], value, name_module)
+
+
+def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
+    """(positional tensors, every other argument) of a call, in a fixed order: call arguments,
+    then objects bound into partials and methods (modules aside: they have their own plans)."""
+    tensors, others = [], []
+    for value in args:
+        (tensors if isinstance(value, torch.Tensor) else others).append(value)
+    others += kwargs.values()
+    others += [v for v in binding.bound_args if not isinstance(v, torch.nn.Module)]
+    others += binding.bound_kwargs.values()
+    return tensors, others
+
+
+def _argument_labels(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
+    tensors = [
+        f"positional argument {i}" for i, v in enumerate(args) if isinstance(v, torch.Tensor)
+    ]
+    others = [
+        f"positional argument {i}" for i, v in enumerate(args) if not isinstance(v, torch.Tensor)
+    ]
+    others += [f"keyword argument {k}" for k in kwargs]
+    where = "bound into the region's functools.partial or method"
+    others += [
+        f"bound argument {i} ({where})"
+        for i, v in enumerate(binding.bound_args)
+        if not isinstance(v, torch.nn.Module)
+    ]
+    others += [f"bound keyword {k} ({where})" for k in binding.bound_kwargs]
+    return tensors, others
+
+
+def _capture_arguments(
+    fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
+) -> None:
+    tensors, others = _arguments(binding, args, kwargs)
+    fingerprint.arguments = (
+        [(weakref.ref(t), input_fp(t)) for t in tensors],
+        [argument_fp(v) for v in others],
+    )
+    chains = fingerprint.argument_chains
+    function = binding.function
+    if function is not None:
+        reads = code_reads(function.__code__)
+        if reads.arg_chains:
+            names = _argument_names(function.__code__)
+            bound = dict(zip(names, [*binding.bound_args, *args], strict=False))
+            bound.update(binding.bound_kwargs)
+            bound.update(kwargs)
+            for name, attrs in sorted(reads.arg_chains):
+                value = bound.get(name, MISSING)
+                if value is MISSING or isinstance(value, (torch.Tensor, torch.nn.Module)):
+                    continue  # tensors are arguments above; modules have their own plans
+                chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
+    fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
+
+
+def _compare_arguments(
+    fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
+) -> None:
+    tensors, others = _arguments(binding, args, kwargs)
+    old_tensors, old_others = fingerprint.arguments
+    for index, ((ref, old), tensor) in enumerate(zip(old_tensors, tensors, strict=False)):
+        # nested and reentrant recomputes get new input objects: only the same object is
+        # comparable (torch checks the versions of the tensors it saved itself)
+        if ref() is tensor and input_fp(tensor) != old:
+            label = _argument_labels(binding, args, kwargs)[0][index]
+            raise Difference("argument", label, "argument of the region", old, input_fp(tensor))
+    new_others = [argument_fp(v) for v in others]
+    if new_others != old_others:
+        index = _first_difference(old_others, new_others)
+        label = _argument_labels(binding, args, kwargs)[1][index]
+        old, new = _at(old_others, index), _at(new_others, index)
+        raise Difference("argument", label, "argument of the region", old, new)
+    chains = fingerprint.argument_chains
+    if chains:
+        old_chains = fingerprint.argument_values
+        new_chains = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
+        if new_chains != old_chains:
+            index = _first_difference(old_chains, new_chains)
+            where = "attribute of an object passed to or bound into the region"
+            old, new = old_chains[index], new_chains[index]
+            raise Difference("attribute", chains[index][0], where, old, new)
+
+
+def _raise_module(
+    kind: str, attribute: str, module: Any, old: Any, new: Any, name_module: Any
+) -> None:
+    owner = type(module).__name__
+    where = {
+        "tensor": f"parameter or buffer of {owner}",
+        "attribute": f"read by {owner}'s code",
+        "hook": f"hooks of {owner}",
+    }.get(kind, f"{owner} module")
+    if kind == "hook":  # the module's four hook dicts, () when all are empty
+        names = _compat.MODULE_HOOK_DICTS
+        before, after = old or ((),) * len(names), new or ((),) * len(names)
+        index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
+        attribute = names[index]
+        old, new = _hooks_text(before[index]), _hooks_text(after[index])
+    name = f"{name_module(module)}.{attribute}"
+    if kind == "attribute" and type(old) is int and type(new) is int:
+        # read by identity: say what the attribute holds now
+        chain = tuple(attribute.split("."))
+        current = read_chain(static_attribute(module, chain[0]), chain[1:])
+        old, new = (OBJECT, old, type(current)), (OBJECT, new, type(current))
+    raise Difference(kind, name, where, old, new)
+
+
+class _Text(str):
+    """A description shown as it is in a message (no quotes)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _hooks_text(keys: tuple) -> str:
+    if not keys:
+        return _Text("no hooks")
+    plural = "s" if len(keys) > 1 else ""
+    return _Text(f"{len(keys)} hook{plural} (handle ids {', '.join(map(str, keys))})")
+
+
+def _at(values: list, index: int) -> Any:
+    return values[index] if index < len(values) else MISSING
+
+
+def _first_difference(old: list, new: list) -> int:
     for index, (a, b) in enumerate(zip(old, new, strict=False)):
         if a is not b and a != b:
             return index

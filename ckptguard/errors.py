@@ -9,20 +9,21 @@ MISMATCH_KINDS = (
     "global",
     "closure",
     "attribute",
+    "hook",
     "training",
     "tensor",
     "placement",
+    "torch_state",
     "rng_device",
     "values",
+    "saved_tensors",
 )
+GUARD_KINDS = ("side_effect", "lost_gradients")
 
 
-class CheckpointMismatchError(RuntimeError):
-    """A checkpointed region's recompute would differ from its forward.
-
-    ``kind`` is one of ``MISMATCH_KINDS``, ``region`` names the region's function and
-    where it is defined, ``details`` holds the machine-readable facts (name, old, new, ...).
-    """
+class CheckpointGuardError(RuntimeError):
+    """Base of ckptguard's errors: ``kind`` names what was found, ``region`` the checkpointed
+    region (its module path and function), ``details`` holds the machine-readable facts."""
 
     def __init__(self, message: str, *, kind: str, region: str, details: dict[str, Any]):
         super().__init__(message)
@@ -31,12 +32,33 @@ class CheckpointMismatchError(RuntimeError):
         self.details = details
 
 
+class CheckpointMismatchError(CheckpointGuardError):
+    """A checkpointed region's recompute differs (or would differ) from its forward.
+
+    ``kind`` is one of ``MISMATCH_KINDS``.
+    """
+
+
+class RecomputeSideEffectError(CheckpointGuardError):
+    """Strict mode: the recompute changed module state a second time (kind ``side_effect``)."""
+
+
+class LostGradientsError(CheckpointGuardError):
+    """``on_lost_gradients="raise"``: parameters of a reentrant region get no gradient
+    (kind ``lost_gradients``)."""
+
+
+class CheckpointGuardCompatibilityError(RuntimeError):
+    """This torch lacks a hook point the guard needs; nothing would be guarded."""
+
+
 class CheckpointMismatchWarning(UserWarning):
     """Issued instead of ``CheckpointMismatchError`` when ``on_mismatch="warn"``."""
 
 
 class CheckpointGuardWarning(UserWarning):
-    """A checkpoint call that works but will not do what its author likely wants."""
+    """A checkpoint call that works but will not do what its author likely wants: parameters
+    that will get no gradient, or a recompute that updates module state a second time."""
 
 
 def abbreviate(value: Any, limit: int = 60) -> str:

@@ -7,7 +7,8 @@
 Each --inject makes one change between a step's forward and its backward, the kind of mistake
 that plain PyTorch lets through because the backward recomputes checkpointed blocks from the
 *current* state: a rebound global, a late-bound loop variable, a train/eval switch, a changed
-module attribute, an optimizer step, a cast, a monkeypatch, or unpreserved RNG.
+module attribute, an optimizer step, a cast, a monkeypatch, unpreserved RNG, a hook registered
+mid-step, or a process-wide torch setting (the default dtype).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ INJECTIONS = (
     "placement",
     "function",
     "rng_device",
+    "hook",
+    "torch_state",
 )
 
 
@@ -100,6 +103,10 @@ def inject(name: str, model: TinyLM) -> None:
         model.double()
     elif name == "function":
         Block.forward = patched_forward
+    elif name == "hook":  # e.g. a debugging hook added by a callback mid-step
+        model.blocks[0].mlp.register_forward_hook(lambda module, args, out: out * 0.5)
+    elif name == "torch_state":
+        torch.set_default_dtype(torch.float64)
 
 
 def main() -> None:

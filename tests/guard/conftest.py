@@ -31,3 +31,30 @@ def grads_equal(first, second):
         (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
         for a, b in zip(first, second, strict=True)
     )
+
+
+def silently_wrong_then_named(step, change, undo, kind, *texts):
+    """``step(change)`` runs a checkpointed forward, calls ``change`` (if any) before backward
+    and returns the gradients. Plain torch must give different gradients without a word; the
+    guard must raise ``CheckpointMismatchError`` of ``kind`` naming ``texts``; an unchanged
+    step under the guard must match plain torch bit for bit. Returns the error."""
+    honest = step(None)
+    try:
+        changed = step(change)
+    finally:
+        undo()
+    assert not grads_equal(honest, changed), "plain torch should silently differ"
+    ckptguard.enable()
+    try:
+        with pytest.raises(ckptguard.CheckpointMismatchError) as info:
+            step(change)
+    finally:
+        undo()
+        ckptguard.disable()
+    error = info.value
+    assert error.kind == kind, str(error)
+    for text in texts:
+        assert text in str(error), (text, str(error))
+    with ckptguard.guard():
+        assert grads_equal(step(None), honest)
+    return error

@@ -26,9 +26,10 @@ class Block(nn.Module):
         self.fc2 = nn.Linear(2 * width, width)
         self.dropout = nn.Dropout(0.2)
         self.norm = nn.LayerNorm(width)
+        self.gain = 1.0
 
     def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-        return x + self.dropout(self.fc2(torch.relu(self.fc1(self.norm(x))))) * scale
+        return x + self.dropout(self.fc2(torch.relu(self.fc1(self.norm(x))))) * scale * self.gain
 
 
 class Nested(nn.Module):
@@ -133,15 +134,22 @@ def test_bad_on_mismatch_is_rejected() -> None:
 
 
 def _attribute_change_is_caught(run_region, block: Block) -> None:
-    """A clean step passes; then forward, change an attribute, backward: the guard objects."""
+    """A clean step passes; an attribute the forward never reads may change; then forward,
+    change an attribute it reads, backward: the guard objects."""
     x = torch.randn(2, 16, requires_grad=True)
     block.extra = 1.0
     run_region(x).sum().backward()
     out = run_region(x)
-    block.extra = 2.0
-    with pytest.raises(ckptguard.CheckpointMismatchError) as info:
-        out.sum().backward()
-    assert info.value.kind == "attribute" and ".extra" in str(info.value)
+    block.extra = 2.0  # never read by Block.forward: no alarm
+    out.sum().backward()
+    out = run_region(x)
+    block.gain = 2.0
+    try:
+        with pytest.raises(ckptguard.CheckpointMismatchError) as info:
+            out.sum().backward()
+    finally:
+        block.gain = 1.0
+    assert info.value.kind == "attribute" and ".gain" in str(info.value)
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["guard", "strict"])
@@ -216,21 +224,27 @@ def test_reentrant_without_grad_inputs_warns_with_parameter_names() -> None:
 
 
 def _shared_state_run() -> list[torch.Tensor]:
-    """BatchNorm run twice before backward, one block used twice, a region under autocast."""
+    """BatchNorm regions run twice before backward (one in eval(), reading its running
+    statistics, one without running statistics), one block used twice, a region under autocast
+    whose weight is cast once and used twice (autocast's cast cache)."""
     torch.manual_seed(0)
     normed = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU())
+    normed[1].eval()
+    batch_stats = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8, track_running_stats=False))
     shared = nn.Linear(8, 8)
     first, second = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True)
     collected = []
     for reentrant in (False, True):
-        a = bound_before_enable(normed, first, use_reentrant=reentrant)  # updates running stats
-        b = bound_before_enable(normed, second, use_reentrant=reentrant)  # ... and again
+        a = bound_before_enable(normed, first, use_reentrant=reentrant)
+        b = bound_before_enable(normed, second, use_reentrant=reentrant)
+        b = bound_before_enable(batch_stats, b, use_reentrant=reentrant)
+        b = bound_before_enable(batch_stats, b, use_reentrant=reentrant)
         hidden = bound_before_enable(shared, a, use_reentrant=reentrant)
         hidden = bound_before_enable(shared, hidden, use_reentrant=reentrant)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            low = bound_before_enable(shared, b, use_reentrant=reentrant)
+            low = bound_before_enable(lambda t: shared(shared(t)), b, use_reentrant=reentrant)
         (hidden.sum() + low.float().sum()).backward()
-        collected += grads_of(normed, first, second) + grads_of(shared)
+        collected += grads_of(normed, first, second) + grads_of(shared) + grads_of(batch_stats)
         collected += [normed[1].running_mean.clone(), normed[1].num_batches_tracked.clone()]
     return collected
 
@@ -238,8 +252,10 @@ def _shared_state_run() -> list[torch.Tensor]:
 @pytest.mark.parametrize("strict", [False, True], ids=["guard", "strict"])
 def test_shared_modules_batchnorm_and_autocast_without_alarm(strict: bool) -> None:
     plain = _shared_state_run()
-    with ckptguard.guard(strict=strict):
-        guarded = _shared_state_run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ckptguard.CheckpointGuardWarning)
+        with ckptguard.guard(strict=strict):
+            guarded = _shared_state_run()
     assert grads_equal(plain, guarded)
 
 

@@ -37,7 +37,7 @@ def test_ddp_trains_without_alarm() -> None:
 def test_ddp_fault_is_named_on_the_faulting_rank() -> None:
     result = _torchrun("ddp_fault")
     assert result.returncode != 0
-    assert "rank 1: CheckpointMismatchError [attribute] Block.scale" in result.stdout
+    assert "rank 1: CheckpointMismatchError [attribute] module.blocks.0.scale" in result.stdout
     assert "rank 0: CheckpointMismatchError" not in result.stdout
 
 

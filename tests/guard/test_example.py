@@ -18,6 +18,8 @@ EXPECTED_KIND = {
     "placement": "placement",
     "function": "function",
     "rng_device": "rng_device",
+    "hook": "hook",
+    "torch_state": "torch_state",
 }
 
 

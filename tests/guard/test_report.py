@@ -62,3 +62,27 @@ def test_enable_report_collects_until_read() -> None:
 
 def test_price_is_exported() -> None:
     assert ckptguard.price(nn.GELU(), torch.randn(4, 16)).verdict == "not worth it"
+
+
+class TwoSequences(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = nn.Sequential(nn.Linear(16, 16), nn.Tanh())
+        self.decoder = nn.Sequential(nn.Linear(16, 16), nn.Tanh())
+
+    def forward(self, x):
+        x = checkpoint(self.encoder, x, use_reentrant=False)
+        return checkpoint(self.decoder, x, use_reentrant=False)
+
+
+def test_report_keys_regions_by_location_and_module_path() -> None:
+    """Two ``Sequential`` regions run the same code: they are two rows, named by path."""
+    model = TwoSequences()
+    with ckptguard.profile(print_table=False) as report:
+        for _ in range(2):
+            model(torch.randn(4, 16, requires_grad=True)).sum().backward()
+    rows = {entry["name"].split(" (")[0]: entry for entry in report.data()}
+    assert set(rows) == {"encoder", "decoder"}
+    assert all(row["calls"] == 2 and row["recomputes"] == 2 for row in rows.values())
+    assert all("Sequential.forward, " in entry["name"] for entry in report.data())

@@ -72,6 +72,6 @@ def test_attribute_change_in_a_decoder_layer_is_named() -> None:
     with pytest.raises(ckptguard.CheckpointMismatchError) as info:
         out.loss.backward()
     assert info.value.kind == "attribute"
-    assert info.value.region.startswith("LlamaDecoderLayer.forward (")
+    assert info.value.region.startswith("model.layers.0 (LlamaDecoderLayer.forward, ")
     assert "modeling_llama.py" in info.value.region
-    assert "LlamaDecoderLayer.self_attn.scaling" in str(info.value)
+    assert "model.layers.0.self_attn.scaling" in str(info.value)

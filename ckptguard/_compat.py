@@ -1,0 +1,274 @@
+"""Every private (or version-dependent) torch symbol the guard uses, resolved in one place.
+
+``resolve()`` runs at ``enable()``: it checks ``torch>=2.4`` and looks up each hook point; a
+missing one raises ``CheckpointGuardCompatibilityError`` naming it, instead of leaving regions
+silently unguarded. The other layers read these symbols from the returned ``Torch`` object and
+never reach into torch's private namespaces themselves.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.modules.module as module_internals
+from torch.utils import checkpoint as torch_checkpoint
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_leaves
+
+from ckptguard._explain import compatibility_error
+
+MINIMUM_TORCH = (2, 4)
+GENERATOR_NAMES = (
+    "_checkpoint_without_reentrant_generator",
+    "_checkpoint_without_reentrant_generator_impl",
+)
+COMPOSABLE_MODULE = "torch.distributed._composable.checkpoint_activation"
+GLOBAL_HOOK_DICTS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+)
+MODULE_HOOK_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_hooks",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+)
+TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+FSDP_STATE_MODULE = "torch.distributed._composable_state"
+
+# private helpers the dispatch-mode layers subclass or call, re-exported from here only
+__all__ = ["TorchDispatchMode", "disable_dispatch_modes", "no_python_dispatch", "tree_leaves"]
+disable_dispatch_modes = _disable_current_modes
+# a C++ guard: no Python dispatch (modes, subclasses) inside it; cheaper than popping modes
+no_python_dispatch = torch._C._DisableTorchDispatch
+
+
+def _backend_flag(owner: Any, name: str) -> Callable[[], Any]:
+    return lambda: getattr(owner, name)
+
+
+def _torch_state_getters() -> list[tuple[str, Callable[[], Any]]]:
+    """Process-wide settings that change what an op computes and that torch's checkpoint does
+    not restore for the recompute (it restores RNG, autocast, the device context and grad mode).
+    Settings whose effect is only rounding order (thread count, einsum path) are left out."""
+    backends = torch.backends
+    candidates: list[tuple[str, Any]] = [
+        ("torch.get_default_dtype()", getattr(torch, "get_default_dtype", None)),
+        (
+            "torch.get_float32_matmul_precision()",
+            getattr(torch, "get_float32_matmul_precision", None),
+        ),
+        (
+            "torch.are_deterministic_algorithms_enabled()",
+            getattr(torch, "are_deterministic_algorithms_enabled", None),
+        ),
+        (
+            "torch.is_deterministic_algorithms_warn_only_enabled()",
+            getattr(torch, "is_deterministic_algorithms_warn_only_enabled", None),
+        ),
+        (
+            "torch.backends.cuda.flash_sdp_enabled()",
+            getattr(backends.cuda, "flash_sdp_enabled", None),
+        ),
+        (
+            "torch.backends.cuda.mem_efficient_sdp_enabled()",
+            getattr(backends.cuda, "mem_efficient_sdp_enabled", None),
+        ),
+        (
+            "torch.backends.cuda.math_sdp_enabled()",
+            getattr(backends.cuda, "math_sdp_enabled", None),
+        ),
+        (
+            "torch.backends.cuda.cudnn_sdp_enabled()",
+            getattr(backends.cuda, "cudnn_sdp_enabled", None),
+        ),
+    ]
+    flags = [("torch.backends.mkldnn", "enabled")]
+    if torch.cuda.is_available():  # cuBLAS and cuDNN settings change nothing a CPU op computes
+        flags += [
+            ("torch.backends.cuda.matmul", "allow_tf32"),
+            ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+            ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"),
+            ("torch.backends.cudnn", "enabled"),
+            ("torch.backends.cudnn", "deterministic"),
+            ("torch.backends.cudnn", "benchmark"),
+            ("torch.backends.cudnn", "allow_tf32"),
+        ]
+    flags.append(("torch.utils.deterministic", "fill_uninitialized_memory"))
+    for owner_name, attribute in flags:
+        owner: Any = torch
+        for part in owner_name.split(".")[1:]:
+            owner = getattr(owner, part, None)
+        if owner is not None and hasattr(owner, attribute):
+            candidates.append((f"{owner_name}.{attribute}", _backend_flag(owner, attribute)))
+    getters = []
+    for label, getter in candidates:
+        if getter is None:
+            continue
+        try:
+            getter()
+        except Exception:  # a setting this build cannot read is one it cannot change either
+            continue
+        getters.append((label, getter))
+    return getters
+
+
+@dataclass(frozen=True)
+class Torch:
+    """The resolved hook points and facts of the running torch."""
+
+    checkpoint_function: Any  # torch.utils.checkpoint.CheckpointFunction (reentrant)
+    generators: tuple[tuple[Any, str, Any], ...]  # (owner module, name, generator) to wrap
+    checkpoint_error: type  # torch.utils.checkpoint.CheckpointError
+    stop_recomputation_error: type  # raised by an early-stopped non-reentrant recompute
+    checkpoint_frame: Any  # _CheckpointFrame, whose saved-tensor check we explain
+    infer_device_type: Callable[..., str]
+    top_saved_tensors_hooks: Callable[[], Any]
+    global_hook_dicts: tuple[tuple[str, dict], ...]
+    register_forward_pre_hook: Callable[..., Any]
+    torch_state: tuple[tuple[str, Callable[[], Any]], ...]
+    default_device: Callable[[], Any] | None
+    privateuse1_name: Callable[[], str]
+    is_compiling: Callable[[], bool]
+    module_call_codes: tuple  # code of nn.Module's __call__ path, found on the stack
+
+
+_resolved: Torch | None = None
+
+
+def _top_hooks_reader(function: Callable[..., Any]) -> Callable[[], Any]:
+    """The innermost saved-tensor hooks; newer torch asks whether to look past tracing."""
+    try:
+        function(False)
+    except TypeError:
+        return function
+    return lambda: function(False)
+
+
+def _version() -> tuple[int, int]:
+    release = torch.__version__.split("+")[0].split(".")
+    try:
+        return int(release[0]), int(release[1])
+    except (IndexError, ValueError):
+        return MINIMUM_TORCH
+
+
+def _require(owner: Any, name: str, where: str) -> Any:
+    value = getattr(owner, name, None)
+    if value is None:
+        raise compatibility_error(torch.__version__, f"{where}.{name}")
+    return value
+
+
+def _generators() -> tuple[tuple[Any, str, Any], ...]:
+    found = [
+        (torch_checkpoint, name, getattr(torch_checkpoint, name))
+        for name in GENERATOR_NAMES
+        if getattr(torch_checkpoint, name, None) is not None
+    ]
+    if not found:
+        raise compatibility_error(
+            torch.__version__, "torch.utils.checkpoint._checkpoint_without_reentrant_generator"
+        )
+    for _, name, original in found:
+        if "args" not in inspect.signature(original).parameters:
+            raise compatibility_error(
+                torch.__version__, f"torch.utils.checkpoint.{name}(fn, ..., args, ...)"
+            )
+    if torch.distributed.is_available():
+        try:
+            __import__(COMPOSABLE_MODULE)
+        except ImportError:
+            pass
+        else:
+            composable = sys.modules[COMPOSABLE_MODULE]
+            found += [
+                (composable, name, getattr(composable, name))
+                for name in GENERATOR_NAMES
+                if getattr(composable, name, None) is not None
+            ]
+    return tuple(found)
+
+
+def resolve() -> Torch:
+    """Look up every hook point once; raise a clear error if this torch lacks one."""
+    global _resolved
+    if _resolved is not None:
+        return _resolved
+    if _version() < MINIMUM_TORCH:
+        raise compatibility_error(torch.__version__, "torch>=2.4")
+    where = "torch.utils.checkpoint"
+    autograd = torch._C._autograd
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
+    _resolved = Torch(
+        checkpoint_function=_require(torch_checkpoint, "CheckpointFunction", where),
+        generators=_generators(),
+        checkpoint_error=_require(torch_checkpoint, "CheckpointError", where),
+        stop_recomputation_error=_require(torch_checkpoint, "_StopRecomputationError", where),
+        checkpoint_frame=_require(torch_checkpoint, "_CheckpointFrame", where),
+        infer_device_type=_require(torch_checkpoint, "_infer_device_type", where),
+        top_saved_tensors_hooks=_top_hooks_reader(
+            _require(autograd, "_top_saved_tensors_default_hooks", "torch._C._autograd")
+        ),
+        global_hook_dicts=tuple(
+            (name, _require(module_internals, name, "torch.nn.modules.module"))
+            for name in GLOBAL_HOOK_DICTS
+        ),
+        register_forward_pre_hook=_require(
+            module_internals, "register_module_forward_pre_hook", "torch.nn.modules.module"
+        ),
+        torch_state=tuple(_torch_state_getters()),
+        default_device=getattr(torch, "get_default_device", None),
+        privateuse1_name=_require(torch._C, "_get_privateuse1_backend_name", "torch._C"),
+        is_compiling=is_compiling,
+        module_call_codes=tuple(
+            _require(torch.nn.Module, name, "torch.nn.Module").__code__
+            for name in ("_call_impl", "_wrapped_call_impl")
+        ),
+    )
+    _require(
+        _resolved.checkpoint_frame, "check_recomputed_tensors_match", f"{where}._CheckpointFrame"
+    )
+    return _resolved
+
+
+def torch_dir() -> str:
+    return TORCH_DIR
+
+
+def is_fsdp2_module(module: torch.nn.Module) -> bool:
+    return any(cls.__name__ == "FSDPModule" for cls in type(module).__mro__)
+
+
+def fsdp2_in_use() -> bool:
+    """Whether any module was handed to FSDP2 (or another composable API) in this process."""
+    registry = sys.modules.get(FSDP_STATE_MODULE)
+    return bool(registry is not None and getattr(registry, "_module_state_mapping", None))
+
+
+def fsdp2_managed_modules() -> set[int]:
+    """ids of modules whose parameters FSDP2 swaps between sharded and unsharded on purpose,
+    from FSDP2's own state registry (empty when FSDP2 was never imported)."""
+    registry = sys.modules.get(FSDP_STATE_MODULE)
+    if registry is None:
+        return set()
+    managed: set[int] = set()
+    for entry in list(getattr(registry, "_module_state_mapping", {}).values()):
+        state = entry() if isinstance(entry, weakref.ref) else entry
+        group = getattr(state, "_fsdp_param_group", None)
+        for fsdp_param in getattr(group, "fsdp_params", ()):
+            info = getattr(fsdp_param, "_module_info", None)
+            if info is not None:
+                managed.add(id(info.module))
+                managed.update(id(m) for m in getattr(info, "shared_modules", ()))
+    return managed

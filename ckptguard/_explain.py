@@ -1,0 +1,313 @@
+"""Messages and errors: one function builds each kind of error the guard raises or warns."""
+
+from __future__ import annotations
+
+import types
+import warnings
+from typing import Any
+
+from ckptguard._fingerprint import LooseTensorFP, ObjectFP, TensorFP, readable
+from ckptguard.errors import (
+    CheckpointGuardCompatibilityError,
+    CheckpointGuardError,
+    CheckpointGuardWarning,
+    CheckpointMismatchError,
+    CheckpointMismatchWarning,
+    LostGradientsError,
+    RecomputeSideEffectError,
+    abbreviate,
+)
+
+_FIXES = {
+    "function": (
+        "patch or replace code (forward, methods, __code__, monkeypatches) before the forward "
+        "pass or after backward, never between them"
+    ),
+    "global": (
+        "do not rebind or mutate this global between forward and backward; pass the value to "
+        "the region as an argument, or read it once outside the region"
+    ),
+    "closure": (
+        "the region closes over a variable that was rebound after the forward (often a loop "
+        "variable: late binding), or a functools.partial argument changed; bind the value now "
+        "with functools.partial(fn, name=value) or a default argument"
+    ),
+    "attribute": (
+        "change module attributes, children and config objects only after backward (e.g. after "
+        "optimizer.step()), or pass the value to the region as an input"
+    ),
+    "hook": (
+        "register and remove module hooks before the forward pass or after backward; a hook "
+        "added in between runs in the recompute only"
+    ),
+    "training": (
+        "switch train()/eval() only between steps, not between forward and backward; run "
+        "evaluation passes under torch.no_grad()"
+    ),
+    "tensor": (
+        "update parameters, buffers and inputs (optimizer.step(), load_state_dict, in-place "
+        "writes, assignment) only after backward"
+    ),
+    "placement": "move or cast the model (.to(), .double(), .half()) only between steps",
+    "torch_state": (
+        "torch's checkpoint restores RNG and autocast for the recompute, not process-wide "
+        "settings; change them only between steps, or use a context manager that ends before "
+        "the forward and starts again around backward"
+    ),
+}
+
+
+def _describe_value(value: Any) -> str:
+    value = readable(value)
+    if isinstance(value, TensorFP):
+        where = f" {tuple(value.shape)}" if value.shape is not None else ""
+        device = f" on {value.device}" if value.device is not None else ""
+        return f"tensor{where} {value.dtype}{device} (version {value.version})"
+    if isinstance(value, LooseTensorFP):
+        return f"tensor {tuple(value.shape)} {value.dtype} on {value.device}"
+    if isinstance(value, ObjectFP):
+        return f"{value.type.__qualname__} object at {value.ident:#x}"
+    if isinstance(value, types.CodeType):
+        return f"code of {getattr(value, 'co_qualname', value.co_name)}"
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type):
+        shown = ", ".join(_describe_value(v) for v in value[1]) if value[0] is not dict else ""
+        if value[0] is dict:
+            shown = ", ".join(f"{k!r}: {_describe_value(v)}" for k, v in value[1])
+        return f"{value[0].__name__} of {len(value[1])}: {abbreviate(shown, 160)}"
+    return abbreviate(value)
+
+
+def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
+    """Refine a tensor mismatch into (kind, what happened)."""
+    if not isinstance(old, (TensorFP, LooseTensorFP)) or type(old) is not type(new):
+        return "tensor", "set, removed or replaced"
+    if old.dtype != new.dtype or old.device != new.device:
+        if old.device is None or old.device == new.device:
+            return "placement", f"cast from {old.dtype} to {new.dtype}"
+        return "placement", (
+            f"moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
+        )
+    if isinstance(old, LooseTensorFP):
+        return "tensor", f"reshaped from {tuple(old.shape)} to {tuple(new.shape)}"
+    if old.ident != new.ident and old.ident != 0:
+        return "tensor", "replaced by a different tensor object"
+    if old.shape is not None and old.shape != new.shape:
+        return "tensor", f"resized from {tuple(old.shape)} to {tuple(new.shape)}"
+    if old.version != new.version:
+        return "tensor", (
+            f"modified in place (version counter {old.version} -> {new.version}, e.g. an "
+            "optimizer step or a .copy_/.add_)"
+        )
+    return "tensor", "its storage was swapped (.data = ... or set_())"
+
+
+def _refine(kind: str, old: Any, new: Any) -> tuple[str, str]:
+    old_r, new_r = readable(old), readable(new)
+    if isinstance(old_r, (TensorFP, LooseTensorFP)) or isinstance(new_r, (TensorFP, LooseTensorFP)):
+        return _tensor_change(old_r, new_r)
+    if isinstance(old_r, ObjectFP) and isinstance(new_r, ObjectFP):
+        if "Module" in {k.__name__ for k in old_r.type.__mro__}:
+            return kind, "replaced by another module"
+        return kind, "now refers to another object"
+    return kind, "changed"
+
+
+def _descend(name: str, old: Any, new: Any) -> tuple[str, Any, Any]:
+    """Into a container fingerprint to the first element that differs: ``factors[0]``."""
+    while (
+        type(old) is tuple
+        and type(new) is tuple
+        and len(old) == 2
+        and len(new) == 2
+        and old[0] is new[0]
+        and old[0] in (list, tuple, dict)
+        and len(old[1]) == len(new[1])
+    ):
+        pairs = list(zip(old[1], new[1], strict=True))
+        index = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+        if index is None:
+            break
+        a, b = pairs[index]
+        if old[0] is dict:
+            if a[0] != b[0]:
+                break
+            name, old, new = f"{name}[{a[0]!r}]", a[1], b[1]
+        else:
+            name, old, new = f"{name}[{index}]", a, b
+    return name, old, new
+
+
+def mismatch_error(
+    region: str, kind: str, name: str, where: str, old: Any, new: Any
+) -> CheckpointMismatchError:
+    """A fingerprinted state that differs at recompute from what the forward saw."""
+    if kind == "argument":
+        kind = "tensor"
+    name, old, new = _descend(name, old, new)
+    kind, change = _refine(kind, old, new)
+    old_text, new_text = _describe_value(old), _describe_value(new)
+    message = (
+        f"ckptguard [{kind}]: checkpointed region {region} would be recomputed differently "
+        f"from its forward pass.\n"
+        f"  what changed: {name} ({where}) {'was ' if change != 'changed' else ''}{change}\n"
+        f"  forward saw:  {old_text}\n"
+        f"  now:          {new_text}\n"
+        f"  effect: backward reruns the region with the new state, so its gradients belong to a "
+        f"different computation than the forward's output; plain PyTorch does not notice.\n"
+        f"  how to fix: {_FIXES.get(kind, _FIXES['tensor'])}."
+    )
+    details = {"name": name, "where": where, "old": old_text, "new": new_text}
+    return CheckpointMismatchError(message, kind=kind, region=region, details=details)
+
+
+def rng_device_error(region: str, devices: list[str], preserve: bool) -> CheckpointMismatchError:
+    reason = (
+        "preserve_rng_state=False, so torch restores no RNG state"
+        if not preserve
+        else "torch stashes the RNG state only for CPU and for the devices of tensor positional "
+        "arguments"
+    )
+    message = (
+        f"ckptguard [rng_device]: checkpointed region {region} drew random numbers on "
+        f"{', '.join(devices)} during its forward, but {reason}; the recompute will draw "
+        f"different numbers there and its gradients will not match the forward.\n"
+        f"  how to fix: pass a tensor on each of these devices as a positional argument of "
+        f"checkpoint, keep preserve_rng_state=True, or draw the random numbers outside the "
+        f"region and pass them in."
+    )
+    details = {"devices": devices, "preserve_rng_state": preserve}
+    return CheckpointMismatchError(message, kind="rng_device", region=region, details=details)
+
+
+def values_error(
+    region: str, what: str, difference: dict[str, Any], first_op: dict[str, Any] | None
+) -> CheckpointMismatchError:
+    """Strict mode: a tensor backward uses differs beyond rounding between forward and recompute."""
+    op_text = ""
+    if first_op is not None:
+        op_text = (
+            f"  first differing op: #{first_op['index']} {first_op['op']} {first_op['frame']}\n"
+            f"    forward:   {first_op['forward']}\n"
+            f"    recompute: {first_op['recompute']}\n"
+        )
+    message = (
+        f"ckptguard [values]: checkpointed region {region} computed different values during its "
+        f"recompute.\n"
+        f"  what differs: {what}\n"
+        f"  by how much: {difference['summary']}\n"
+        f"{op_text}"
+        f"  effect: backward uses these recomputed tensors, so the gradients are affected "
+        f"(beyond floating-point rounding).\n"
+        f"  how to fix: make the region a pure function of its inputs and parameters: no state "
+        f"that changes between forward and backward (object attributes, explicit "
+        f"torch.Generator, nondeterministic kernels, ops like F.rrelu in training mode)."
+    )
+    details = {"what": what, **difference}
+    if first_op is not None:
+        details.update({"op": first_op["op"], "index": first_op["index"]})
+        details.update({k: first_op[k] for k in ("frame", "forward", "recompute")})
+    return CheckpointMismatchError(message, kind="values", region=region, details=details)
+
+
+def checkpoint_error_explained(
+    region: str,
+    torch_message: str,
+    found: list[tuple[str, dict[str, Any]]],
+    first_op: dict[str, Any] | None,
+) -> CheckpointMismatchError:
+    """torch's own CheckpointError, explained from the region's fingerprints."""
+    first_line = torch_message.strip().splitlines()[0] if torch_message.strip() else ""
+    if found:
+        cause = "\n".join(
+            f"  ckptguard saw: [{kind}] {details.get('name', details.get('what', ''))} "
+            f"({details.get('old', '')} -> {details.get('new', '')})"
+            for kind, details in found
+        )
+        kind = found[0][0]
+    else:
+        kind = "saved_tensors"
+        cause = (
+            "  ckptguard saw no change in what it fingerprints (modules, globals, closures, "
+            "arguments, torch settings): the region read state it cannot name (an object passed "
+            "in and grown in between, such as a KV cache, or parameters re-partitioned by a "
+            "framework)."
+            + ("" if first_op else " enable(strict=True) names the first op that diverged.")
+        )
+    op_text = ""
+    if first_op is not None:
+        op_text = (
+            f"\n  first differing op: #{first_op['index']} {first_op['op']} {first_op['frame']}\n"
+            f"    forward:   {first_op['forward']}\n"
+            f"    recompute: {first_op['recompute']}"
+        )
+    message = (
+        f"ckptguard [{kind}]: torch's checkpoint found that the recompute of region {region} "
+        f"saved different tensors than its forward.\n"
+        f"  torch: {first_line}\n"
+        f"{cause}{op_text}\n"
+        f"  effect: the recompute is a different computation; torch refuses to use it."
+    )
+    details: dict[str, Any] = {"torch": torch_message, "changes": [d for _, d in found]}
+    if first_op is not None:
+        details.update({"op": first_op["op"], "index": first_op["index"]})
+    return CheckpointMismatchError(message, kind=kind, region=region, details=details)
+
+
+def side_effect(region: str, names: list[str], strict: bool) -> None:
+    """The recompute updated module state the forward had already updated (raise in strict)."""
+    message = (
+        f"ckptguard [side_effect]: the recompute of checkpointed region {region} updated state "
+        f"a second time: {', '.join(names)}.\n"
+        f"  effect: gradients are not affected, but this state now counts the step twice "
+        f"(BatchNorm running statistics and num_batches_tracked, counters).\n"
+        f"  how to fix: keep such modules outside checkpointed regions, or switch the update off "
+        f"during the recompute (e.g. BatchNorm momentum handling, a flag checked in forward)."
+    )
+    if strict:
+        raise RecomputeSideEffectError(
+            message, kind="side_effect", region=region, details={"names": names}
+        )
+    warnings.warn(message, CheckpointGuardWarning, stacklevel=3)
+
+
+def lost_gradients(region: str, parameters: list[str], nested: list[str], raise_: bool) -> None:
+    """A reentrant region whose parameters or nested tensor inputs will get no gradient."""
+    parts = []
+    if parameters:
+        shown = ", ".join(parameters[:8])
+        more = f" and {len(parameters) - 8} more" if len(parameters) > 8 else ""
+        parts.append(
+            f"no input requires grad, so these parameters will get no gradient (None or "
+            f"zero): {shown}{more}"
+        )
+    if nested:
+        parts.append(
+            "the tensors that require grad are nested inside container arguments, which the "
+            f"reentrant variant does not track; they will get no gradient: {', '.join(nested)}"
+        )
+    message = (
+        f"ckptguard [lost_gradients]: checkpoint(use_reentrant=True) region {region}: "
+        f"{'; '.join(parts)}.\n"
+        f"  how to fix: use use_reentrant=False, or pass an input that requires grad (e.g. "
+        f"call model.enable_input_require_grads() with frozen embeddings), and pass tensors as "
+        f"positional arguments."
+    )
+    if raise_:
+        details = {"parameters": parameters, "nested": nested}
+        raise LostGradientsError(message, kind="lost_gradients", region=region, details=details)
+    warnings.warn(message, CheckpointGuardWarning, stacklevel=4)
+
+
+def compatibility_error(version: str, missing: str) -> CheckpointGuardCompatibilityError:
+    return CheckpointGuardCompatibilityError(
+        f"ckptguard cannot guard checkpoints on torch {version}: it needs {missing}, which this "
+        f"version lacks. Regions would run unguarded, so enable() refuses. ckptguard supports "
+        f"torch>=2.4; please report this torch version."
+    )
+
+
+def report(error: CheckpointGuardError, on_mismatch: str) -> None:
+    if on_mismatch == "warn":
+        warnings.warn(str(error), CheckpointMismatchWarning, stacklevel=3)
+    else:
+        raise error

@@ -1,0 +1,118 @@
+"""Names users recognise: a module's path in their model (``blocks.7.attn``), a region's name.
+
+The model is found once per region, at its forward, as the outermost module whose ``__call__``
+is on the Python stack; only a weak reference to it is kept. Paths are worked out only when a
+message or report mode needs them.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+import weakref
+from typing import Any
+
+import torch
+
+from ckptguard import _compat
+from ckptguard._plan import code_location, forward_of, function_name, unwrap_function
+
+_paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (root ref, path)
+_roots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> root ref
+
+
+def find_root() -> torch.nn.Module | None:
+    """The outermost module being called on this thread's stack, if any."""
+    first, second = _compat.resolve().module_call_codes
+    frame = sys._getframe(2)
+    outer = None
+    while frame is not None:
+        code = frame.f_code
+        if code is first or code is second:
+            outer = frame
+        frame = frame.f_back
+    if outer is None:
+        return None
+    root = outer.f_locals.get("self")
+    return root if isinstance(root, torch.nn.Module) else None
+
+
+def root_for(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The model a region's first module runs in: found once per module by walking the stack
+    (the region's forward is still inside the model's call), then cached weakly."""
+    cached = _roots.get(module)
+    root = cached() if cached is not None else None
+    if root is None:
+        root = find_root()
+        if root is not None:  # none found is not cached: the next call may run in a model
+            _roots[module] = weakref.ref(root)
+    return root
+
+
+def module_path(root: torch.nn.Module | None, module: torch.nn.Module) -> str | None:
+    """Dotted path of ``module`` inside ``root`` ("" for the root itself), None if not inside."""
+    if root is None:
+        return None
+    if module is root:
+        return ""
+    cached = _paths.get(module)
+    if cached is not None and cached[0]() is root:
+        return cached[1]
+    found = None
+    root_ref = weakref.ref(root)
+    for name, sub in root.named_modules(remove_duplicate=False):
+        if sub not in _paths or _paths[sub][0]() is not root:
+            _paths[sub] = (root_ref, name)
+        if sub is module and found is None:
+            found = name
+    return found
+
+
+def describe_function(fn: Any) -> str:
+    """Qualified name and file:line of the function a checkpoint region runs."""
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if isinstance(target, torch.nn.Module):
+        forward = forward_of(target)
+        source = unwrap_function(forward) or getattr(forward, "__func__", forward)
+        code = getattr(source, "__code__", None)
+        return f"{type(target).__qualname__}.forward, {code_location(code)}"
+    if isinstance(target, types.MethodType):
+        owner = target.__self__
+        if isinstance(owner, torch.nn.Module) and target.__func__.__name__ in (
+            "__call__",
+            "_wrapped_call_impl",
+            "_call_impl",
+        ):
+            return describe_function(owner)
+        target = target.__func__
+    target = unwrap_function(target) or target
+    return f"{function_name(target)}, {code_location(getattr(target, '__code__', None))}"
+
+
+def region_name(fn: Any, root: torch.nn.Module | None, modules: list) -> str:
+    """``blocks.7 (Block.forward, file:line)``; a segment running several blocks names them."""
+    function = describe_function(fn)
+    plain = function.replace(", ", " (", 1) + ")"
+    if not modules:
+        return plain
+    top: list[str] = []
+    for module in modules:
+        path = module_path(root, module)
+        if path is None:
+            if not top:
+                top.append(type(module).__name__)
+            continue
+        if path == "":
+            top = [type(module).__name__]
+            break
+        if not any(path.startswith(t + ".") or path == t for t in top):
+            top.append(path)
+    if not top:
+        return plain
+    shown = top[0] if len(top) == 1 else f"{top[0]}..{top[-1]} ({len(top)} modules)"
+    if shown == type(modules[0]).__name__ and function.startswith(shown + "."):
+        return plain
+    return f"{shown} ({function})"

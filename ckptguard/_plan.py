@@ -1,0 +1,631 @@
+"""Plans: what a region can read, worked out once per code object, function and module.
+
+Bytecode tells global loads (``LOAD_GLOBAL``) from attribute loads (``LOAD_ATTR``), so a plan
+knows that ``self.output`` is an attribute and ``output`` a global, and which attribute chains a
+function reads from its arguments (``self.config.scale``), its closure and its globals
+(``cfg.SCALE``). Plans follow what the code calls: global functions in any module (not torch's
+or the standard library's), methods on ``self`` and ``super()``, functions held in closures.
+
+A plan holds no strong reference to a module or a user function (weak references, or the
+object passed in at read time), so caching it never keeps a model alive; a module's plan is
+rebuilt when the module's shape changes (an attribute, parameter, buffer or child added or
+removed, ``forward`` replaced).
+"""
+
+from __future__ import annotations
+
+import builtins
+import dis
+import functools
+import inspect
+import os
+import sys
+import sysconfig
+import types
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ckptguard._compat import torch_dir
+from ckptguard._fingerprint import (
+    MISSING,
+    SCALAR_TYPES,
+    SKIPPED,
+    value_fp,
+)
+
+MAX_CHAIN = 3  # attributes followed after a root name: self.config.scale.x stops at 3
+MAX_FUNCTIONS = 64  # functions one plan follows, transitively
+_FAST_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"})
+_PAIR_LOADS = frozenset({"LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW"})
+_ATTR_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+_SUPER_SKIPPED = frozenset({"PRECALL", "CALL", "PUSH_NULL", "LOAD_DEREF", "LOAD_FAST", "CACHE"})
+_BUILTINS = frozenset(dir(builtins))
+_DYNAMIC_ACCESS = frozenset({"getattr", "vars", "setattr", "hasattr"})
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# the standard library's own folder; in a virtual environment "platstdlib" is the venv, whose
+# site-packages hold user-level libraries (transformers, timm) that must be followed
+_STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_PACKAGE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+_LIBRARY_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch", "ckptguard"}
+_MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
+
+
+_library_files: dict[str, bool] = {}
+
+
+def is_library_code(code: types.CodeType) -> bool:
+    """torch's, the standard library's or ckptguard's own code: not followed for globals."""
+    filename = code.co_filename
+    known = _library_files.get(filename)
+    if known is None:
+        real = os.path.realpath(filename)
+        in_stdlib = real.startswith(_STDLIB_DIR) and not any(d in real for d in _PACKAGE_DIRS)
+        known = _library_files[filename] = in_stdlib or filename.startswith((torch_dir(), _OWN_DIR))
+    return known
+
+
+def unwrap_function(func: Any) -> types.FunctionType | None:
+    """The Python function under any ``functools.wraps`` decorators, or None if there is none."""
+    try:
+        func = inspect.unwrap(func)
+    except ValueError:  # a __wrapped__ cycle
+        pass
+    return func if isinstance(func, types.FunctionType) else None
+
+
+def function_name(func: Any) -> str:
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+
+
+def code_location(code: Any) -> str:
+    if not isinstance(code, types.CodeType):
+        return "<no Python code>"
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+# ------------------------------------------------------------------------------ bytecode
+
+
+@dataclass(frozen=True)
+class CodeReads:
+    """What one code object (with its nested lambdas and comprehensions) loads, by kind."""
+
+    global_chains: frozenset  # (name, attr, ...) read through LOAD_GLOBAL
+    arg_chains: frozenset  # (argument name, (attr, ...)) with at least one attribute
+    free_chains: frozenset  # (free variable name, (attr, ...)), attributes possibly empty
+    super_names: frozenset  # names read through super()
+    stored: frozenset  # attribute names assigned or deleted (outputs, not inputs)
+    dynamic_args: frozenset  # arguments whose attributes are read by computed names
+
+
+def _argument_names(code: types.CodeType) -> tuple[str, ...]:
+    count = code.co_argcount + code.co_kwonlyargcount
+    count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return code.co_varnames[:count]
+
+
+def _scan(
+    code: types.CodeType, arguments: frozenset, free: frozenset, found: dict[str, set]
+) -> None:
+    instructions = list(dis.get_instructions(code))
+    root: tuple | None = None
+    attrs: list[str] = []
+    pending_super = False
+
+    def flush() -> None:
+        if root is None:
+            return
+        kind, name = root
+        if kind == "global":
+            found["global"].add((name, *attrs))
+        elif kind == "arg":
+            if "__dict__" in attrs:
+                found["dynamic"].add(name)
+            elif attrs:
+                found["arg"].add((name, tuple(attrs)))
+        else:
+            found["free"].add((name, tuple(attrs)))
+
+    def classify(ins: dis.Instruction) -> tuple | None:
+        op = ins.opname
+        name = ins.argval
+        if op in _PAIR_LOADS:
+            name = name[1] if isinstance(name, tuple) else None
+            op = "LOAD_FAST"
+        if op in ("LOAD_GLOBAL", "LOAD_NAME"):
+            return ("global", name)
+        if op in _FAST_LOADS or op == "LOAD_DEREF":
+            if name in arguments:
+                return ("arg", name)
+            if op == "LOAD_DEREF" and name in free:
+                return ("free", name)
+        return None
+
+    for index, ins in enumerate(instructions):
+        op = ins.opname
+        if pending_super:
+            if op in _ATTR_LOADS:
+                found["super"].add(ins.argval)
+                pending_super = False
+                continue
+            if op in _SUPER_SKIPPED:
+                continue
+            pending_super = False
+        if op in _ATTR_LOADS and root is not None:
+            if len(attrs) < MAX_CHAIN:
+                attrs.append(ins.argval)
+            continue
+        flush()
+        root, attrs = None, []
+        if op == "LOAD_SUPER_ATTR":
+            found["super"].add(ins.argval)
+            continue
+        if op in ("STORE_ATTR", "DELETE_ATTR"):
+            found["stored"].add(ins.argval)
+            continue
+        root = classify(ins)
+        if root is None or root[0] != "global":
+            continue
+        if root[1] == "super":
+            pending_super, root = True, None
+        elif root[1] in _DYNAMIC_ACCESS:
+            target = classify(instructions[index + 1]) if index + 1 < len(instructions) else None
+            following = instructions[index + 2] if index + 2 < len(instructions) else None
+            if target is not None and target[0] != "global":
+                is_constant = following is not None and following.opname == "LOAD_CONST"
+                if root[1] == "getattr" and is_constant and isinstance(following.argval, str):
+                    extra = (target[1], (following.argval,))
+                    found["arg" if target[0] == "arg" else "free"].add(extra)
+                elif target[0] == "arg" and root[1] != "hasattr":
+                    found["dynamic"].add(target[1])
+            root = None
+    flush()
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _scan(const, arguments, free, found)
+
+
+_code_reads: dict[types.CodeType, CodeReads] = {}
+
+
+def code_reads(code: types.CodeType) -> CodeReads:
+    """Cached per code object (code objects are immutable, so the cache never goes stale)."""
+    reads = _code_reads.get(code)
+    if reads is None:
+        found: dict[str, set] = {k: set() for k in ("global", "arg", "free", "super", "stored")}
+        found["dynamic"] = set()
+        _scan(code, frozenset(_argument_names(code)), frozenset(code.co_freevars), found)
+        reads = _code_reads[code] = CodeReads(
+            frozenset(found["global"]),
+            frozenset(found["arg"]),
+            frozenset(found["free"]),
+            frozenset(found["super"]),
+            frozenset(found["stored"]),
+            frozenset(found["dynamic"]),
+        )
+    return reads
+
+
+# -------------------------------------------------------------------- static attribute reads
+
+
+def static_attribute(obj: Any, name: str) -> Any:
+    """``getattr`` without running code: instance dict, module registries, then class dicts.
+
+    Properties and other descriptors are not evaluated (``SKIPPED``): reading them may run
+    arbitrary code with side effects."""
+    try:  # past a custom __getattribute__ (transformers' configs have one)
+        state = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        state = None
+    if type(state) is dict and name in state:
+        return state[name]
+    if isinstance(obj, torch.nn.Module):
+        for registry in ("_parameters", "_buffers", "_modules"):
+            table = state.get(registry) if state else None
+            if table is not None and name in table:
+                return table[name]
+    for klass in type(obj).__mro__:
+        if name in klass.__dict__:
+            value = klass.__dict__[name]
+            if isinstance(value, (types.FunctionType, staticmethod, classmethod)):
+                return value
+            if hasattr(type(value), "__get__"):
+                return SKIPPED
+            return value
+    if isinstance(obj, types.ModuleType):
+        return MISSING
+    return MISSING
+
+
+def read_chain(value: Any, attrs: tuple) -> Any:
+    for name in attrs:
+        if value is MISSING or value is SKIPPED:
+            return value
+        if isinstance(value, torch.Tensor):  # tensor metadata is in the tensor's fingerprint
+            return value
+        value = static_attribute(value, name)
+    return value
+
+
+def _is_library_module(value: types.ModuleType) -> bool:
+    return value.__name__.partition(".")[0] in _LIBRARY_ROOTS
+
+
+def _follow_target(value: Any) -> types.FunctionType | None:
+    """The user function a value leads to (functions, methods, partials), if any."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, types.MethodType):
+        value = value.__func__
+    if isinstance(value, functools.partial):
+        value = value.func
+    func = unwrap_function(value) if callable(value) else None
+    if func is None or is_library_code(func.__code__):
+        return None
+    return func
+
+
+# ------------------------------------------------------------------------- function plans
+
+
+class FunctionPlan:
+    """The globals, closures and defaults of a function and of every user function it calls.
+
+    ``entries`` lists each function as (weak reference, or None for the root the caller
+    passes in; global chains as (chain, kind of value); kind of each closure cell's value;
+    whether it has ``__defaults__``, ``__kwdefaults__``; followed callees as (chain index,
+    id of the callee's object)). A decorator's wrapper (``__wrapped__``) is followed into the
+    function it wraps; its own closure is decorator plumbing and is not read. A rebound
+    followed name makes the plan stale, and it is rebuilt at the next forward.
+    """
+
+    __slots__ = ("entries", "__weakref__")
+
+    def __init__(self, root: types.FunctionType):
+        entries = []
+        pending: list[tuple[types.FunctionType, bool]] = [(root, True)]
+        seen: set[int] = set()
+        while pending and len(entries) < MAX_FUNCTIONS:
+            func, is_root = pending.pop()
+            if id(func) in seen:
+                continue
+            seen.add(id(func))
+            code = func.__code__
+            reads = code_reads(code) if not is_library_code(code) else None
+            namespace = func.__globals__
+            chains = []
+            followed = []
+            for chain in sorted(reads.global_chains) if reads is not None else ():
+                name = chain[0]
+                if name not in namespace and name in _BUILTINS:
+                    continue
+                value = namespace.get(name, MISSING)
+                if isinstance(value, types.ModuleType):
+                    if len(chain) == 1 or _is_library_module(value):
+                        continue
+                elif len(chain) > 1 and isinstance(value, type):
+                    chain = chain[:2]  # a class attribute; deeper is the class's business
+                target = read_chain(value, chain[1:])
+                kind = sample_kind(target)
+                chains.append((chain, kind))
+                callee = _follow_target(target)
+                if callee is not None:
+                    if kind == "object":
+                        followed.append((len(chains) - 1, id(target)))
+                    pending.append((callee, False))
+            cells = []  # kind of each closure cell's value ("empty" for an unset cell)
+            wrapped = getattr(func, "__wrapped__", None)
+            if wrapped is not None:
+                target = unwrap_function(wrapped)
+                if target is not None and not is_library_code(target.__code__):
+                    pending.append((target, False))
+            else:
+                for cell in func.__closure__ or ():
+                    try:
+                        contents = cell.cell_contents
+                    except ValueError:
+                        cells.append("empty")
+                        continue
+                    cells.append(sample_kind(contents))
+                    callee = _follow_target(contents)
+                    if callee is not None:
+                        pending.append((callee, False))
+            ref = None if is_root else weakref.ref(func)
+            defaults = (func.__defaults__ is not None, func.__kwdefaults__ is not None)
+            entries.append((ref, tuple(chains), tuple(cells), defaults, tuple(followed)))
+        self.entries = tuple(entries)
+
+    def functions(self, root: types.FunctionType) -> list:
+        """The function of each entry now (None where a followed one was collected)."""
+        return [root if entry[0] is None else entry[0]() for entry in self.entries]
+
+
+def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
+    """(kind, name, where) for each value an entry reads."""
+    _, chains, cells, defaults, _ = entry
+    name = function_name(func) if func is not None else "<collected function>"
+    module = getattr(func, "__module__", "?")
+    out = [("function", f"{name}.__code__", code_location(getattr(func, "__code__", None)))]
+    out += [("global", ".".join(c), f"global of {module}, read by {name}") for c, _ in chains]
+    names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
+    out += [("closure", var, f"closure of {name}") for var in names[: len(cells)]]
+    if defaults[0]:
+        out.append(("closure", f"{name}.__defaults__", "default arguments"))
+    if defaults[1]:
+        out.append(("closure", f"{name}.__kwdefaults__", "default arguments"))
+    return out
+
+
+_function_plans: dict[tuple[types.CodeType, int], FunctionPlan] = {}
+
+
+def function_plan(func: types.FunctionType) -> FunctionPlan:
+    """Cached per (code object, globals namespace)."""
+    key = (func.__code__, id(func.__globals__))
+    plan = _function_plans.get(key)
+    if plan is None:
+        plan = _function_plans[key] = FunctionPlan(func)
+    return plan
+
+
+def rebuild_function_plan(func: types.FunctionType) -> FunctionPlan:
+    plan = _function_plans[(func.__code__, id(func.__globals__))] = FunctionPlan(func)
+    return plan
+
+
+def cell_fp(func: types.FunctionType, index: int) -> Any:
+    try:
+        return value_fp(func.__closure__[index].cell_contents)
+    except ValueError:  # an empty cell
+        return MISSING
+
+
+# ---------------------------------------------------------------------------- module plans
+
+
+def forward_of(module: torch.nn.Module) -> Any:
+    return module.__dict__.get("forward") or type(module).forward
+
+
+@dataclass(frozen=True)
+class ClassReads:
+    """What a module class's forward and the methods it calls on ``self`` read from ``self``,
+    assign on ``self``, and which functions they reach (for their globals)."""
+
+    self_chains: frozenset  # attribute tuples read from self
+    stored: frozenset
+    dynamic: bool  # attributes read by computed names: fingerprint every plain attribute
+    functions: tuple  # weak references to the user functions reached (their globals count)
+    code: Any  # the forward's code when this was worked out
+
+
+# keyed weakly by class, then by id of the forward; values hold no strong reference to either
+_class_reads: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _method_on(cls: type, name: str, after: type | None = None) -> list[types.FunctionType]:
+    mro = cls.__mro__
+    if after is not None and after in mro:
+        mro = mro[mro.index(after) + 1 :]
+    for klass in mro:
+        if name in klass.__dict__:
+            target = klass.__dict__[name]
+            if isinstance(target, (staticmethod, classmethod)):
+                target = target.__func__
+            elif isinstance(target, property):  # not evaluated, but what it reads is
+                target = target.fget
+            func = unwrap_function(target)
+            return [func] if func is not None else []
+    return []
+
+
+def class_reads(cls: type, forward: Any) -> ClassReads:
+    per_class = _class_reads.get(cls)
+    if per_class is None:
+        per_class = _class_reads[cls] = {}
+    code = getattr(forward, "__code__", None)
+    cached = per_class.get(id(forward))
+    if cached is not None and cached.code is code:
+        return cached
+    chains: set = set()
+    stored: set = set()
+    dynamic = False
+    functions: list = []
+    start = [f for f in (unwrap_function(forward), _follow_target(forward)) if f is not None]
+    pending = list(dict.fromkeys(start))
+    seen: set[int] = set()
+    while pending and len(seen) < MAX_FUNCTIONS:
+        func = pending.pop()
+        if id(func) in seen:
+            continue
+        seen.add(id(func))
+        if not is_library_code(func.__code__):
+            functions.append(func)
+        reads = code_reads(func.__code__)
+        names = _argument_names(func.__code__)
+        if not names:
+            continue
+        self_name = names[0]
+        stored |= reads.stored
+        dynamic = dynamic or self_name in reads.dynamic_args
+        for name, attrs in reads.arg_chains:
+            if name != self_name:
+                continue
+            chains.add(attrs)
+            pending.extend(_method_on(cls, attrs[0]))
+        owner = func.__qualname__.rpartition(".")[0]
+        defining = next((k for k in cls.__mro__ if k.__qualname__ == owner), None)
+        for name in reads.super_names:
+            pending.extend(_method_on(cls, name, after=defining))
+    result = per_class[id(forward)] = ClassReads(
+        frozenset(c for c in chains if c[0] not in _MODULE_INTERNALS),
+        frozenset(stored),
+        dynamic,
+        tuple(weakref.ref(f) for f in functions),
+        code,
+    )
+    return result
+
+
+def _is_plain_attribute(value: Any) -> bool:
+    if type(value) in SCALAR_TYPES or isinstance(value, torch.Tensor):
+        return True
+    return type(value) in (tuple, list, dict) and len(value) <= 16
+
+
+class ModulePlan:
+    """Per module: its parameters and buffers, and where each attribute its code reads lives.
+
+    A module's fingerprint is: the training flag, the forward and its code, the keys of each
+    hook dict, every parameter and buffer, and every attribute chain its code reads
+    (attributes, children, config objects, class attributes). ``_reader`` compiles plans into
+    straight-line readers. The plan references its module's class, never the module.
+    """
+
+    __slots__ = (
+        "cls",
+        "shape",
+        "forward",
+        "code",
+        "params",
+        "buffers",
+        "chains",
+        "class_dicts",
+        "loose",
+        "functions",
+        "labels",
+        "stores_scalars",
+        "__weakref__",
+    )
+
+    def __init__(self, module: torch.nn.Module, loose: bool):
+        state = module.__dict__
+        forward = forward_of(module)
+        reads = class_reads(type(module), forward)
+        self.cls = type(module)
+        self.shape = module_shape(module)
+        self.forward = id(forward)  # an id: a forward closing over its module must not pin it
+        # the forward's code when it is a plain function (read directly), else None
+        self.code = forward.__code__ if isinstance(forward, types.FunctionType) else None
+        self.loose = loose
+        self.functions = reads.functions
+        self.stores_scalars = bool(reads.stored)
+        chains = set(reads.self_chains)
+        if reads.dynamic:
+            chains.update(
+                (key,)
+                for key, value in state.items()
+                if key not in _MODULE_INTERNALS and _is_plain_attribute(value)
+            )
+        self.params = tuple(state["_parameters"])
+        self.buffers = tuple(state["_buffers"])
+        registered = set(self.params) | set(self.buffers)
+        self.class_dicts: list = []
+        resolved = []
+        for chain in sorted(
+            c for c in chains if c[0] not in reads.stored and c[0] not in registered
+        ):
+            source = self._source_of(module, chain[0])
+            if source is None:
+                continue  # a property: not evaluated, its getter's own reads are chains
+            sample = read_chain(static_attribute(module, chain[0]), chain[1:])
+            if sample is SKIPPED:
+                continue  # ends in a property: nothing to read without running its getter
+            resolved.append((chain, source, sample_kind(sample)))
+        self.chains = tuple(resolved)
+        labels = [
+            ("training", "training"),
+            ("function", "forward"),
+            ("function", "forward.__code__"),
+        ]
+        labels.append(("hook", "hooks"))
+        labels += [("tensor", name) for name in (*self.params, *self.buffers)]
+        labels += [("attribute", ".".join(chain)) for chain, _, _ in self.chains]
+        self.labels = tuple(labels)
+
+    def _source_of(self, module: torch.nn.Module, name: str) -> tuple | None:
+        """Where ``getattr`` finds ``name`` now: ("dict"|"_parameters"|"_buffers"|"_modules",
+        name) or ("class", index into class_dicts, name); None for a property."""
+        state = module.__dict__
+        if name in state:
+            return ("dict", name)
+        for registry in ("_parameters", "_buffers", "_modules"):
+            if name in state[registry]:
+                return (registry, name)
+        for klass in type(module).__mro__:
+            if name in klass.__dict__:
+                if static_attribute(module, name) is SKIPPED:
+                    return None
+                self.class_dicts.append(klass.__dict__)
+                return ("class", len(self.class_dicts) - 1, name)
+        return ("dict", name)  # not there yet: read it from the instance if it appears
+
+    @property
+    def written_positions(self) -> dict[str, int]:
+        start = 4 + len(self.params)
+        return {name: start + i for i, name in enumerate(self.buffers)}
+
+    def masked(self, values: tuple, written: frozenset) -> tuple:
+        """A module's values without the buffers the region itself writes (its outputs)."""
+        out = list(values)
+        positions = self.written_positions
+        for name in written:
+            if name in positions:
+                out[positions[name]] = None
+        return tuple(out)
+
+    def check(self) -> tuple:
+        """What the module must still look like for this plan to describe it."""
+        return (self.shape, self.forward, self.code)
+
+
+def sample_kind(value: Any) -> str:
+    """How a read value is fingerprinted, from its type when the plan is made: scalars by
+    value (checked at read time), containers and tensors through ``value_fp``, other objects
+    (modules, functions, classes, configs) by identity."""
+    if type(value) in SCALAR_TYPES:
+        return "scalar"
+    if value is MISSING or value is SKIPPED:
+        return "any"
+    if isinstance(value, (torch.Tensor, list, tuple, dict, set, frozenset)):
+        return "any"
+    return "object"
+
+
+def module_shape(module: torch.nn.Module) -> tuple[int, int, int, int]:
+    state = module.__dict__
+    return (
+        len(state),
+        len(state["_parameters"]),
+        len(state["_buffers"]),
+        len(state["_modules"]),
+    )
+
+
+_module_plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def module_plan(module: torch.nn.Module, loose: bool, fresh: bool = False) -> ModulePlan:
+    """The module's plan, cached per module and keyed weakly; ``fresh`` rebuilds it (the
+    module's shape or forward changed)."""
+    plan = None if fresh else _module_plans.get(module)
+    if plan is None or plan.loose != loose:
+        plan = _module_plans[module] = ModulePlan(module, loose)
+    return plan
+
+
+def cache_sizes() -> dict[str, int]:
+    """Sizes of the plan caches: bounded by the distinct code objects and the live modules."""
+    from ckptguard._reader import reader_count
+
+    return {
+        "code_reads": len(_code_reads),
+        "function_plans": len(_function_plans),
+        "class_reads": sum(len(v) for v in _class_reads.values()),
+        "module_plans": len(_module_plans),
+        "region_readers": reader_count(),
+    }

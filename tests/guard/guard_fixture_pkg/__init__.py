@@ -1,0 +1,1 @@
+"""A small package whose model reads state from its other modules (for cross-module tests)."""

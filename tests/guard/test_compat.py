@@ -1,0 +1,66 @@
+"""The compatibility layer: every private torch symbol is resolved at enable(); a missing one
+is a clear error naming it, and nothing is left half-patched (issue 9, item 7)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.utils.checkpoint as torch_checkpoint
+
+import ckptguard
+from ckptguard import _compat
+
+
+@pytest.fixture
+def unresolved(monkeypatch):
+    """Forget the resolved symbols so that enable() looks them up again."""
+    monkeypatch.setattr(_compat, "_resolved", None)
+    yield
+    _compat._resolved = None
+
+
+def test_old_torch_is_refused(unresolved, monkeypatch) -> None:
+    monkeypatch.setattr(torch, "__version__", "2.3.1+cpu")
+    with pytest.raises(ckptguard.CheckpointGuardCompatibilityError, match=r"torch>=2\.4"):
+        ckptguard.enable()
+    assert not ckptguard.is_enabled()
+
+
+@pytest.mark.parametrize(
+    ("owner", "name", "named"),
+    [
+        (torch_checkpoint, "_StopRecomputationError", "torch.utils.checkpoint._StopRecomputation"),
+        (torch_checkpoint, "_checkpoint_without_reentrant_generator", "_generator"),
+        (torch._C._autograd, "_top_saved_tensors_default_hooks", "_top_saved_tensors_default"),
+        (torch.nn.modules.module, "_global_forward_hooks", "module._global_forward_hooks"),
+    ],
+)
+def test_missing_hook_point_is_named(unresolved, monkeypatch, owner, name, named) -> None:
+    monkeypatch.delattr(owner, name)
+    if name == "_checkpoint_without_reentrant_generator":
+        monkeypatch.delattr(owner, "_checkpoint_without_reentrant_generator_impl", raising=False)
+    generator = vars(torch_checkpoint).get("_checkpoint_without_reentrant_generator")
+    with pytest.raises(ckptguard.CheckpointGuardCompatibilityError) as info:
+        ckptguard.enable()
+    assert named in str(info.value) and torch.__version__ in str(info.value)
+    assert not ckptguard.is_enabled()
+    assert "apply" not in vars(torch_checkpoint.CheckpointFunction)  # nothing half-patched
+    assert vars(torch_checkpoint).get("_checkpoint_without_reentrant_generator") is generator
+
+
+def test_every_private_symbol_comes_from_the_compatibility_module() -> None:
+    """No other guard module reaches into torch's private namespaces itself."""
+    import pathlib
+    import re
+
+    package = pathlib.Path(ckptguard.__file__).parent
+    private = re.compile(r"torch(\.\w+)*\._\w+|from torch[\w.]* import _|torch\._C\b")
+    offenders = []
+    for path in package.glob("*.py"):
+        if path.name in ("_compat.py", "pricing.py") or path.parent.name == "planner":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if private.search(code):
+                offenders.append(f"{path.name}:{number}: {line.strip()}")
+    assert offenders == []

@@ -1,0 +1,310 @@
+"""Clean configurations that once raised false alarms (issue 9): silent, bit-identical.
+
+Each test runs the same steps with plain torch and under the guard and compares every gradient
+with ``torch.equal``; any ``CheckpointMismatchError`` (or warning) fails the test.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import grads_equal, grads_of
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+import ckptguard
+from ckptguard import _verify
+
+output = torch.zeros(4)  # notebook style: a global that shares a name with an attribute
+
+
+class Remembering(nn.Module):
+    """Reads ``self.output`` (an attribute) and writes attributes in a helper it calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.output = torch.ones(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.fc(x) * self.output
+        self._remember(hidden)
+        return torch.sin(hidden)
+
+    def _remember(self, hidden: torch.Tensor) -> None:
+        self.last = hidden.detach()  # written by a helper: an output of the region
+
+
+def _strict_silence(run, strict: bool):
+    plain = run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ckptguard.CheckpointMismatchWarning)
+        warnings.simplefilter("error", ckptguard.CheckpointGuardWarning)
+        with ckptguard.guard(strict=strict):
+            guarded = run()
+    assert grads_equal(plain, guarded)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["guard", "strict"])
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_notebook_global_and_helper_written_attributes(reentrant: bool, strict: bool) -> None:
+    module = Remembering()
+
+    def run():
+        global output
+        collected = []
+        for step in range(2):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(step), requires_grad=True)
+            first = checkpoint(module, x, use_reentrant=reentrant)
+            second = checkpoint(module, x * 2, use_reentrant=reentrant)  # rewrites .last
+            output = torch.full((4,), float(step))  # the global, never read by the region
+            (first.sum() + second.sum()).backward()
+            collected += grads_of(module, x)
+            module.zero_grad(set_to_none=True)
+        return collected
+
+    _strict_silence(run, strict)
+
+
+class SmallBlock(nn.Module):
+    def __init__(self, hidden: int = 8) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+        self.fc = nn.Linear(hidden, hidden)
+        self.scale = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.fc(self.norm(x))) * self.scale
+
+
+def _segments(functions: list, x: torch.Tensor, every: int, reentrant: bool) -> torch.Tensor:
+    """Closures over the whole module list with start/end indices, as timm's checkpoint_seq
+    builds them: each region holds every block but runs only its own."""
+
+    def run(start: int, end: int):
+        def forward(value):
+            for index in range(start, end + 1):
+                value = functions[index](value)
+            return value
+
+        return forward
+
+    for start in range(0, len(functions), every):
+        end = min(start + every, len(functions)) - 1
+        x = checkpoint(run(start, end), x, use_reentrant=reentrant)
+    return x
+
+
+def _sequence_run(depth: int, how: str, reentrant: bool):
+    torch.manual_seed(0)
+    blocks = nn.Sequential(*(SmallBlock() for _ in range(depth)))
+
+    def run():
+        x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        if how == "checkpoint_sequential":
+            out = checkpoint_sequential(blocks, depth, x, use_reentrant=reentrant)
+        else:
+            out = _segments(list(blocks), x, 1, reentrant)
+        out.square().mean().backward()
+        grads = grads_of(blocks, x)
+        blocks.zero_grad(set_to_none=True)
+        return grads
+
+    return blocks, run
+
+
+def _modules_per_region(run) -> list[int]:
+    counts: list[int] = []
+    original = _verify.capture
+
+    def counting(*args, **kwargs):
+        fingerprint = original(*args, **kwargs)
+        counts.append(len(fingerprint.reader.module_plans))
+        return fingerprint
+
+    _verify.capture = counting
+    try:
+        with ckptguard.guard():
+            run()
+    finally:
+        _verify.capture = original
+    return counts
+
+
+@pytest.mark.parametrize("how", ["checkpoint_sequential", "segments_closure"])
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_sequential_segments_are_silent_and_flat_in_depth(how: str, reentrant: bool) -> None:
+    """Segment 0 does not fingerprint later blocks: each region reads the 3 modules of its own
+    block (block, norm, fc), at depth 8 as at depth 32 (counted work, not time)."""
+    for depth in (8, 32):
+        blocks, run = _sequence_run(depth, how, reentrant)
+        _strict_silence(run, strict=False)
+        counts = _modules_per_region(run)
+        assert counts and set(counts) == {3}, counts
+    # a change in a later block between forward and backward is named by its path
+    model = Model(_sequence_run(8, how, reentrant)[0], how, reentrant)
+    x = torch.randn(2, 8, requires_grad=True)
+    with ckptguard.guard():
+        out = model(x)
+        model.blocks[5].scale = 2.0
+        with pytest.raises(ckptguard.CheckpointMismatchError) as info:
+            out.sum().backward()
+    assert info.value.kind == "attribute"
+    assert info.value.details["name"] == "blocks.5.scale"
+    assert info.value.region.startswith("blocks.5 (")
+
+
+class Model(nn.Module):
+    def __init__(self, blocks: nn.Sequential, how: str, reentrant: bool) -> None:
+        super().__init__()
+        self.blocks = blocks
+        self.how = how
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        if self.how == "checkpoint_sequential":
+            return checkpoint_sequential(self.blocks, len(self.blocks), x, use_reentrant=False)
+        return _segments(list(self.blocks), x, 1, self.reentrant)
+
+
+def test_timm_checkpoint_seq_is_silent_and_named() -> None:
+    timm = pytest.importorskip("timm", exc_type=ImportError)
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=4
+    )
+    model.set_grad_checkpointing(True)
+    images = torch.randn(2, 3, 32, 32)
+
+    def run():
+        model(images).square().mean().backward()
+        grads = grads_of(model)
+        model.zero_grad(set_to_none=True)
+        return grads
+
+    _strict_silence(run, strict=False)
+    counts = _modules_per_region(run)
+    assert len(set(counts)) == 1, counts
+    with ckptguard.guard():
+        out = model(images)
+        model.blocks[2].attn.scale = 2.0
+        with pytest.raises(ckptguard.CheckpointMismatchError) as info:
+            out.sum().backward()
+    assert "blocks.2.attn.scale" in info.value.details["name"]
+
+
+def _deterministic_region(x: torch.Tensor) -> torch.Tensor:
+    for _ in range(300):  # long enough for the other thread to get the GIL many times
+        x = torch.tanh(x @ x.T @ x * 0.01)
+    return x
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_other_thread_drawing_random_numbers_is_not_blamed(reentrant: bool) -> None:
+    stop = threading.Event()
+    started = threading.Event()
+
+    def draw() -> None:
+        while not stop.is_set():
+            torch.rand(16)
+            started.set()
+
+    x = torch.randn(8, 8, requires_grad=True)
+    thread = threading.Thread(target=draw)
+    thread.start()
+    started.wait()
+    try:
+        ckptguard.enable()
+        before = torch.get_rng_state()
+        out = checkpoint(
+            _deterministic_region, x, use_reentrant=reentrant, preserve_rng_state=False
+        )
+        moved = not torch.equal(before, torch.get_rng_state())
+        out.sum().backward()
+    finally:
+        stop.set()
+        thread.join()
+        ckptguard.disable()
+    assert moved, "the other thread must have drawn during the region's forward"
+
+
+# ------------------------------------------------------------------------------ strict mode
+
+
+class Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inner = SmallBlock()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(checkpoint(self.inner, x, use_reentrant=False))
+
+
+def test_strict_nested_checkpoint_under_reentrant_outer() -> None:
+    module = Outer()
+
+    def run():
+        x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        checkpoint(module, x, use_reentrant=True).sum().backward()
+        grads = grads_of(module, x)
+        module.zero_grad(set_to_none=True)
+        return grads
+
+    _strict_silence(run, strict=True)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_strict_autocast_weight_used_twice(reentrant: bool) -> None:
+    torch.manual_seed(0)
+    shared = nn.Linear(8, 8)
+
+    def run():
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            warm = shared(x)  # caches the weight's cast before the region
+            out = checkpoint(lambda t: shared(shared(t)), x, use_reentrant=reentrant)
+        (out.float().sum() + warm.float().sum()).backward()
+        grads = grads_of(shared, x)
+        shared.zero_grad(set_to_none=True)
+        return grads
+
+    _strict_silence(run, strict=True)
+
+
+def test_strict_reentrant_transformer_layer_in_eval() -> None:
+    """Fast path in the no_grad forward, composite path in the recompute: outputs differ by
+    rounding only, so strict mode stays silent."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True).eval()
+
+    def run():
+        x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        checkpoint(layer, x, use_reentrant=True).square().sum().backward()
+        grads = grads_of(layer, x)
+        layer.zero_grad(set_to_none=True)
+        return grads
+
+    _strict_silence(run, strict=True)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_strict_batchnorm_without_momentum_reports_only_its_side_effect(reentrant: bool) -> None:
+    """BatchNorm(momentum=None) reads num_batches_tracked, which its forward increments: the
+    recompute's running statistics differ, the tensors backward uses do not. Strict mode reports
+    the double update (side_effect), never wrong values."""
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8, momentum=None))
+    x = torch.randn(6, 8, requires_grad=True)
+    ckptguard.enable(strict=True)
+    out = checkpoint(module, x, use_reentrant=reentrant)
+    with pytest.raises(ckptguard.RecomputeSideEffectError) as info:
+        out.sum().backward()
+    assert info.value.kind == "side_effect"
+    assert "Sequential.1.num_batches_tracked" in str(info.value)
+    assert "gradients are not affected" in str(info.value)

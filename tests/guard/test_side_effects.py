@@ -1,0 +1,89 @@
+"""A recompute that updates module state a second time (issue 9, item 4): a warning naming the
+state by default, ``RecomputeSideEffectError`` in strict mode; gradients untouched."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import grads_equal, grads_of
+from torch.utils.checkpoint import checkpoint
+
+import ckptguard
+
+VARIANTS = pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+
+
+def _normed() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU())
+
+
+def _step(module: nn.Module, reentrant: bool) -> list:
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    checkpoint(module, x, use_reentrant=reentrant).sum().backward()
+    grads = grads_of(module, x)
+    module.zero_grad(set_to_none=True)
+    return grads
+
+
+@VARIANTS
+def test_batchnorm_statistics_updated_twice_warn(reentrant: bool) -> None:
+    plain_module = _normed()
+    plain = _step(plain_module, reentrant)
+    assert int(plain_module[1].num_batches_tracked) == 2, "plain torch counts the step twice"
+    module = _normed()
+    with ckptguard.guard(), pytest.warns(ckptguard.CheckpointGuardWarning) as record:
+        guarded = _step(module, reentrant)
+    assert grads_equal(plain, guarded)
+    message = str(record[0].message)
+    assert "[side_effect]" in message and "Sequential.1.num_batches_tracked" in message
+    assert "Sequential.1.running_mean" in message and "Sequential.1.running_var" in message
+    assert "gradients are not affected" in message
+
+
+@VARIANTS
+def test_batchnorm_statistics_updated_twice_strict(reentrant: bool) -> None:
+    module = _normed()
+    ckptguard.enable(strict=True)
+    with pytest.raises(ckptguard.RecomputeSideEffectError) as info:
+        _step(module, reentrant)
+    assert info.value.kind == "side_effect"
+    assert "Sequential.1.running_mean" in info.value.details["names"]
+
+
+class Counting(nn.Module):
+    """Custom counters: a buffer incremented in place and a Python attribute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+        self.calls = 0
+
+    def forward(self, x):
+        self.steps.add_(1)
+        self.calls += 1
+        return torch.tanh(self.fc(x))
+
+
+@VARIANTS
+def test_custom_counters_are_named(reentrant: bool) -> None:
+    module = Counting()
+    with ckptguard.guard(), pytest.warns(ckptguard.CheckpointGuardWarning) as record:
+        _step(module, reentrant)
+    message = str(record[0].message)
+    assert "Counting.steps" in message and "Counting.calls" in message
+    assert int(module.steps) == 2 and module.calls == 2
+
+
+@VARIANTS
+def test_no_side_effect_no_warning(reentrant: bool) -> None:
+    module = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8).eval())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ckptguard.CheckpointGuardWarning)
+        with ckptguard.guard(strict=True):
+            _step(module, reentrant)

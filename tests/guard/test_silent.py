@@ -1,0 +1,421 @@
+"""Changes between forward and backward that plain torch lets through with wrong gradients:
+each is named by the guard in default mode (issue 9, "silent while gradients are wrong").
+
+Every test checks three things through ``silently_wrong_then_named``: plain torch's gradients
+differ without an error, the guard raises the named kind, and an unchanged guarded step is
+bit-identical to plain torch. Both checkpoint variants run where both apply.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import grads_equal, grads_of, silently_wrong_then_named
+from guard_fixture_pkg import cfg, helpers
+from guard_fixture_pkg.model import CrossModuleBlock
+from torch.utils.checkpoint import checkpoint
+
+import ckptguard
+
+VARIANTS = pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+
+
+def _module_step(module: nn.Module, reentrant: bool, *extra):
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)
+
+    def step(change):
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+        out = checkpoint(module, x, *extra, use_reentrant=reentrant)
+        if change is not None:
+            change()
+        out.sum().backward()
+        return grads_of(module, x)
+
+    return step
+
+
+class Gained(nn.Module):
+    """Reads a buffer in train() mode (the version check used to be skipped there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("gain", torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+    def forward(self, x):
+        return torch.sin(self.fc(x) * self.gain)
+
+
+@VARIANTS
+def test_buffer_written_in_place_in_train_mode(reentrant: bool) -> None:
+    module = Gained().train()
+    error = silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: module.gain.mul_(2),
+        lambda: module.gain.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        "tensor",
+        "Gained.gain",
+        "in place",
+    )
+    assert error.details["name"] == "Gained.gain"
+
+
+def _keyword_region(x, *, scale):
+    return torch.sin(x * scale)
+
+
+def test_keyword_tensor_changed_in_place() -> None:
+    x = torch.randn(5, requires_grad=True)
+    scale = torch.full((5,), 2.0)
+
+    def step(change):
+        x.grad = None
+        out = checkpoint(_keyword_region, x, scale=scale, use_reentrant=False)
+        if change is not None:
+            change()
+        out.sum().backward()
+        return [x.grad.clone()]
+
+    silently_wrong_then_named(
+        step, lambda: scale.mul_(3), lambda: scale.fill_(2.0), "tensor", "keyword argument scale"
+    )
+
+
+def _container_region(x, factors):
+    return torch.sin(x * factors[0] + factors[1])
+
+
+@VARIANTS
+@pytest.mark.parametrize("how", ["in_place", "replaced"])
+@pytest.mark.parametrize("container", ["list", "dict"])
+def test_tensor_in_container_argument(reentrant: bool, how: str, container: str) -> None:
+    x = torch.randn(5, requires_grad=True)
+    factors: dict | list = [torch.full((5,), 2.0), torch.zeros(5)]
+    if container == "dict":
+        factors = dict(enumerate(factors))
+    original = factors[0]
+
+    def change():
+        if how == "in_place":
+            factors[0].mul_(3)
+        else:
+            factors[0] = torch.full((5,), 6.0)
+
+    def undo():
+        original.fill_(2.0)
+        factors[0] = original
+
+    def step(change):
+        x.grad = None
+        out = checkpoint(_container_region, x, factors, use_reentrant=reentrant)
+        if change is not None:
+            change()
+        out.sum().backward()
+        return [x.grad.clone()]
+
+    expected = "in place" if how == "in_place" else "replaced"
+    silently_wrong_then_named(step, change, undo, "tensor", "positional argument 1", expected)
+
+
+class Parent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.child = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.sin(self.child(x))
+
+
+@VARIANTS
+def test_child_module_replaced(reentrant: bool) -> None:
+    module = Parent()
+    original = module.child
+    replacement = nn.Linear(4, 4)
+    silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: setattr(module, "child", replacement),
+        lambda: setattr(module, "child", original),
+        "attribute",
+        "Parent.child",
+        "replaced by another module",
+    )
+
+
+class LateAttribute(nn.Module):
+    """Reads an attribute that only exists after the module's first call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.sin(self.fc(x) * getattr(self, "temperature", 1.0))
+
+
+@VARIANTS
+def test_attribute_added_after_first_call_then_changed(reentrant: bool) -> None:
+    module = LateAttribute()
+    step = _module_step(module, reentrant)
+    step(None)  # the module's plan is built without the attribute
+    module.temperature = 1.5
+    silently_wrong_then_named(
+        step,
+        lambda: setattr(module, "temperature", 3.0),
+        lambda: setattr(module, "temperature", 1.5),
+        "attribute",
+        "LateAttribute.temperature",
+    )
+
+
+def _doubling_hook(module, args, output):
+    return output * 2
+
+
+def _doubling_pre_hook(module, args):
+    return (args[0] * 2,)
+
+
+@VARIANTS
+@pytest.mark.parametrize("where", ["module", "submodule", "global"])
+@pytest.mark.parametrize("pre", [False, True], ids=["forward_hook", "pre_hook"])
+def test_hook_registered_between_forward_and_backward(reentrant: bool, where: str, pre) -> None:
+    module = Parent()
+    handles = []
+    global_registry = torch.nn.modules.module
+
+    def change():
+        if where == "global":
+            register = (
+                global_registry.register_module_forward_pre_hook
+                if pre
+                else global_registry.register_module_forward_hook
+            )
+            handles.append(register(_doubling_pre_hook if pre else _doubling_hook))
+            return
+        target = module if where == "module" else module.child
+        if pre:
+            handles.append(target.register_forward_pre_hook(_doubling_pre_hook))
+        else:
+            handles.append(target.register_forward_hook(_doubling_hook))
+
+    def undo():
+        while handles:
+            handles.pop().remove()
+
+    step = _module_step(module, reentrant)
+    if where == "module" and not pre and not reentrant:
+        # the non-reentrant recompute stops inside the forward and discards its output: a
+        # forward hook on the region's own module never runs there; gradients stay right
+        with ckptguard.guard():
+            honest = step(None)
+            try:
+                assert grads_equal(step(change), honest)
+            finally:
+                undo()
+        return
+    dictionary = "_forward_pre_hooks" if pre else "_forward_hooks"
+    name = {
+        "module": f"Parent.{dictionary}",
+        "submodule": f"Parent.child.{dictionary}",
+        "global": f"torch.nn.modules.module._global{dictionary}",
+    }
+    silently_wrong_then_named(step, change, undo, "hook", name[where])
+
+
+class Tables(nn.Module):
+    """Reads tensors kept in a dict and in a list attribute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.table = {"gain": torch.full((4,), 2.0)}
+        self.shifts = [torch.zeros(4)]
+
+    def forward(self, x):
+        return torch.sin(self.fc(x) * self.table["gain"] + self.shifts[0])
+
+
+@VARIANTS
+@pytest.mark.parametrize("which", ["dict", "list"])
+def test_dict_or_list_of_tensors_attribute(reentrant: bool, which: str) -> None:
+    module = Tables()
+    tensor = module.table["gain"] if which == "dict" else module.shifts[0]
+    saved = tensor.clone()
+    silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: tensor.add_(1.0),
+        lambda: tensor.copy_(saved),
+        "tensor",
+        "Tables.table" if which == "dict" else "Tables.shifts",
+    )
+
+
+class Config:
+    scale = 1.0
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+
+
+class Configured(nn.Module):
+    """transformers style: reads ``self.config.scale``; and a class attribute, ``bias``."""
+
+    bias = 0.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.config = Config()
+
+    def forward(self, x):
+        return torch.sin(self.fc(x) * self.config.scale + self.bias)
+
+
+@VARIANTS
+def test_attribute_of_config_object(reentrant: bool) -> None:
+    module = Configured()
+    silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: setattr(module.config, "scale", 2.0),
+        lambda: setattr(module.config, "scale", 1.0),
+        "attribute",
+        "Configured.config.scale",
+    )
+
+
+@VARIANTS
+def test_class_attribute(reentrant: bool) -> None:
+    module = Configured()
+    silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: setattr(Configured, "bias", 0.5),
+        lambda: setattr(Configured, "bias", 0.0),
+        "attribute",
+        "Configured.bias",
+    )
+
+
+def _partial_region(x, settings):
+    return torch.sin(x * settings.scale)
+
+
+@VARIANTS
+def test_attribute_of_object_bound_into_partial(reentrant: bool) -> None:
+    settings = Config()
+    region = functools.partial(_partial_region, settings=settings)
+    x = torch.randn(5, requires_grad=True)
+
+    def step(change):
+        x.grad = None
+        out = checkpoint(region, x, use_reentrant=reentrant)
+        if change is not None:
+            change()
+        out.sum().backward()
+        return [x.grad.clone()]
+
+    silently_wrong_then_named(
+        step,
+        lambda: setattr(settings, "scale", 3.0),
+        lambda: setattr(settings, "scale", 1.0),
+        "attribute",
+        "settings.scale",
+    )
+
+
+@VARIANTS
+def test_attribute_of_another_module(reentrant: bool) -> None:
+    torch.manual_seed(0)
+    module = CrossModuleBlock()
+    silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: setattr(cfg, "SCALE", 2.0),
+        lambda: setattr(cfg, "SCALE", 1.0),
+        "global",
+        "cfg.SCALE",
+        "guard_fixture_pkg.model",
+    )
+
+
+@VARIANTS
+def test_global_of_helper_in_another_module(reentrant: bool) -> None:
+    torch.manual_seed(0)
+    module = CrossModuleBlock()
+    silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: setattr(helpers, "OFFSET", 0.5),
+        lambda: setattr(helpers, "OFFSET", 0.0),
+        "global",
+        "OFFSET",
+        "global of guard_fixture_pkg.helpers, read by shift",
+    )
+
+
+def _matmul_region(x):
+    return torch.sin(x @ x.T + torch.ones(()))  # torch.ones follows the default dtype
+
+
+def _dtype_region(t):
+    return torch.sin(t * torch.tensor(0.1))  # the constant follows the default dtype
+
+
+def test_default_dtype_changed() -> None:
+    """Reentrant: silently wrong. Non-reentrant: torch's own check sees a saved tensor's dtype
+    change (a CheckpointError); the guard names the cause before it."""
+    x = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
+
+    def step(change, reentrant=True):
+        x.grad = None
+        out = checkpoint(_dtype_region, x, use_reentrant=reentrant)
+        if change is not None:
+            change()
+        out.sum().backward()
+        return [x.grad.clone()]
+
+    def to_double():
+        torch.set_default_dtype(torch.float64)
+
+    def undo():
+        torch.set_default_dtype(torch.float32)
+
+    silently_wrong_then_named(step, to_double, undo, "torch_state", "torch.get_default_dtype()")
+    with ckptguard.guard(), pytest.raises(ckptguard.CheckpointMismatchError) as info:
+        try:
+            step(to_double, reentrant=False)
+        finally:
+            undo()
+    assert info.value.kind == "torch_state"
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["matmul_precision", "deterministic"],
+)
+def test_other_process_wide_settings_are_fingerprinted(setting: str) -> None:
+    """Settings whose effect does not show on this CPU build still must not change unseen."""
+    x = torch.randn(4, 4, requires_grad=True)
+    before = (torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled())
+    change = {
+        "matmul_precision": lambda: torch.set_float32_matmul_precision("medium"),
+        "deterministic": lambda: torch.use_deterministic_algorithms(True),
+    }[setting]
+    ckptguard.enable()
+    try:
+        out = checkpoint(_matmul_region, x, use_reentrant=False)
+        change()
+        with pytest.raises(ckptguard.CheckpointMismatchError) as info:
+            out.sum().backward()
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.use_deterministic_algorithms(before[1])
+    assert info.value.kind == "torch_state"
+    expected = "matmul_precision" if setting == "matmul_precision" else "deterministic"
+    assert expected in info.value.details["name"]
