@@ -127,6 +127,7 @@ class Linter:
         # Names the last run over files found to reach a region source (project wrappers,
         # layer subclasses...): linting one text afterwards (the fix phase) looks for them too.
         self.discovered_words: frozenset[str] = frozenset()
+        self._neighbours: Project | None = None  # analyze_tree's modules, kept between files
 
     @cached_property
     def table(self) -> SourceTable:
@@ -356,10 +357,19 @@ class Linter:
 
     def analyze_tree(self, tree: ast.Module, lines: list[str], path: str) -> list[Finding]:
         """Findings of every selected rule on a tree its caller parsed (the flake8 plugin),
-        before suppressions (the caller applies its own)."""
-        project = Project(Layout([path]), self.table.words | self.discovered_words)
+        before suppressions (the caller applies its own). The modules read to follow
+        regions stay loaded for the next file (flake8 hands over one file at a time)."""
+        words = self.table.words | self.discovered_words
+        project = self._neighbours
+        if project is None or project.words != words:
+            project = self._neighbours = Project(Layout(), words)
+        project.layout.add(path)
         module = project.adopt(path, "".join(lines), tree, lines)
-        return self._analyze_alone(project, module)
+        try:
+            return self._analyze_alone(project, module)
+        except LazyTreeMismatch:  # a neighbour's lazy split misread it: parse them in full
+            project = self._neighbours = Project(Layout([path]), words, lazy=False)
+            return self._analyze_alone(project, project.adopt(path, module.text, tree, lines))
 
     def _analyze_alone(self, project: Project, module: Module) -> list[Finding]:
         """One module, its neighbours read from disk when the analysis follows an import."""
