@@ -119,6 +119,8 @@ def main() -> None:
     if not arguments.skip_flake8:
         plain = virtualenv("venv-flake8", "flake8")
         with_plugin = virtualenv("venv-flake8-ckptlint", "flake8", str(ROOT))
+        install = [str(with_plugin), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall"]
+        subprocess.run([*install, str(ROOT)], check=True)  # this checkout, not an older one
         prefilter = Prefilter(SourceTable.build().words)
         every = sorted(str(p.relative_to(source)) for p in source.rglob("*.py"))
         unreachable = [p for p in every if not prefilter.passes((source / p).read_bytes())]
