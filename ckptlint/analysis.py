@@ -12,12 +12,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ckptlint.effects.changes import ChangeFinder
 from ckptlint.effects.reach import Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
-from ckptlint.regions.sites import Site, SiteFinder, SourceCall
+from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
 from ckptlint.regions.sources import SourceTable
 from ckptlint.resolution.evaluator import PARTIAL, Evaluator, own_nodes
 from ckptlint.resolution.values import (
@@ -39,6 +40,15 @@ class PartialCreation:
     """``functools.partial(<source>, ...)`` written in a module (CKP001 checks it)."""
 
     value: PartialValue
+
+
+class Exports(NamedTuple):
+    calls: frozenset[str]
+    classes: frozenset[str]
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.calls | self.classes
 
 
 @dataclass
@@ -138,21 +148,25 @@ class ProjectAnalysis:
         return bool(self.finder.paths((partial,), Arguments((), {}, False, (partial.call,))))
 
     # -- names that reach a source, across files --------------------------------------------
-    def exports(self, module: Module) -> set[str]:
-        """Names other modules may use to reach a source through this one: wrappers, layer
-        subclasses, and module, class or instance attributes bound to a source."""
-        names: set[str] = set()
+    def exports(self, module: Module) -> Exports:
+        """Names other modules may use to reach a source through this one: layer
+        subclasses (``classes``), and wrappers and module, class or instance attributes bound
+        to a source (``calls``)."""
+        calls: set[str] = set()
         for site in self.sites(module):
-            if site.layer is not None:
-                names.add(site.layer.node.name)
-            elif site.delegates:
-                names.update(_enclosing_function_names(site.context.scope))
-        names.update(self._layer_classes(module))
+            if site.delegates:
+                calls.update(_enclosing_function_names(site.context.scope))
         for binding, visible in self._bindings_on_candidate_lines(module):
             if visible and self._binds_source(module, binding):
-                names.add(binding.name)
-        names.update(name for name, visible in self._factories(module) if visible)
-        return names
+                calls.add(binding.name)
+        calls.update(name for name, visible in self._factories(module) if visible)
+        return Exports(frozenset(calls), frozenset(self._layer_classes(module)))
+
+    def learn_layer_classes(self, names: frozenset[str]) -> None:
+        """More class names that derive from a layer source: classes naming one of them as
+        a base are looked at again (their sites may change; evaluations stay valid)."""
+        self.finder.layer_words = self.finder.layer_words | names
+        self._modules.clear()
 
     def local_aliases(self, module: Module) -> set[str]:
         """Names a module binds (at any level) to a source: its lines using them are scoped
@@ -203,12 +217,10 @@ class ProjectAnalysis:
 
     def _layer_classes(self, module: Module) -> set[str]:
         context = self.evaluator.module_context(module)
-        lines = module.candidate_lines
         return {
             node.name
-            for node in module.tree.body
-            if isinstance(node, ast.ClassDef)
-            and any(touches_lines(base, lines) for base in node.bases)
+            for node in classes_at_top(module.tree.body)
+            if self.finder.may_derive_from_a_layer(node)
             and self.finder.layer_source(ClassValue(node, context)) is not None
         }
 

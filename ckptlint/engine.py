@@ -27,7 +27,7 @@ from functools import cached_property
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ckptlint.analysis import ProjectAnalysis, names_any, with_local_aliases
+from ckptlint.analysis import Exports, ProjectAnalysis, names_any, with_local_aliases
 from ckptlint.config import Settings
 from ckptlint.core import Finding
 from ckptlint.lazy_tree import LazyTreeMismatch, check_unparsed_bodies
@@ -289,15 +289,15 @@ class Linter:
         new name reaching a source; the words of interest in the end."""
         assigned: set[str] = set()
         words = self.table.words
-        new_words: frozenset[str] = frozenset()
+        new = Exports(frozenset(), frozenset())
         while True:
-            exports = _grow(sessions, pending, new_words)
+            exports = _grow(sessions, pending, new)
             assigned.update(pending)
-            new_words = frozenset(exports) - words
-            if not new_words:
+            new = Exports(exports.calls - words, exports.classes - words)
+            if not new.names:
                 return words
-            words = words | new_words
-            prefilter = Prefilter(new_words)
+            words = words | new.names
+            prefilter = Prefilter(new.names)
             pending = [p for p in paths if p not in assigned and prefilter.passes(data[p])]
 
     def session(self, targets: list[LintTarget]) -> Session:
@@ -374,6 +374,8 @@ class Linter:
     def _analyze_alone(self, project: Project, module: Module) -> list[Finding]:
         """One module, its neighbours read from disk when the analysis follows an import."""
         analysis = ProjectAnalysis(project, self.table)
+        if self.discovered_words:  # a subclass of a project's layer class is a layer too
+            analysis.learn_layer_classes(self.discovered_words)
         try:
             with_local_aliases(analysis, module)
         except (RecursionError, MemoryError):
@@ -418,36 +420,50 @@ class Session:
         self.unreadable: dict[str, Finding] = {}
         self.too_deep: set[str] = set()
 
-    def grow(self, paths: list[str], new_words: frozenset[str]) -> set[str]:
+    def grow(self, paths: list[str], new: Exports) -> Exports:
         """Take new words and new candidate files; return the names that the modules they
-        change export (see ``ProjectAnalysis.exports``)."""
+        change export (see ``ProjectAnalysis.exports``). New wrapper names make the modules
+        using them scoped again; new layer classes only make classes naming them as a base
+        looked at again."""
         project = self.project
         changed: list[str] = []
-        if new_words:
-            project.words = project.words | new_words
-            for path in self.owned:
-                module = project.module_at(path)
-                if module is not None and names_any(module, new_words):
-                    project.rescope(module, project.words)
-                    changed.append(path)
-            self.analysis.reset()
+        if new.names:
+            project.words = project.words | new.names
+        if new.classes:
+            self.analysis.learn_layer_classes(new.classes)
+            changed += [p for p in self.owned if self._names(p, new.classes)]
+        if new.calls:
+            rescoped = [p for p in self.owned if self._names(p, new.calls)]
+            for path in rescoped:
+                project.rescope(project.module_at(path), project.words)  # type: ignore[arg-type]
+            if rescoped:
+                self.analysis.reset()
+            changed += rescoped
         for path in paths:
             if self._load(path):
                 self.owned.append(path)
                 changed.append(path)
-        exports: set[str] = set()
-        for path in changed:
+        calls: set[str] = set()
+        classes: set[str] = set()
+        for path in dict.fromkeys(changed):
             module = project.module_at(path)
             if module is None or path in self.too_deep:
                 continue
             try:
                 module = with_local_aliases(self.analysis, module)
-                exports |= self.analysis.exports(module)
+                exported = self.analysis.exports(module)
             except (RecursionError, MemoryError):
                 self.too_deep.add(path)  # reported when results are asked for
+                continue
             except SyntaxError:
-                pass  # in a lazily parsed body: reported with the results
-        return exports
+                continue  # in a lazily parsed body: reported with the results
+            calls |= exported.calls
+            classes |= exported.classes
+        return Exports(frozenset(calls), frozenset(classes))
+
+    def _names(self, path: str, words: frozenset[str]) -> bool:
+        module = self.project.module_at(path)
+        return module is not None and names_any(module, words)
 
     def footprint(self) -> tuple[set[str], set[str]]:
         """What the results depend on: the files read, the module names not found."""
@@ -525,16 +541,19 @@ class _SessionHandle:
             self.connection.close()
 
 
-def _grow(sessions: list[_SessionHandle], paths: list[str], new_words: frozenset[str]) -> set[str]:
+def _grow(sessions: list[_SessionHandle], paths: list[str], new: Exports) -> Exports:
     """Deal new candidate files round robin, tell every session the new words, and collect
     what they export (the sessions work at the same time)."""
     shares: list[list[str]] = [paths[index :: len(sessions)] for index in range(len(sessions))]
     for session, share in zip(sessions, shares, strict=True):
-        session.send("grow", share, new_words)
-    exports: set[str] = set()
+        session.send("grow", share, new)
+    calls: set[str] = set()
+    classes: set[str] = set()
     for session in sessions:
-        exports |= session.receive()
-    return exports
+        exported = session.receive()
+        calls |= exported.calls
+        classes |= exported.classes
+    return Exports(frozenset(calls), frozenset(classes))
 
 
 def _serve(session: Session, connection: Connection) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, Scope, touches_lines
+from ckptlint.project.scopes import FUNCTIONS, Scope
 from ckptlint.regions.sources import RegionSource, SourceTable
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
 from ckptlint.resolution.values import (
@@ -106,6 +106,11 @@ class SiteFinder:
         self.evaluator = evaluator
         self.guesser = Evaluator(evaluator.project, duck_typing=True)
         self.table = table
+        # Last names of classes known to derive from a layer source (the table's, and the
+        # project's subclasses found so far): a class naming one as a base may derive too.
+        self.layer_words = frozenset(
+            name.rsplit(".", 1)[-1] for name, s in table.by_name.items() if s.kind == "layer"
+        )
         self._wrappers: dict[tuple[ast.AST, int], list[ast.Call] | None] = {}
         self._wrapper_depth = 0
 
@@ -244,15 +249,22 @@ class SiteFinder:
     def layer_sites(self, module: Module) -> Iterator[Site]:
         """Classes whose bases name a word of interest and derive from a layer source."""
         context = self.evaluator.module_context(module)
-        lines = module.candidate_lines
-        for node in _classes(module.tree.body):
-            if not any(touches_lines(base, lines) for base in node.bases):
+        for node in classes_at_top(module.tree.body):
+            if not self.may_derive_from_a_layer(node):
                 continue
             cls = ClassValue(node, context)
             source = self.layer_source(cls)
             forward = _own_method(node, "forward")
             if source is not None and forward is not None:
                 yield Site(module, forward, context, layer=cls, layer_source=source)
+
+    def may_derive_from_a_layer(self, node: ast.ClassDef) -> bool:
+        """A base names a layer class (by its last name): worth resolving the bases."""
+        return any(
+            (base.id if isinstance(base, ast.Name) else getattr(base, "attr", None))
+            in self.layer_words
+            for base in node.bases
+        )
 
     def layer_source(self, cls: ClassValue) -> RegionSource | None:
         """The ``layer`` row a class derives from, if any."""
@@ -363,7 +375,7 @@ def _enclosing_functions(scope: Scope | None) -> list[ast.AST]:
     return owners
 
 
-def _classes(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:
+def classes_at_top(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:
     """Classes at module level, also under ``if``/``try`` (not inside functions)."""
     stack = list(reversed(statements))
     while stack:
