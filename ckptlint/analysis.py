@@ -61,12 +61,15 @@ class ProjectAnalysis:
     def __init__(self, project: Project, table: SourceTable) -> None:
         self.project = project
         self.table = table
+        self._learned_layer_words: frozenset[str] = frozenset()
         self.reset()
 
     def reset(self) -> None:
-        """Forget everything computed (after modules were scoped again)."""
+        """Forget everything computed (after modules were scoped again); the layer classes
+        learned so far stay known."""
         self.evaluator = Evaluator(self.project)
         self.finder = SiteFinder(self.evaluator, self.table)
+        self.finder.layer_words |= self._learned_layer_words
         self.reaches = ReachAnalysis(self.evaluator)
         self.changes = ChangeFinder(self.project, self.evaluator)
         self._modules: dict[str, ModuleRegions] = {}
@@ -165,7 +168,8 @@ class ProjectAnalysis:
     def learn_layer_classes(self, names: frozenset[str]) -> None:
         """More class names that derive from a layer source: classes naming one of them as
         a base are looked at again (their sites may change; evaluations stay valid)."""
-        self.finder.layer_words = self.finder.layer_words | names
+        self._learned_layer_words |= names
+        self.finder.layer_words |= names
         self._modules.clear()
 
     def local_aliases(self, module: Module) -> set[str]:

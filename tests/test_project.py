@@ -402,3 +402,40 @@ def test_gradient_checkpointing_layer_subclass_reported_at_its_forward(tmp_path:
         ("models/modeling_derived.py", 7, 5, "CKP203"),
         ("models/modeling_toy.py", 12, 5, "CKP203"),
     ]
+
+
+def test_layer_subclasses_two_levels_down_stay_known_when_a_module_is_scoped_again(
+    tmp_path: Path,
+) -> None:
+    files = {
+        "models/__init__.py": "",
+        "models/base.py": """
+            from transformers.modeling_layers import GradientCheckpointingLayer
+
+            class BaseLayer(GradientCheckpointingLayer):
+                pass
+        """,
+        "models/middle.py": """
+            from models.base import BaseLayer
+
+            class MiddleLayer(BaseLayer):
+                pass
+        """,
+        "models/leaf.py": """
+            from torch.utils.checkpoint import checkpoint
+            from models.middle import MiddleLayer
+
+            ckpt = checkpoint
+            CALLS = 0
+
+            class LeafLayer(MiddleLayer):
+                def forward(self, hidden_states):
+                    global CALLS
+                    CALLS += 1
+                    return hidden_states
+
+            def run(layer, x):
+                return ckpt(layer, x, use_reentrant=False)
+        """,
+    }
+    assert lint_tree(tmp_path, files) == [("models/leaf.py", 9, 5, "CKP203")]
