@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -278,7 +279,8 @@ def test_python_dash_m_and_console_script_agree(project: Path) -> None:
     import subprocess
 
     write(project, "bad.py", MISSING)
-    script = shutil.which("ckptlint")
+    # The script pip installed next to this interpreter (the venv may not be on PATH).
+    script = shutil.which("ckptlint", path=str(Path(sys.executable).parent))
     assert script, "the ckptlint console script is installed"
     direct = subprocess.run([script, "bad.py"], cwd=project, capture_output=True, text=True)
     assert direct.stdout == run_ckptlint("bad.py", cwd=project).stdout

@@ -433,7 +433,10 @@ LATE_BINDING_FORMS = {
         from torch.utils.checkpoint import checkpoint
 
         def forward(self, x):
-            return [checkpoint(lambda h: layer(h) + 1, x, use_reentrant=False) for layer in self.layers]
+            return [
+                checkpoint(lambda h: layer(h) + 1, x, use_reentrant=False)
+                for layer in self.layers
+            ]
         """,
 }
 

@@ -257,6 +257,34 @@ NOT_FINDINGS = {
         def forward(x):
             return checkpoint(block, x, use_reentrant=False)
         """,
+    "a global changed only by seeding and initialisation functions": """
+        from torch.utils.checkpoint import checkpoint
+
+        _TRACKER = None
+        _SEED = 0
+
+        def initialize_tracker(force_reset=False):
+            global _TRACKER
+            if force_reset:
+                _TRACKER = None
+            if _TRACKER is None:
+                _TRACKER = make_tracker()
+
+        def get_tracker():
+            initialize_tracker()
+            return _TRACKER
+
+        def manual_seed(seed):
+            global _SEED
+            _SEED = seed
+            initialize_tracker(force_reset=True)
+
+        def block(x):
+            return get_tracker().fork(x + _SEED)
+
+        def forward(x):
+            return checkpoint(block, x, use_reentrant=False)
+        """,
     "look-alike checkpoint methods": """
         COUNT = 0
 
@@ -685,6 +713,48 @@ def test_memo_and_lazy_initialisation_are_not_side_effects() -> None:
             return checkpoint(block, x, use_reentrant=False)
         """
     assert semantic_codes(source) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "codes"),
+    [
+        ("initialize_tracker()", []),
+        ("initialize_tracker(force_reset=False)", []),
+        ("initialize_tracker(None, False)", []),
+        ("initialize_tracker(force_reset=True)", ["CKP203"]),
+        ("initialize_tracker(None, True)", ["CKP203"]),
+        ("initialize_tracker(**options)", ["CKP203"]),
+        ("Holder().initialize(True)", ["CKP203"]),
+        ("Holder().initialize()", []),
+    ],
+)
+def test_a_branch_behind_a_false_default_runs_only_for_callers_that_pass_it(
+    call: str, codes: list[str]
+) -> None:
+    source = f"""
+        from torch.utils.checkpoint import checkpoint
+
+        _TRACKER = None
+
+        def initialize_tracker(kind=None, force_reset=False):
+            global _TRACKER
+            if force_reset:
+                _TRACKER = None
+
+        class Holder:
+            def initialize(self, force_reset=False):
+                global _TRACKER
+                if force_reset:
+                    _TRACKER = None
+
+        def block(x, options):
+            {call}
+            return x * 2
+
+        def forward(x):
+            return checkpoint(block, x, {{}}, use_reentrant=False)
+        """
+    assert semantic_codes(source) == codes
 
 
 def test_a_method_a_subclass_overrides_is_unknown() -> None:

@@ -12,6 +12,7 @@ the run has loaded that name it after a dot (``config.SCALE = 2``).
 from __future__ import annotations
 
 import ast
+import re
 from bisect import bisect_right
 from collections.abc import Iterator
 
@@ -35,6 +36,10 @@ SETUP_FUNCTIONS = frozenset(
     "__init__ __new__ __post_init__ __init_subclass__ __set_name__ __setstate__"
     " _init_weights init_weights reset_parameters _reset_parameters".split()
 )
+# Names that announce set-up: seeding and (lazy) initialisation, which training runs before
+# its steps, not between a forward and its backward (``model_parallel_cuda_manual_seed``,
+# ``initialize_rng_tracker(force_reset=True)``).
+_SETUP_NAME = re.compile(r"^_*(init|initiali[sz]e|setup|set_up)(_|$)|seed")
 _MAX_CALLER_DEPTH = 3
 _DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
 
@@ -136,11 +141,11 @@ class ChangeFinder:
 
     def runs_at_setup_only(self, module: Module, functions: list[ast.AST], depth: int) -> bool:
         """Whether the outermost of ``functions`` runs only while the program is set up: a
-        constructor-like method, or a function whose every use is at module or class level,
-        in a decorator, or in such a function itself."""
+        constructor-like method, a function named for seeding or initialisation, or a function
+        whose every use is at module or class level, in a decorator, or in such a function."""
         outermost = functions[0]
         name = outermost.name  # type: ignore[attr-defined]
-        if name in SETUP_FUNCTIONS:
+        if name in SETUP_FUNCTIONS or _SETUP_NAME.search(name):
             return True
         if depth >= _MAX_CALLER_DEPTH:
             return False

@@ -98,6 +98,32 @@ class FunctionFacts:
     writes: list[GlobalWrite] = field(default_factory=list)
     draws: list[RandomDraw] = field(default_factory=list)
     callees: list[tuple[ast.Call, Values]] = field(default_factory=list)
+    # Writes under ``if flag:`` where the parameter ``flag`` defaults to a false constant
+    # (``force_reset=False``): they run only for callers that pass it.
+    opt_in_writes: list[tuple[OptIn, GlobalWrite]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OptIn:
+    """A parameter that switches a branch on: its name and place among the positionals."""
+
+    name: str
+    index: int | None  # None: keyword-only
+
+    def passed_by(self, call: ast.Call | None, bound: bool) -> bool:
+        """Whether ``call`` may pass a true value for it (unknown calls may)."""
+        if call is None:
+            return True
+        for keyword in call.keywords:
+            if keyword.arg is None or keyword.arg == self.name:
+                return not _false_constant(keyword.value)
+        if self.index is None:
+            return False
+        given = call.args
+        if any(isinstance(a, ast.Starred) for a in given):
+            return True
+        index = self.index - 1 if bound else self.index
+        return len(given) > index and not _false_constant(given[index])
 
 
 @dataclass
@@ -161,7 +187,7 @@ class ReachAnalysis:
         elif isinstance(value, Instance):
             self._instance(value, call, reach, depth, seen)
         elif isinstance(value, FunctionValue):
-            self._function(value, reach, depth, seen)
+            self._function(value, call, reach, depth, seen)
         elif isinstance(value, (Sequence, Elements)) and ("container", value) not in seen:
             seen[("container", value)] = depth
             for element in known(self.evaluator.iterate((value,))):
@@ -218,17 +244,27 @@ class ReachAnalysis:
             self._collect(callee, None, reach, depth, seen)  # calling a module runs forward
 
     def _function(
-        self, function: FunctionValue, reach: Reach, depth: int, seen: dict[object, int]
+        self,
+        function: FunctionValue,
+        call: ast.Call | None,
+        reach: Reach,
+        depth: int,
+        seen: dict[object, int],
     ) -> None:
         if depth > reach.depth_for(function):
             return
         context = self.evaluator.bind(function, None)
         key = (function.node, context)
+        facts = self.facts(function, context)
+        bound = function.bound is not None
+        for switch, write in facts.opt_in_writes:
+            if ("opt-in", write) not in seen and switch.passed_by(call, bound):
+                seen[("opt-in", write)] = depth
+                reach.writes.append(write)
         first = key not in seen
         if not first and seen[key] <= depth:
             return
         seen[key] = depth  # reached again, closer to the region: its callees may now count
-        facts = self.facts(function, context)
         if first:
             reach.functions.append(function)
             reach.reads.extend(facts.reads)
@@ -252,6 +288,7 @@ class ReachAnalysis:
         statements = [body] if isinstance(body, ast.expr) else body
         module = function.module
         facts = FunctionFacts()
+        switched = _opt_in_lines(function.node, statements)
         for node, scope in self.nodes_with_scopes(statements, context.scope, module):
             node_context = context.at(scope) if scope is not context.scope else context
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
@@ -266,11 +303,14 @@ class ReachAnalysis:
                     what = f"`.{node.func.attr}()`"
                     facts.draws.append(RandomDraw(what, Location(module, node.lineno)))
             if isinstance(node, ast.stmt):
-                facts.writes.extend(
-                    write
-                    for write in global_writes(node, scope, module)
-                    if not guarded_by_test_of(statements, write, scope)
-                )
+                for write in global_writes(node, scope, module):
+                    if guarded_by_test_of(statements, write, scope):
+                        continue
+                    switch = _switch_of(switched, write.where.line)
+                    if switch is None:
+                        facts.writes.append(write)
+                    else:
+                        facts.opt_in_writes.append((switch, write))
         return facts
 
     def _module_attribute_reads(
@@ -409,6 +449,49 @@ def guarded_by_test_of(body: list[ast.stmt], write: GlobalWrite, scope: Scope) -
             ):
                 return True
     return False
+
+
+def _opt_in_lines(
+    function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, statements: list
+) -> list[tuple[int, int, OptIn]]:
+    """The line spans of ``if flag:`` bodies where ``flag`` is a parameter defaulting to a
+    false constant (``force_reset=False``, ``reset=None``)."""
+    switches = _opt_in_parameters(function.args)
+    if not switches:
+        return []
+    spans = []
+    for node in own_nodes(statements):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.body:
+            switch = switches.get(node.test.id)
+            if switch is not None:
+                end = node.body[-1].end_lineno or node.body[-1].lineno
+                spans.append((node.body[0].lineno, end, switch))
+    return spans
+
+
+def _opt_in_parameters(arguments: ast.arguments) -> dict[str, OptIn]:
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaulted = positional[len(positional) - len(arguments.defaults) :]
+    found = {
+        a.arg: OptIn(a.arg, positional.index(a))
+        for a, default in zip(defaulted, arguments.defaults, strict=True)
+        if _false_constant(default)
+    }
+    for a, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True):
+        if default is not None and _false_constant(default):
+            found[a.arg] = OptIn(a.arg, None)
+    return found
+
+
+def _switch_of(spans: list[tuple[int, int, OptIn]], line: int) -> OptIn | None:
+    for first, last, switch in spans:
+        if first <= line <= last:
+            return switch
+    return None
+
+
+def _false_constant(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and not node.value
 
 
 def _switched_off(call: ast.Call | None, qualified: str) -> bool:
