@@ -7,6 +7,8 @@ benchmarks/.cache), in one run with interleaved repetitions and medians:
   parsed and analysed, worker processes as the CLI chooses them);
 - **warm**: ``ckptlint`` again, nothing changed (the results cache is reused);
 - **ruff**: ``ruff check --select E9 --no-cache`` over the same trees;
+- **parse floor**: CPython's ``ast.parse`` alone on the files that name a region source (the
+  files any cold run must parse), spread over the cores: what no Python linter can go under;
 - **flake8**: ``flake8 --select E9`` on transformers 4.34.1 in two virtualenvs, without and
   with ckptlint installed (flake8 runs every installed plugin on every file);
 - with ``--torchfix``: ``torchfix --select TOR003`` on transformers 4.34.1 (~13 minutes) and
@@ -18,8 +20,11 @@ benchmarks/.cache), in one run with interleaved repetitions and medians:
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,6 +44,10 @@ CACHE = ROOT / "benchmarks" / ".cache"
 RESULTS_CACHE = CACHE / "lint-speed-results"
 CKPTLINT = [sys.executable, "-m", "ckptlint", "--isolated", "--no-respect-gitignore"]
 CKPTLINT += ["--exit-zero", "--quiet", "--cache-dir", str(RESULTS_CACHE)]
+# Tools installed next to this interpreter (its virtualenv need not be on PATH).
+BIN = str(Path(sys.executable).parent)
+RUFF = shutil.which("ruff", path=BIN) or "ruff"
+TORCHFIX = shutil.which("torchfix", path=BIN) or "torchfix"
 
 
 def virtualenv(name: str, *packages: str) -> Path:
@@ -69,6 +78,28 @@ def interleaved(commands: dict[str, list[str]], cwd: Path, repeat: int) -> dict[
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def parse_floor(folders: list[Path]) -> tuple[int, float]:
+    """Files naming a region source, and the seconds ``ast.parse`` takes on them, divided
+    among the cores (the median of three passes)."""
+    prefilter = Prefilter(SourceTable.build().words)
+    texts = [
+        data
+        for folder in folders
+        for path in folder.rglob("*.py")
+        if prefilter.passes(data := path.read_bytes())
+    ]
+    passes = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for data in texts:
+            try:
+                ast.parse(data)
+            except (SyntaxError, ValueError):
+                pass
+        passes.append(time.perf_counter() - start)
+    return len(texts), statistics.median(passes) / (os.cpu_count() or 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
@@ -87,7 +118,7 @@ def main() -> None:
         {
             "cold": [*CKPTLINT, "--no-cache", *names],
             "warm": [*CKPTLINT, *names],
-            "ruff": ["ruff", "check", "--select", "E9", "--no-cache", "--isolated", "--quiet"]
+            "ruff": [RUFF, "check", "--select", "E9", "--no-cache", "--isolated", "--quiet"]
             + ["--exit-zero", *names],
         },
         CACHE,
@@ -101,6 +132,9 @@ def main() -> None:
     }
     for name, seconds in medians.items():
         print(f"{labels[name]:<40}{seconds:>10.2f}{seconds / medians['ruff']:>9.2f}x")
+    count, floor = parse_floor(folders)
+    label = f"parse floor ({count:,} files, {os.cpu_count()} cores)"
+    print(f"{label:<40}{floor:>10.2f}{floor / medians['ruff']:>9.2f}x")
 
     source = trees.tree("transformers", "4.34.1")
     if arguments.torchfix:
@@ -108,7 +142,7 @@ def main() -> None:
             [*CKPTLINT, "--no-cache", "--select", "CKP001", "--format", "json", "."], source
         )
         ours = {(item["path"], item["line"]) for item in json.loads(report[1])}
-        torchfix_time, output = timed(["torchfix", "--select", "TOR003", "."], source)
+        torchfix_time, output = timed([TORCHFIX, "--select", "TOR003", "."], source)
         pattern = re.compile(r"^(?:\./)?(.+?):(\d+):\d+: TOR003", re.MULTILINE)
         theirs = {(path, int(line)) for path, line in pattern.findall(output)}
         print(f"\ntorchfix --select TOR003 on transformers 4.34.1: {torchfix_time:.1f} s")
