@@ -26,7 +26,9 @@ class GlobalSideEffect(Rule):
     region source (for transformers' `GradientCheckpointingLayer` subclasses, at their
     `def forward`). A write after a test of the same global, or of a "loaded" flag the
     function keeps (`if key not in CACHE:`, `if KERNEL is None:`), is a memo or a lazy
-    initialisation that the second run leaves as it was, and is not reported; neither are
+    initialisation that the second run leaves as it was, and is not reported; a write
+    behind a switch that defaults to off (`if force_reset:` with `force_reset=False`) is
+    reported only where the region's call passes the switch; neither are
     writes deep inside what the region calls (a framework's trackers and caches made on
     first use), nor what cannot be resolved statically.
     """
