@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptlint import __version__
 from ckptlint.project.cache import project_words
-from ckptlint.regions.sources import SourceTable
+from ckptlint.regions.sources import SourceTable, configured_source
 from ckptlint.source import Prefilter
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ class CheckpointChecker:
     disable_noqa = False
     _cached: tuple[tuple[str, ...], Linter] | None = None
     _projects: dict[str, tuple[frozenset[str], Prefilter]] = {}
-    _prefilter = Prefilter(SourceTable.build().words)
+    _table_words: frozenset[str] = SourceTable.build().words
+    _prefilter = Prefilter(_table_words)
 
     def __init__(self, tree: ast.Module, lines: list[str], filename: str = "stdin") -> None:
         self.tree = tree
@@ -66,7 +67,11 @@ class CheckpointChecker:
     def parse_options(cls, options: argparse.Namespace) -> None:
         cls.extend_checkpoint_functions = tuple(options.extend_checkpoint_functions or ())
         cls.disable_noqa = bool(getattr(options, "disable_noqa", False))
-        cls._prefilter = Prefilter(cls._linter().table.words)
+        # The table alone (not the linter, whose import is most of the plugin's start-up):
+        # a run over files that cannot reach a checkpoint never imports the analysis.
+        extra = [configured_source(name) for name in cls.extend_checkpoint_functions]
+        cls._table_words = SourceTable.build(extra).words
+        cls._prefilter = Prefilter(cls._table_words)
 
     def run(self) -> Iterator[Result]:
         try:
@@ -103,7 +108,7 @@ class CheckpointChecker:
         found = self._projects.get(folder)
         if found is None:
             words = project_words(Path(folder))
-            prefilter = Prefilter(self._linter().table.words | words) if words else self._prefilter
+            prefilter = Prefilter(self._table_words | words) if words else self._prefilter
             found = self._projects[folder] = (words, prefilter)
         return found
 

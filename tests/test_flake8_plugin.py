@@ -84,6 +84,25 @@ def test_files_without_checkpoint_are_untouched(project: Path) -> None:
     assert result.returncode == 0 and result.stdout == ""
 
 
+def test_files_without_checkpoint_never_load_the_analysis(project: Path) -> None:
+    """flake8 runs the plugin on every file: on files that cannot reach a checkpoint it
+    costs a text scan, not the import of the analysis."""
+    (project / "plain.py").write_text("def checkpointing_helper():\n    return 1\n")
+    script = (
+        "import sys\n"
+        "from flake8.main.cli import main\n"
+        "try:\n"
+        "    main(['-j', '1', '--select', 'CKP', 'plain.py'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('ckptlint.engine' in sys.modules, 'ckptlint.flake8_plugin' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=project, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.split() == ["False", "True"], result.stderr
+
+
 def plugin_results(source: str) -> list[tuple[int, int, str]]:
     """The plugin run in this process on the tree flake8 would hand it."""
     checker = CheckpointChecker(ast.parse(source), source.splitlines(True))
