@@ -135,9 +135,10 @@ class ProjectAnalysis:
 
     def _find(self, module: Module) -> ModuleRegions:
         sites = list(self.finder.sites(module))
+        site_calls = {id(site.node) for site in sites}
         partials = []
         for call in module.scopes.calls:
-            if id(call) in {id(s.node) for s in sites}:
+            if id(call) in site_calls:
                 continue
             context = Context(module, module.scopes.scope_of(call))
             if PARTIAL not in _names(self.evaluator.evaluate(call.func, context)):

@@ -80,6 +80,7 @@ class Evaluator:
         self._mro: dict[ClassValue, list[ClassValue | External]] = {}
         self._methods_built: set[int] = set()
         self._visible: dict[str, list[ClassValue]] = {}
+        self._derived: dict[str, dict[str, list[ast.ClassDef]]] = {}
 
     # -- entry points ----------------------------------------------------------------------
     def module_context(self, module: Module) -> Context:
@@ -467,22 +468,37 @@ class Evaluator:
         return self._first_member(order[order.index(value.cls) + 1 :], attribute, instance)
 
     def _subclasses_overriding(self, cls: ClassValue, attribute: str) -> list[ClassValue]:
-        """Classes of the same module deriving from ``cls`` (by base name) that define or
-        assign ``attribute``: a ``self`` inside ``cls`` may be one of them."""
-        found: list[ClassValue] = []
-        names = {cls.node.name}
+        """Classes of the same module deriving from ``cls`` (by base name, transitively)
+        that define or assign ``attribute``: a ``self`` inside ``cls`` may be one of them."""
         module = cls.module
-        for statement in module.tree.body:
-            if not isinstance(statement, ast.ClassDef) or statement is cls.node:
-                continue
-            if not any(_base_name(base) in names for base in statement.bases):
-                continue
-            names.add(statement.name)
+        derived = self._derived_by_base_name(module)
+        subclasses: list[ast.ClassDef] = []
+        names = [cls.node.name]
+        while names:
+            for statement in derived.get(names.pop(), ()):
+                if statement is not cls.node and statement not in subclasses:
+                    subclasses.append(statement)
+                    names.append(statement.name)
+        found: list[ClassValue] = []
+        for statement in sorted(subclasses, key=lambda s: s.lineno):
             subclass = ClassValue(statement, self.module_context(module))
             scope = self.scope_of(subclass)
             if attribute in scope.bindings or self.instance_assignments(subclass, attribute):
                 found.append(subclass)
         return found
+
+    def _derived_by_base_name(self, module: Module) -> dict[str, list[ast.ClassDef]]:
+        """A module's top-level classes by the last names of their bases (built once)."""
+        index = self._derived.get(module.path)
+        if index is None:
+            index = self._derived[module.path] = {}
+            for statement in module.tree.body:
+                if isinstance(statement, ast.ClassDef):
+                    for base in statement.bases:
+                        name = _base_name(base)
+                        if name is not None:
+                            index.setdefault(name, []).append(statement)
+        return index
 
     def _external_instance_member(self, instance: Instance, attribute: str) -> Values:
         name = instance.cls.name  # type: ignore[union-attr]
