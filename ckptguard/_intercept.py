@@ -202,7 +202,7 @@ class Region:
         self.preserve = preserve
         self.fingerprint: _verify.RegionFingerprint | None = None
         self.observer: Observer | None = None
-        self.modules: list[weakref.ref] = []
+        self.modules: list = []  # read by the fingerprint, alive while the region is
         self.watch: list[tuple[weakref.ref, tuple, tuple]] = []
         self.root: weakref.ref | None = None  # the model, found after the forward
         self.binding = _verify.bind(fn)
@@ -225,8 +225,7 @@ class Region:
         root = self.root() if self.root is not None else None
         if root is not None:
             return root
-        live = [m for m in (ref() for ref in self.modules) if m is not None]
-        return live[0] if live else None
+        return self.modules[0] if self.modules else None
 
     def name_module(self, module: torch.nn.Module) -> str:
         root = self.naming_root()
@@ -238,8 +237,7 @@ class Region:
     @property
     def name(self) -> str:
         if self._name is None:
-            live = [m for m in (ref() for ref in self.modules) if m is not None]
-            self._name = _names.region_name(self.fn, self.naming_root(), live)
+            self._name = _names.region_name(self.fn, self.naming_root(), self.modules)
         return self._name
 
     # forward ----------------------------------------------------------------------------
@@ -295,7 +293,7 @@ class Region:
         modules = prepared[1]
         loose = self._loose(modules)
         written = self._written(observer)
-        self.modules = [weakref.ref(m) for m in modules]
+        self.modules = modules
         root = _names.root_for(modules[0]) if modules else None
         self.root = weakref.ref(root) if root is not None else None
         self.fingerprint = _verify.capture(
@@ -359,10 +357,7 @@ class Region:
         if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return
         parameters: list[str] = []
-        for ref in self.modules:
-            module = ref()
-            if module is None:
-                continue
+        for module in self.modules:
             owned = [n for n, p in module._parameters.items() if p is not None and p.requires_grad]
             if owned:
                 prefix = self.name_module(module)
@@ -421,7 +416,6 @@ class Region:
 
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
         resolved = _compat.resolve()
-        _local.recomputing = weakref.ref(self)  # read by the saved-tensor check right after
         self.verify(args, kwargs)
         watched = self._watched_state()
         strict = _strict.StrictRecompute(self.strict_forward) if self.strict_forward else None
@@ -590,21 +584,25 @@ def _guard_saved_tensor_check(original: Any, checkpoint_error: type) -> Any:
         try:
             return original(frame, gid)
         except checkpoint_error as error:
-            recomputing = _local.__dict__.get("recomputing")
-            region = recomputing() if recomputing is not None else None
-            cells = getattr(frame.recompute_fn, "__closure__", None) or ()
-            if region is None or not any(_holds(cell, region) for cell in cells):
+            region = _region_of(frame)
+            if region is None:
                 raise
             raise region.explain(error) from error
 
     return check_recomputed_tensors_match
 
 
-def _holds(cell: Any, value: Any) -> bool:
-    try:
-        return cell.cell_contents is value
-    except ValueError:
-        return False
+def _region_of(frame: Any) -> Region | None:
+    """The region whose recompute a checkpoint frame runs: torch's ``recompute_fn`` closes
+    over the ``fn`` the guarded generator handed it."""
+    for cell in getattr(frame.recompute_fn, "__closure__", None) or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:
+            continue
+        if type(contents) is Region:
+            return contents
+    return None
 
 
 def _patch(owner: Any, attribute: str, replacement: Any) -> None:

@@ -36,7 +36,14 @@ from ckptguard._plan import (
     static_attribute,
     unwrap_function,
 )
-from ckptguard._reader import RegionReader, cached_reader, store_reader
+from ckptguard._reader import (
+    FUNCTION,
+    HOOKS,
+    TORCH,
+    RegionReader,
+    cached_reader,
+    store_reader,
+)
 
 _MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})
 
@@ -57,6 +64,7 @@ class Binding(NamedTuple):
     bound_args: list
     bound_kwargs: dict
     function: types.FunctionType | None
+    bound_values: list  # bound arguments but modules, then bound keywords, as fingerprinted
 
 
 def bind(fn: Any) -> Binding:
@@ -67,7 +75,9 @@ def bind(fn: Any) -> Binding:
         function = unwrap_function(getattr(forward, "__func__", forward))
     if function is not None and is_library_code(function.__code__):
         function = None
-    return Binding(target, bound_args, bound_kwargs, function)
+    bound_values = [v for v in bound_args if not isinstance(v, torch.nn.Module)]
+    bound_values += bound_kwargs.values()
+    return Binding(target, bound_args, bound_kwargs, function, bound_values)
 
 
 def _bind(fn: Any) -> tuple[Any, list, dict]:
@@ -141,23 +151,22 @@ def _is_callable(value: Any) -> bool:
 
 
 class RegionFingerprint:
-    """The values a region's forward saw, and the reader that reads them again."""
+    """What a region's forward saw: one flat tuple of values read through the reader, the
+    modules and functions it was read from (held for the region's life, which ends with its
+    autograd graph), and its arguments."""
 
     __slots__ = (
         "reader",
+        "modules",
+        "functions",
         "roots",
-        "top_hooks",
         "written",
+        "mask",
         "values",
-        "checks",
         "arguments",
         "argument_chains",
         "argument_values",
     )
-
-    def __init__(self) -> None:
-        self.arguments: tuple[list, list] = ([], [])  # (positional tensors, other arguments)
-        self.argument_chains: list[tuple[str, Any, tuple]] = []
 
 
 def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
@@ -167,29 +176,16 @@ def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
     return resolved.torch_state
 
 
-def _masked(
-    reader: RegionReader, values: tuple, written: dict[int, frozenset], top_hooks: bool
-) -> tuple:
-    """Values without what cannot change the recompute: buffers the region itself writes, and
-    (non-reentrant module regions) the region module's own forward hooks: the recompute stops
-    inside the forward, and its output is never used, so such a hook never matters."""
-    if not written and not (top_hooks and values[2][3]):
-        return values
+def _masked(values: tuple, mask: tuple) -> tuple:
+    """Values without the buffers the region itself writes (its outputs, not its inputs)."""
     out = list(values)
-    if top_hooks and values[2][3]:
-        group = list(out[2])
-        pre, _, backward_pre, backward = group[3]
-        group[3] = (pre, (), backward_pre, backward) if pre or backward_pre or backward else ()
-        out[2] = tuple(group)
-    for index, plan in enumerate(reader.module_plans):
-        done = written.get(index)
-        if done:
-            out[2 + index] = plan.masked(out[2 + index], done)
+    for position in mask:
+        out[position] = None
     return tuple(out)
 
 
 def _build_reader(
-    modules: list, roots: list, reentrant: bool, loose: set[int], fresh: bool
+    modules: list, roots: list, reentrant: bool, loose: set[int], fresh: bool, top_hooks: bool
 ) -> RegionReader:
     plans = [module_plan(m, id(m) in loose, fresh) for m in modules]
     root_plans = [rebuild_function_plan(f) if fresh else function_plan(f) for f in roots]
@@ -218,6 +214,7 @@ def _build_reader(
         list(class_functions.values()),
         torch_state,
         functions,
+        top_hooks,
     )
 
 
@@ -282,14 +279,15 @@ def reader_for(
         key, anchor = _reader_key(target, [], roots, reentrant, loose)
         reader = cached_reader(key, anchor, None)
         if reader is None:
-            reader = _build_reader(module_tree(target, loose), roots, reentrant, loose, False)
+            modules = module_tree(target, loose)
+            reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
             store_reader(key, anchor, reader)
         return reader, [ref() for ref in reader.module_refs], roots
     modules = list({id(m): m for m in (*static_modules, *observed)}.values())
     key, anchor = _reader_key(None, modules, roots, reentrant, loose)
     reader = cached_reader(key, anchor, modules)
     if reader is None:
-        reader = _build_reader(modules, roots, reentrant, loose, False)
+        reader = _build_reader(modules, roots, reentrant, loose, False, False)
         store_reader(key, anchor, reader)
     return reader, modules, roots
 
@@ -308,30 +306,36 @@ def capture(
     """Read everything the region reached; a reader that no longer matches its modules (a
     child replaced, an attribute added, a followed global rebound) is rebuilt here."""
     reader, modules, roots = prepared
-    values = checks = None
+    values = functions = None
     for fresh in (False, True):
         if fresh:
             if target is not None:
                 modules = module_tree(target, loose)
-            reader = _build_reader(modules, roots, reentrant, loose, fresh=True)
+            top_hooks = target is not None and not reentrant
+            reader = _build_reader(modules, roots, reentrant, loose, True, top_hooks)
             key, anchor = _reader_key(target, modules, roots, reentrant, loose)
             store_reader(key, anchor, reader)
         functions = reader.functions(roots)
-        if functions is None or None in modules:
+        if functions is None or any(m is None for m in modules):
             continue
-        values, checks = reader.read_safely(modules, functions, own_hooks)
-        if fresh or (checks == reader.checks and not reader.stale_functions(values)):
+        values = reader.read_safely(modules, functions, own_hooks)
+        if fresh or reader.shape_of(values) == reader.shape:
             break
     fingerprint = RegionFingerprint()
     fingerprint.reader = reader
+    fingerprint.modules = modules
+    fingerprint.functions = functions
     fingerprint.roots = roots
+    mask: tuple = ()
     if written:
         index_of = {id(m): i for i, m in enumerate(modules)}
         written = {index_of[k]: v for k, v in written.items() if k in index_of}
+        positions = reader.tensor_positions
+        mask = tuple(positions[(i, n)] for i, names in written.items() for n in names)
+        values = _masked(values, mask)
     fingerprint.written = written
-    fingerprint.top_hooks = target is not None and not reentrant
-    fingerprint.values = _masked(reader, values, written, fingerprint.top_hooks)
-    fingerprint.checks = checks
+    fingerprint.mask = mask
+    fingerprint.values = values
     _capture_arguments(fingerprint, binding, args, kwargs)
     return fingerprint
 
@@ -345,66 +349,76 @@ def compare(
     name_module: Any,
 ) -> None:
     """Raise ``Difference`` for the first value that differs from the forward's."""
-    reader = fingerprint.reader
-    modules = [ref() for ref in reader.module_refs]
-    functions = reader.functions(fingerprint.roots)
-    if functions is not None and all(m is not None for m in modules):
-        values, checks = reader.read_safely(modules, functions, own_hooks)
-        values = _masked(reader, values, fingerprint.written, fingerprint.top_hooks)
-        if values != fingerprint.values:
-            _explain_values(fingerprint, values, modules, functions, name_module)
-        if checks != fingerprint.checks:
-            _explain_reshaped(fingerprint, checks, modules, name_module)
+    values = fingerprint.reader.read_safely(fingerprint.modules, fingerprint.functions, own_hooks)
+    if fingerprint.mask:
+        values = _masked(values, fingerprint.mask)
+    if not _equal(values, fingerprint.values):
+        _explain_values(fingerprint, values, name_module)
     _compare_arguments(fingerprint, binding, args, kwargs)
 
 
-def _explain_values(
-    fingerprint: RegionFingerprint, values: tuple, modules: list, functions: list, name_module: Any
-) -> None:
-    reader = fingerprint.reader
-    for group, (old_group, new_group) in enumerate(zip(fingerprint.values, values, strict=True)):
-        if old_group == new_group:
+def _equal(old: Any, new: Any) -> bool:
+    """``==``, where an object's own ``__eq__`` that raises (only possible where the two
+    differ) counts as a difference."""
+    try:
+        return bool(old == new)
+    except Exception:
+        return False
+
+
+def _explain_values(fingerprint: RegionFingerprint, values: tuple, name_module: Any) -> None:
+    """The first differing position, by its label; a module whose shape alone changed is
+    read again through a fresh plan (a new instance attribute may now shadow a class one)."""
+    reader, modules = fingerprint.reader, fingerprint.modules
+    reshaped: list[int] = []
+    for position, (old, new) in enumerate(zip(fingerprint.values, values, strict=True)):
+        if old is new or _equal(old, new):
             continue
-        index = _first_difference(old_group, new_group)
-        old, new = _at(old_group, index), _at(new_group, index)
-        if group == 0:
-            raise Difference(
-                "torch_state", reader.torch_labels[index], "process-wide torch setting", old, new
-            )
-        if group == 1:
-            name = _compat.GLOBAL_HOOK_DICTS[index]
-            where = "global module hooks, run by every module"
-            old, new = _hooks_text(old), _hooks_text(new)
-            raise Difference("hook", f"torch.nn.modules.module.{name}", where, old, new)
-        module_index = group - 2
-        if module_index < len(modules):
-            kind, attribute = reader.module_plans[module_index].labels[index]
-            _raise_module(kind, attribute, modules[module_index], old, new, name_module)
-        kind, name, where = reader.function_labels[index]
-        raise Difference(kind, name, where, old, new)
+        owner, kind, name, where = reader.labels[position]
+        if kind == "shape":
+            if owner not in reshaped:
+                reshaped.append(owner)
+            continue
+        if owner == TORCH:
+            raise Difference(kind, name, where, old, new)
+        if owner == HOOKS:
+            tables = _compat.GLOBAL_HOOK_DICTS
+            before, after = old or ((),) * len(tables), new or ((),) * len(tables)
+            index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
+            old, new = _hooks_text(before[index]), _hooks_text(after[index])
+            raise Difference(kind, f"torch.nn.modules.module.{tables[index]}", where, old, new)
+        if owner == FUNCTION:
+            raise Difference(kind, name, where, old, new)
+        _raise_module(kind, name, modules[owner], old, new, name_module)
+    for index in reshaped:
+        _explain_reshaped(fingerprint, index, name_module)
 
 
-def _explain_reshaped(
-    fingerprint: RegionFingerprint, checks: tuple, modules: list, name_module: Any
-) -> None:
+def _explain_reshaped(fingerprint: RegionFingerprint, index: int, name_module: Any) -> None:
     """A module's shape changed (an attribute, parameter, buffer or child added or removed)
-    while every value its plan reads stayed equal: read it through a fresh plan and compare
-    what both plans read (a new instance attribute may now shadow a class attribute)."""
-    reader = fingerprint.reader
-    for index, (old, new) in enumerate(zip(fingerprint.checks, checks, strict=True)):
-        if old == new:
+    while every value its plan reads stayed equal: compare what the old and a fresh plan read."""
+    reader, module = fingerprint.reader, fingerprint.modules[index]
+    plan = reader.module_plans[index]
+    top_hooks = reader.top_hooks and index == 0
+    fresh_plan = module_plan(module, plan.loose, fresh=True)
+    fresh = RegionReader([module], [fresh_plan], [], [], (), [], top_hooks)
+    before = _module_values(reader, fingerprint.values, index)
+    current = _module_values(fresh, fresh.read([module], [], frozenset()), 0)
+    written = fingerprint.written.get(index, ())
+    for label, value in current.items():
+        if label[1] in written and label[0] == "tensor":
             continue
-        module, plan = modules[index], reader.module_plans[index]
-        fresh_plan = module_plan(module, plan.loose, fresh=True)
-        fresh = RegionReader([module], [fresh_plan], [], [], (), [])
-        current = fresh.read([module], [], frozenset())[0][2]
-        written = fingerprint.written.get(index)
-        if written:
-            current = fresh.module_plans[0].masked(current, written)
-        before = dict(zip(plan.labels, fingerprint.values[2 + index], strict=True))
-        for label, value in zip(fresh.module_plans[0].labels, current, strict=True):
-            if label in before and before[label] != value:
-                _raise_module(*label, module, before[label], value, name_module)
+        if label in before and not _equal(before[label], value):
+            _raise_module(*label, module, before[label], value, name_module)
+
+
+def _module_values(reader: RegionReader, values: tuple, index: int) -> dict[tuple, Any]:
+    """{(kind, name): value} of one module's positions, its shape aside."""
+    return {
+        (kind, name): value
+        for (owner, kind, name, _), value in zip(reader.labels, values, strict=True)
+        if owner == index and kind != "shape"
+    }
 
 
 def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
@@ -414,8 +428,7 @@ def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]
     for value in args:
         (tensors if isinstance(value, torch.Tensor) else others).append(value)
     others += kwargs.values()
-    others += [v for v in binding.bound_args if not isinstance(v, torch.nn.Module)]
-    others += binding.bound_kwargs.values()
+    others += binding.bound_values
     return tensors, others
 
 
@@ -445,7 +458,8 @@ def _capture_arguments(
         [(weakref.ref(t), input_fp(t)) for t in tensors],
         [argument_fp(v) for v in others],
     )
-    chains = fingerprint.argument_chains
+    chains: list[tuple[str, Any, tuple]] = []
+    fingerprint.argument_chains = chains
     function = binding.function
     if function is not None:
         reads = code_reads(function.__code__)
