@@ -167,7 +167,8 @@ def _stored_scalars(module: torch.nn.Module) -> frozenset:
 class Region:
     """One checkpoint call: its forward's fingerprint, verified whenever torch recomputes it.
 
-    Holds the user's function (as torch does) and only weak references to modules."""
+    Holds the user's function and the modules its fingerprint read, as torch's graph holds
+    the region: it lives as long as that graph does. The model is only weakly referenced."""
 
     __slots__ = (
         "fn",
@@ -343,6 +344,8 @@ class Region:
         return written
 
     def _check_rng(self, args: tuple) -> None:
+        if self.rng_before is None and self.random_ops is None:
+            return  # no accelerator initialised, and torch restores the CPU generator
         drawn = self.random_ops.devices if self.random_ops is not None else None
         devices = _rng.consumed_unstashed(self.rng_before, drawn, self.preserve, args)
         self.rng_before = None
@@ -417,6 +420,19 @@ class Region:
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
         resolved = _compat.resolve()
         self.verify(args, kwargs)
+        if self.watch or self.strict_forward is not None or self.stats is not None:
+            return self._recompute_observed(args, kwargs, resolved)
+        state = _local.__dict__
+        state["depth"] = state.get("depth", 0) + 1
+        try:
+            return self.fn(*args, **kwargs)
+        except resolved.checkpoint_error as error:
+            raise self.explain(error) from error
+        finally:
+            state["depth"] -= 1
+
+    def _recompute_observed(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
+        """The recompute of a region with state it updates, strict mode or report figures."""
         watched = self._watched_state()
         strict = _strict.StrictRecompute(self.strict_forward) if self.strict_forward else None
         self.last_strict = strict

@@ -69,6 +69,8 @@ def is_library_code(code: types.CodeType) -> bool:
 
 def unwrap_function(func: Any) -> types.FunctionType | None:
     """The Python function under any ``functools.wraps`` decorators, or None if there is none."""
+    if type(func) is types.FunctionType and "__wrapped__" not in func.__dict__:
+        return func  # what inspect.unwrap returns, without its loop
     try:
         func = inspect.unwrap(func)
     except ValueError:  # a __wrapped__ cycle
@@ -99,6 +101,7 @@ class CodeReads:
     super_names: frozenset  # names read through super()
     stored: frozenset  # attribute names assigned or deleted (outputs, not inputs)
     dynamic_args: frozenset  # arguments whose attributes are read by computed names
+    parameter_chains: tuple  # sorted (named parameter, its position or None, (attr, ...))
 
 
 def _argument_names(code: types.CodeType) -> tuple[str, ...]:
@@ -205,15 +208,29 @@ def code_reads(code: types.CodeType) -> CodeReads:
             frozenset(found["super"]),
             frozenset(found["stored"]),
             frozenset(found["dynamic"]),
+            _parameter_chains(code, found["arg"]),
         )
     return reads
+
+
+def _parameter_chains(code: types.CodeType, chains: set) -> tuple:
+    """Chains read from named parameters, with where a call passes each (its position, or
+    None for a keyword-only one); ``*args`` and ``**kwargs`` are containers, not objects."""
+    positional = code.co_varnames[: code.co_argcount]
+    named = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return tuple(
+        (name, positional.index(name) if name in positional else None, attrs)
+        for name, attrs in sorted(chains)
+        if name in named
+    )
 
 
 # -------------------------------------------------------------------- static attribute reads
 
 
 def static_attribute(obj: Any, name: str) -> Any:
-    """``getattr`` without running code: instance dict, module registries, then class dicts.
+    """``getattr`` without running code: instance dict, module registries, then class dicts
+    (for a class: its own and its bases', ``Config.SCALE``).
 
     Properties and other descriptors are not evaluated (``SKIPPED``): reading them may run
     arbitrary code with side effects."""
@@ -228,17 +245,19 @@ def static_attribute(obj: Any, name: str) -> Any:
             table = state.get(registry) if state else None
             if table is not None and name in table:
                 return table[name]
-    for klass in type(obj).__mro__:
+    for klass in obj.__mro__ if isinstance(obj, type) else type(obj).__mro__:
         if name in klass.__dict__:
             value = klass.__dict__[name]
-            if isinstance(value, (types.FunctionType, staticmethod, classmethod)):
-                return value
-            if hasattr(type(value), "__get__"):
-                return SKIPPED
-            return value
-    if isinstance(obj, types.ModuleType):
-        return MISSING
+            return value if _read_as_stored(value) else SKIPPED
     return MISSING
+
+
+def _read_as_stored(value: Any) -> bool:
+    """Whether a class attribute is what reading it gives: not a descriptor that runs code
+    (functions and static/class methods are taken as they are, to be followed)."""
+    if isinstance(value, (types.FunctionType, staticmethod, classmethod)):
+        return True
+    return not hasattr(type(value), "__get__")
 
 
 def read_chain(value: Any, attrs: tuple) -> Any:
@@ -272,12 +291,31 @@ def _follow_target(value: Any) -> types.FunctionType | None:
 # ------------------------------------------------------------------------- function plans
 
 
+def _inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
+    """How a reader may read ``root.attr`` without a call: (type of the root, type of the
+    value) for a module or class root whose attribute sits in its own ``__dict__``; the
+    reader falls back to ``read_chain`` whenever either type differs."""
+    if len(chain) != 2 or not isinstance(root, (types.ModuleType, type)):
+        return None
+    if chain[1] not in root.__dict__ or not _read_as_stored(value):
+        return None
+    return (type(root), type(value))
+
+
+def _defaults_kind(defaults: tuple | None) -> str | None:
+    """ "scalars": a tuple of scalars only (immutable, so the tuple itself is its fingerprint)."""
+    if defaults is None:
+        return None
+    return "scalars" if all(type(v) in SCALAR_TYPES for v in defaults) else "any"
+
+
 class FunctionPlan:
     """The globals, closures and defaults of a function and of every user function it calls.
 
     ``entries`` lists each function as (weak reference, or None for the root the caller
-    passes in; global chains as (chain, kind of value); kind of each closure cell's value;
-    whether it has ``__defaults__``, ``__kwdefaults__``; followed callees as (chain index,
+    passes in; global chains as (chain, kind of value, inline spec); kind of each closure
+    cell's value; kind of its ``__defaults__`` and whether it has ``__kwdefaults__``; followed
+    callees as (chain index,
     id of the callee's object)). A decorator's wrapper (``__wrapped__``) is followed into the
     function it wraps; its own closure is decorator plumbing and is not read. A rebound
     followed name makes the plan stale, and it is rebuilt at the next forward.
@@ -311,7 +349,7 @@ class FunctionPlan:
                     chain = chain[:2]  # a class attribute; deeper is the class's business
                 target = read_chain(value, chain[1:])
                 kind = sample_kind(target)
-                chains.append((chain, kind))
+                chains.append((chain, kind, _inline_spec(value, chain, target)))
                 callee = _follow_target(target)
                 if callee is not None:
                     if kind == "object":
@@ -335,7 +373,7 @@ class FunctionPlan:
                     if callee is not None:
                         pending.append((callee, False))
             ref = None if is_root else weakref.ref(func)
-            defaults = (func.__defaults__ is not None, func.__kwdefaults__ is not None)
+            defaults = (_defaults_kind(func.__defaults__), func.__kwdefaults__ is not None)
             entries.append((ref, tuple(chains), tuple(cells), defaults, tuple(followed)))
         self.entries = tuple(entries)
 
@@ -350,7 +388,7 @@ def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
     name = function_name(func) if func is not None else "<collected function>"
     module = getattr(func, "__module__", "?")
     out = [("function", f"{name}.__code__", code_location(getattr(func, "__code__", None)))]
-    out += [("global", ".".join(c), f"global of {module}, read by {name}") for c, _ in chains]
+    out += [("global", ".".join(c[0]), f"global of {module}, read by {name}") for c in chains]
     names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
     out += [("closure", var, f"closure of {name}") for var in names[: len(cells)]]
     if defaults[0]:

@@ -76,17 +76,21 @@ def _tensor(expression: str, loose: bool, safe: bool) -> str:
     )
 
 
-def _global_chain(namespace: str, chain: tuple) -> str:
-    """``cfg.SCALE`` through a module object inline; any other root through ``read_chain``."""
+def _global_chain(namespace: str, chain: tuple, inline: str | None) -> str:
+    """A global, or an attribute chain from one: ``cfg.SCALE`` / ``Config.SCALE`` inline
+    while the root and the value keep their types (``inline`` names them in the reader's
+    namespace), else through ``read_chain``."""
     root = f"{namespace}.get({chain[0]!r}, MISSING)"
     if len(chain) == 1:
         return root
-    if len(chain) == 2:
-        return (
-            f"(_d[{chain[1]!r}] if type(_r := {root}) is ModuleType and {chain[1]!r} in "
-            f"(_d := _r.__dict__) else read_chain(_r, {chain[1:]!r}))"
-        )
-    return f"read_chain({root}, {chain[1:]!r})"
+    fallback = f"read_chain(_r, {chain[1:]!r})"
+    if inline is None:
+        return f"read_chain({root}, {chain[1:]!r})"
+    attribute = chain[1]
+    return (
+        f"(_v if type(_r := {root}) is {inline}r and "
+        f"type(_v := _r.__dict__.get({attribute!r}, MISSING)) is {inline}v else {fallback})"
+    )
 
 
 def _module_chain(expression: str, chain: tuple) -> str:
@@ -132,6 +136,7 @@ class RegionReader:
         "shape_positions",
         "shape",
         "tensor_positions",
+        "raw_positions",
         "stateful",
         "safe",
         "top_hooks",
@@ -168,6 +173,7 @@ class RegionReader:
         shape_positions: list[int] = []
         shape: list[Any] = []
         tensor_positions: dict[tuple[int, str], int] = {}
+        raw: list[int] = []  # positions holding a value as it is, not its fingerprint
 
         for index, (label, getter) in enumerate(torch_state):
             namespace[f"ts{index}"] = getter
@@ -243,13 +249,21 @@ class RegionReader:
                 shape_positions.append(first + chain_index)
                 shape.append(ident)
             values = [f"{name}.__code__"]
-            values += [_convert(_global_chain(f"G{position}", c), kind) for c, kind in chains]
+            for number, (chain, kind, spec) in enumerate(chains):
+                inline = None
+                if spec is not None:
+                    inline = f"I{position}_{number}"
+                    namespace[inline + "r"], namespace[inline + "v"] = spec
+                values.append(_convert(_global_chain(f"G{position}", chain, inline), kind))
             for c, kind in enumerate(cells):
                 if kind == "empty" or safe:
                     values.append(f"cell_fp({name}, {c})")
                 else:
                     values.append(_convert(f"{name}.__closure__[{c}].cell_contents", kind))
-            if defaults[0]:
+            if defaults[0] == "scalars":  # the tuple itself: immutable, compared by value
+                raw.append(len(items) + len(values))
+                values.append(f"{name}.__defaults__")
+            elif defaults[0] is not None:
                 values.append(f"value_fp({name}.__defaults__)")
             if defaults[1]:
                 values.append(f"value_fp({name}.__kwdefaults__)")
@@ -260,6 +274,7 @@ class RegionReader:
         self.shape_positions = tuple(shape_positions)
         self.shape = tuple(shape)
         self.tensor_positions = tensor_positions
+        self.raw_positions = frozenset(raw)
         self._shape_of = operator.itemgetter(*shape_positions) if shape_positions else None
         body = ",\n        ".join(items)
         lines.append(f"    return (\n        {body},\n    )")

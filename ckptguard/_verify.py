@@ -21,12 +21,12 @@ from ckptguard import _compat
 from ckptguard._fingerprint import (
     MISSING,
     OBJECT,
+    SCALAR_TYPES,
     argument_fp,
     input_fp,
     value_fp,
 )
 from ckptguard._plan import (
-    _argument_names,
     code_reads,
     function_plan,
     is_library_code,
@@ -117,21 +117,9 @@ def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
         if id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, torch.nn.Module):
-            modules.append(item)
-        elif isinstance(item, functools.partial):
-            pending.append(item.func)
-            pending.extend(v for v in (*item.args, *item.keywords.values()) if _is_callable(v))
-        elif isinstance(item, types.MethodType):
-            pending.append(item.__self__ if isinstance(item.__self__, torch.nn.Module) else None)
-            if not (
-                isinstance(item.__self__, torch.nn.Module)
-                and item.__func__.__name__ in _MODULE_CALLS
-            ):
-                pending.append(item.__func__)
-        elif isinstance(item, types.FunctionType):
+        if type(item) is types.FunctionType:
             functions.append(item)
-            wrapped = getattr(item, "__wrapped__", None)
+            wrapped = item.__dict__.get("__wrapped__")
             if wrapped is not None:
                 pending.append(wrapped)
             for cell in item.__closure__ or ():
@@ -139,15 +127,26 @@ def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
                     value = cell.cell_contents
                 except ValueError:
                     continue
-                if _is_callable(value):
+                if type(value) not in SCALAR_TYPES and isinstance(value, _REACHING):
                     pending.append(value)
+        elif isinstance(item, torch.nn.Module):
+            modules.append(item)
+        elif isinstance(item, functools.partial):
+            pending.append(item.func)
+            for value in (*item.args, *item.keywords.values()):
+                if type(value) not in SCALAR_TYPES and isinstance(value, _REACHING):
+                    pending.append(value)
+        elif isinstance(item, types.MethodType):
+            owner = item.__self__
+            if isinstance(owner, torch.nn.Module):
+                pending.append(owner)
+                if item.__func__.__name__ in _MODULE_CALLS:
+                    continue
+            pending.append(item.__func__)
     return modules, functions
 
 
-def _is_callable(value: Any) -> bool:
-    return isinstance(
-        value, (torch.nn.Module, functools.partial, types.MethodType, types.FunctionType)
-    )
+_REACHING = (torch.nn.Module, functools.partial, types.MethodType, types.FunctionType)
 
 
 class RegionFingerprint:
@@ -375,6 +374,8 @@ def _explain_values(fingerprint: RegionFingerprint, values: tuple, name_module: 
         if old is new or _equal(old, new):
             continue
         owner, kind, name, where = reader.labels[position]
+        if position in reader.raw_positions:
+            old, new = value_fp(old), value_fp(new)
         if kind == "shape":
             if owner not in reshaped:
                 reshaped.append(owner)
@@ -462,17 +463,21 @@ def _capture_arguments(
     fingerprint.argument_chains = chains
     function = binding.function
     if function is not None:
-        reads = code_reads(function.__code__)
-        if reads.arg_chains:
-            names = _argument_names(function.__code__)
-            bound = dict(zip(names, [*binding.bound_args, *args], strict=False))
-            bound.update(binding.bound_kwargs)
-            bound.update(kwargs)
-            for name, attrs in sorted(reads.arg_chains):
-                value = bound.get(name, MISSING)
-                if value is MISSING or isinstance(value, (torch.Tensor, torch.nn.Module)):
-                    continue  # tensors are arguments above; modules have their own plans
-                chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
+        positional = None
+        for name, position, attrs in code_reads(function.__code__).parameter_chains:
+            if name in kwargs:
+                value = kwargs[name]
+            elif name in binding.bound_kwargs:
+                value = binding.bound_kwargs[name]
+            else:
+                if positional is None:
+                    positional = [*binding.bound_args, *args]
+                value = MISSING
+                if position is not None and position < len(positional):
+                    value = positional[position]
+            if value is MISSING or isinstance(value, (torch.Tensor, torch.nn.Module)):
+                continue  # tensors are arguments above; modules have their own plans
+            chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
     fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
 
 
