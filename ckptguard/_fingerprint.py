@@ -161,3 +161,17 @@ def argument_fp(value: Any) -> Any:
     if kind is dict and len(value) <= SMALL_CONTAINER:
         return (dict, tuple([(k, value_fp(v)) for k, v in value.items()]))
     return (OBJECT, id(value), kind)
+
+
+def arguments_fp(values: list) -> list:
+    """``argument_fp`` of each value; scalars and plain tensors without a call."""
+    out = []
+    for value in values:
+        kind = type(value)
+        if kind in SCALAR_TYPES:
+            out.append(value)
+        elif kind is torch.Tensor:
+            out.append(input_fp(value))
+        else:
+            out.append(argument_fp(value))
+    return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -46,16 +47,8 @@ _patches: list[tuple[Any, str, bool, Any]] = []  # (owner, attribute, owned it, 
 _local = threading.local()
 
 
-def _measuring() -> bool:
-    return collector is not None and collector.measuring
-
-
-def _is_compiled_region(fn: Any) -> bool:
-    """A region torch.compile emitted (tag_activation_checkpoint): torch owns its RNG handling."""
-    code = getattr(fn, "__code__", None)
-    return code is not None and code.co_filename.startswith(_COMPILER_DIRS)
-
-
+_NO_MODULES: frozenset = frozenset()
+# where torch.compile's own regions come from (tag_activation_checkpoint): torch owns them
 _COMPILER_DIRS = tuple(
     _compat.torch_dir() + name + "/"
     for name in ("_higher_order_ops", "_dynamo", "_functorch", "_inductor")
@@ -186,8 +179,6 @@ class Region:
         "rng_before",
         "target",
         "binding",
-        "prepared",
-        "reach",
         "loose",
         "stats",
         "found",
@@ -206,11 +197,9 @@ class Region:
         self.modules: list = []  # read by the fingerprint, alive while the region is
         self.watch: list[tuple[weakref.ref, tuple, tuple]] = []
         self.root: weakref.ref | None = None  # the model, found after the forward
-        self.binding = _verify.bind(fn)
-        self.target = _verify.region_module(self.binding)  # None: a function, observed
-        self.prepared: tuple | None = None
-        self.reach: tuple = ((), ())
-        self.loose: set[int] = set()
+        self.binding = binding = _verify.bind(fn)
+        self.target = binding.module  # None: a function, whose forward is observed
+        self.loose: set[int] = _NO_MODULES
         self.strict_forward = _strict.StrictForward(reentrant) if options.strict else None
         self.last_strict: _strict.StrictRecompute | None = None
         self.random_ops = None if preserve else _rng.RandomOps()
@@ -244,21 +233,20 @@ class Region:
     # forward ----------------------------------------------------------------------------
 
     def enter_forward(self) -> None:
-        """Before the forward: a module region gets its (cached) reader and the state of the
-        modules that hold buffers; a function region watches which modules it runs."""
-        self.reach = _verify.static_reach(self.fn)
+        """Before the forward, only what cannot wait: a function region watches which modules
+        it runs; a module region notes the state of its modules that hold buffers or assign
+        attributes (known from its tree's reader)."""
         if _compat.fsdp2_in_use():
             self.loose = _compat.fsdp2_managed_modules()
-        self.observer = observer = Observer()
         if self.target is None:
+            self.observer = observer = Observer()
             _observation.start(observer)
         else:
-            self.prepared = _verify.reader_for(
-                self.target, [], self.reach, self.reentrant, self._loose(())
-            )
-            modules = self.prepared[1]
-            for index in self.prepared[0].stateful:
-                observer.see(modules[index])
+            stateful = _verify.stateful_modules(self.target, self.fn, self.reentrant, self.loose)
+            if stateful:
+                self.observer = observer = Observer()
+                for module in stateful:
+                    observer.see(module)
         if self.random_ops is not None:
             self.random_ops.__enter__()
         if self.strict_forward is not None:
@@ -284,38 +272,31 @@ class Region:
         """Right after the forward: fingerprint what it reached, check RNG, count it."""
         observer = self.observer
         self.observer = None
-        prepared = self.prepared
-        if self.target is None:
-            observed = list(observer.modules.values())
-            prepared = _verify.reader_for(
-                None, observed, self.reach, self.reentrant, self._loose(observed)
-            )
-        self.prepared = None
-        modules = prepared[1]
-        loose = self._loose(modules)
-        written = self._written(observer)
-        self.modules = modules
-        root = _names.root_for(modules[0]) if modules else None
-        self.root = weakref.ref(root) if root is not None else None
-        self.fingerprint = _verify.capture(
+        observed = list(observer.modules.values()) if self.target is None else []
+        written = self._written(observer) if observer is not None else {}
+        self.fingerprint = fingerprint = _verify.capture(
+            self.fn,
             self.binding,
-            prepared,
-            self.target,
+            observed,
             written,
             args,
             kwargs,
             self.reentrant,
             _observation.own,
-            loose,
+            self._loose(observed) if self.loose else self.loose,
         )
+        self.modules = modules = fingerprint.modules
+        root = _names.root_for(modules[0]) if modules else None
+        self.root = weakref.ref(root) if root is not None else None
         if self.strict_forward is not None:
             state_ids = set()
-            for module in observer.modules.values():
+            for module in observed if observer is None else observer.modules.values():
                 names = written.get(id(module), ())
                 state_ids.update(id(module._buffers[n]) for n in names if n in module._buffers)
             self.strict_forward.mark_state(state_ids)
         self.forward_done = True
-        self._check_rng(args)
+        if self.rng_before is not None or self.random_ops is not None:
+            self._check_rng(args)  # else: no accelerator, and torch restores the CPU RNG
         if collector is not None and self.options.report and not _local.__dict__.get("depth"):
             # pricing runs the region again: keep its saved tensors out of an enclosing
             # region's checkpoint frame
@@ -344,8 +325,6 @@ class Region:
         return written
 
     def _check_rng(self, args: tuple) -> None:
-        if self.rng_before is None and self.random_ops is None:
-            return  # no accelerator initialised, and torch restores the CPU generator
         drawn = self.random_ops.devices if self.random_ops is not None else None
         devices = _rng.consumed_unstashed(self.rng_before, drawn, self.preserve, args)
         self.rng_before = None
@@ -379,6 +358,8 @@ class Region:
     # recompute --------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.forward_done and _options is not None:
+            return self._recompute(args, kwargs)
         if self.reentrant and not self.forward_done and self.observer is None:
             self.enter_forward()  # torch runs the reentrant forward through us
             exc: tuple = (None, None, None)
@@ -392,9 +373,7 @@ class Region:
             if self.strict_forward is not None:
                 self.strict_forward.record_outputs(out)
             return out
-        if _options is None or not self.forward_done:
-            return self.fn(*args, **kwargs)
-        return self._recompute(args, kwargs)
+        return self.fn(*args, **kwargs)
 
     def verify(self, args: tuple, kwargs: dict) -> None:
         try:
@@ -418,15 +397,14 @@ class Region:
         _explain.report(error, self.options.on_mismatch)
 
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
-        resolved = _compat.resolve()
         self.verify(args, kwargs)
         if self.watch or self.strict_forward is not None or self.stats is not None:
-            return self._recompute_observed(args, kwargs, resolved)
+            return self._recompute_observed(args, kwargs, _compat.resolve())
         state = _local.__dict__
         state["depth"] = state.get("depth", 0) + 1
         try:
             return self.fn(*args, **kwargs)
-        except resolved.checkpoint_error as error:
+        except _compat.resolve().checkpoint_error as error:
             raise self.explain(error) from error
         finally:
             state["depth"] -= 1
@@ -513,13 +491,15 @@ def _same(tensor: Any) -> Any:
 
 
 def _skip(fn: Any) -> bool:
+    """Regions the guard leaves to torch: guard off, its own regions, no grad (torch runs the
+    function plainly), torch.compile tracing and regions it emitted, report mode pricing."""
     return (
         _options is None
-        or isinstance(fn, Region)
+        or type(fn) is Region
         or not torch.is_grad_enabled()
         or _compat.resolve().is_compiling()
-        or _is_compiled_region(fn)
-        or _measuring()
+        or (type(fn) is types.FunctionType and fn.__code__.co_filename.startswith(_COMPILER_DIRS))
+        or (collector is not None and collector.measuring)
     )
 
 

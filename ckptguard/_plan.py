@@ -292,14 +292,36 @@ def _follow_target(value: Any) -> types.FunctionType | None:
 
 
 def _inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
-    """How a reader may read ``root.attr`` without a call: (type of the root, type of the
-    value) for a module or class root whose attribute sits in its own ``__dict__``; the
-    reader falls back to ``read_chain`` whenever either type differs."""
-    if len(chain) != 2 or not isinstance(root, (types.ModuleType, type)):
+    """How a reader may read a global's attribute (``cfg.SCALE``, ``Config.SCALE``,
+    ``logger.warning_once``) without calling ``read_chain``, which costs far more than the
+    lookup itself in a step's cold caches. ``("own", T, V)``: in the root's own ``__dict__``;
+    ``("class", T, has_dict, dicts before, class dict, V, as stored)``: on a class of its
+    type. The reader checks the root's type ``T``, that nothing earlier shadows the attribute
+    and the value's type ``V``, and calls ``read_chain`` whenever one of them fails, so the
+    result is always ``static_attribute``'s. None: no shortcut (longer chains, modules)."""
+    if len(chain) != 2 or isinstance(root, torch.nn.Module):
         return None
-    if chain[1] not in root.__dict__ or not _read_as_stored(value):
+    name = chain[1]
+    try:
+        state = object.__getattribute__(root, "__dict__")
+    except AttributeError:
+        state = None
+    if isinstance(root, type):
+        if name in state and _read_as_stored(value):
+            return ("own", type(root), type(value))
         return None
-    return (type(root), type(value))
+    if type(state) is dict and name in state:
+        return ("own", type(root), type(value))
+    if state is not None and type(state) is not dict:
+        return None
+    mro = type(root).__mro__
+    for index, klass in enumerate(mro):
+        if name in klass.__dict__:
+            stored = klass.__dict__[name]
+            before = tuple(k.__dict__ for k in mro[:index])
+            found = (klass.__dict__, type(stored), value is stored)
+            return ("class", type(root), state is not None, before, *found)
+    return None
 
 
 def _defaults_kind(defaults: tuple | None) -> str | None:

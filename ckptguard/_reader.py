@@ -18,7 +18,6 @@ model.
 from __future__ import annotations
 
 import operator
-import types
 import weakref
 from typing import Any
 
@@ -38,8 +37,8 @@ from ckptguard._plan import FunctionPlan, ModulePlan, cell_fp, function_labels, 
 _NAMESPACE = {
     "MISSING": MISSING,
     "SKIPPED": SKIPPED,
-    "SCALARS": SCALAR_TYPES,
-    "ModuleType": types.ModuleType,
+    "PLAIN": SCALAR_TYPES | {type(MISSING)},
+    "OGA": object.__getattribute__,
     "value_fp": value_fp,
     "tensor_fp": tensor_fp,
     "loose_tensor_fp": loose_tensor_fp,
@@ -54,13 +53,11 @@ FUNCTION = "function"
 
 
 def _convert(expression: str, kind: str) -> str:
-    """Scalars by value, objects by identity, the rest (tensors, containers) through value_fp;
-    the common cases inline, without a call."""
-    if kind == "scalar":
-        return f"(_v if type(_v := {expression}) in SCALARS else value_fp(_v))"
+    """Objects by identity; anything else through ``value_fp``, without the call where the
+    value is a scalar or a marker (``MISSING``, ``SKIPPED``), which ``value_fp`` returns as is."""
     if kind == "object":
         return f"id({expression})"
-    return f"(_v if (_v := {expression}) is MISSING else value_fp(_v))"
+    return f"(_v if type(_v := {expression}) in PLAIN else value_fp(_v))"
 
 
 def _tensor(expression: str, loose: bool, safe: bool) -> str:
@@ -76,21 +73,34 @@ def _tensor(expression: str, loose: bool, safe: bool) -> str:
     )
 
 
-def _global_chain(namespace: str, chain: tuple, inline: str | None) -> str:
-    """A global, or an attribute chain from one: ``cfg.SCALE`` / ``Config.SCALE`` inline
-    while the root and the value keep their types (``inline`` names them in the reader's
-    namespace), else through ``read_chain``."""
+def _global_chain(namespace: str, chain: tuple, spec: tuple | None, name: str) -> tuple:
+    """(expression, namespace entries) reading a global or an attribute chain from one,
+    through the plan's inline spec (see ``_plan._inline_spec``) where there is one, else
+    ``read_chain``. ``name`` prefixes the namespace entries."""
     root = f"{namespace}.get({chain[0]!r}, MISSING)"
     if len(chain) == 1:
-        return root
-    fallback = f"read_chain(_r, {chain[1:]!r})"
-    if inline is None:
-        return f"read_chain({root}, {chain[1:]!r})"
+        return root, {}
+    if spec is None:
+        return f"read_chain({root}, {chain[1:]!r})", {}
     attribute = chain[1]
-    return (
-        f"(_v if type(_r := {root}) is {inline}r and "
-        f"type(_v := _r.__dict__.get({attribute!r}, MISSING)) is {inline}v else {fallback})"
-    )
+    fallback = f"read_chain(_r, {chain[1:]!r})"
+    if spec[0] == "own":
+        _, root_type, value_type = spec
+        entries = {f"{name}t": root_type, f"{name}v": value_type}
+        lookup = f"OGA(_r, '__dict__').get({attribute!r}, MISSING)"
+        guard = f"type(_r := {root}) is {name}t and type(_v := {lookup}) is {name}v"
+        return f"(_v if {guard} else {fallback})", entries
+    _, root_type, has_dict, before, class_dict, value_type, as_stored = spec
+    entries = {f"{name}t": root_type, f"{name}k": class_dict, f"{name}v": value_type}
+    guards = [f"type(_r := {root}) is {name}t"]
+    if has_dict:
+        guards.append(f"{attribute!r} not in OGA(_r, '__dict__')")
+    for index, earlier in enumerate(before):
+        entries[f"{name}b{index}"] = earlier
+        guards.append(f"{attribute!r} not in {name}b{index}")
+    guards.append(f"type(_v := {name}k.get({attribute!r}, MISSING)) is {name}v")
+    result = "_v" if as_stored else "SKIPPED"
+    return f"({result} if {' and '.join(guards)} else {fallback})", entries
 
 
 def _module_chain(expression: str, chain: tuple) -> str:
@@ -132,6 +142,7 @@ class RegionReader:
         "module_refs",
         "function_plans",
         "class_functions",
+        "weak_functions",
         "labels",
         "shape_positions",
         "shape",
@@ -167,7 +178,7 @@ class RegionReader:
         self.top_hooks = top_hooks
         self._getters = torch_state
         namespace = dict(_NAMESPACE)
-        lines = ["def read(mods, funcs, own):"]
+        lines = ["def read(mods, roots, own):"]
         items: list[str] = []
         labels: list[tuple] = []
         shape_positions: list[int] = []
@@ -223,18 +234,29 @@ class RegionReader:
                     expression = f"{table}{i}.get({source[1]!r}, MISSING)"
                 items.append(_convert(_module_chain(expression, chain), kind))
                 labels.append((i, "attribute", ".".join(chain), None))
-            shape_positions.append(len(items))
-            shape.append(plan.shape)
-            items.append(f"(len(s{i}), len(p{i}), len(b{i}), len(m{i}))")
-            labels.append((i, "shape", "sizes", None))
+            for table, size in zip(("s", "p", "b", "m"), plan.shape, strict=True):
+                shape_positions.append(len(items))
+                shape.append(size)
+                items.append(f"len({table}{i})")  # small ints: nothing allocated
+                labels.append((i, "shape", "size", None))
             if module._modules:  # a child replaced; one added changes the sizes
                 shape_positions.append(len(items))
                 shape.append(tuple(map(id, module._modules.values())))
                 items.append(f"tuple(map(id, m{i}.values()))")
                 labels.append((i, "shape", "children", None))
 
-        # each function once, however many plans reach it
-        entries = [entry for plan in function_plans for entry in plan.entries]
+        # each function once, however many plans reach it: the region's own functions come
+        # in as ``roots``, the others are dereferenced here (``live_functions`` keeps them)
+        entries, sources = [], []
+        roots = len(function_plans) - len(class_functions)
+        for index, plan in enumerate(function_plans):
+            for number, entry in enumerate(plan.entries):
+                entries.append(entry)
+                if number:
+                    sources.append(entry[0])
+                else:
+                    sources.append(index if index < roots else class_functions[index - roots])
+        weak: list = []
         seen: set[int] = set()
         for position, (func, entry) in enumerate(zip(functions, entries, strict=True)):
             if id(func) in seen:
@@ -242,7 +264,13 @@ class RegionReader:
             seen.add(id(func))
             _, chains, cells, defaults, followed = entry
             name = f"F{position}"
-            lines.append(f"    {name} = funcs[{position}]")
+            source = sources[position]
+            if type(source) is int:
+                lines.append(f"    {name} = roots[{source}]")
+            else:
+                namespace[f"W{position}"] = source
+                weak.append(source)
+                lines.append(f"    {name} = W{position}()")
             lines.append(f"    G{position} = {name}.__globals__")
             first = len(items) + 1
             for chain_index, ident in followed:
@@ -250,11 +278,11 @@ class RegionReader:
                 shape.append(ident)
             values = [f"{name}.__code__"]
             for number, (chain, kind, spec) in enumerate(chains):
-                inline = None
-                if spec is not None:
-                    inline = f"I{position}_{number}"
-                    namespace[inline + "r"], namespace[inline + "v"] = spec
-                values.append(_convert(_global_chain(f"G{position}", chain, inline), kind))
+                expression, entries = _global_chain(
+                    f"G{position}", chain, spec, f"I{position}_{number}"
+                )
+                namespace.update(entries)
+                values.append(_convert(expression, kind))
             for c, kind in enumerate(cells):
                 if kind == "empty" or safe:
                     values.append(f"cell_fp({name}, {c})")
@@ -271,6 +299,7 @@ class RegionReader:
             labels += [(FUNCTION, *label) for label in function_labels(func, entry)]
 
         self.labels = tuple(labels)
+        self.weak_functions = tuple(weak)
         self.shape_positions = tuple(shape_positions)
         self.shape = tuple(shape)
         self.tensor_positions = tensor_positions
@@ -293,28 +322,17 @@ class RegionReader:
             ref() is module for ref, module in zip(self.module_refs, modules, strict=True)
         )
 
-    def functions(self, roots: list) -> list | None:
-        """Each entry's function for this call: the region's own functions (new objects per
-        call, e.g. closures) first, then those its modules' code reaches; None if a followed
-        function was collected (the plans must be rebuilt)."""
-        holders = list(roots)
-        for ref in self.class_functions:
-            holders.append(ref())
-        out: list = []
-        for plan, func in zip(self.function_plans, holders, strict=True):
-            if func is None:
-                return None
-            for entry in plan.functions(func):
-                if entry is None:
-                    return None
-                out.append(entry)
-        return out
+    def live_functions(self) -> list | None:
+        """The functions the reader dereferences itself, to hold while a fingerprint needs
+        them; None if one was collected (the plans must be rebuilt)."""
+        functions = [ref() for ref in self.weak_functions]
+        return None if any(f is None for f in functions) else functions
 
-    def read_safely(self, modules: list, functions: list, own: frozenset) -> tuple:
+    def read_safely(self, modules: list, roots: list, own: frozenset) -> tuple:
         """``read``, recompiled with a call per tensor if an inlined tensor read raised
         (a parameter became a wrapper subclass without storage)."""
         try:
-            return self.read(modules, functions, own)
+            return self.read(modules, roots, own)
         except (RuntimeError, AttributeError, ValueError, IndexError, TypeError):
             if self.safe:
                 raise
@@ -324,12 +342,21 @@ class RegionReader:
             list(self.function_plans),
             list(self.class_functions),
             self._getters,
-            functions,
+            self.functions(roots),
             self.top_hooks,
             safe=True,
         ).read
         self.safe = True
-        return self.read(modules, functions, own)
+        return self.read(modules, roots, own)
+
+    def functions(self, roots: list) -> list:
+        """Every plan entry's function, as the plans were made for (to compile a reader)."""
+        holders = [*roots, *(ref() for ref in self.class_functions)]
+        return [
+            func
+            for plan, holder in zip(self.function_plans, holders, strict=True)
+            for func in plan.functions(holder)
+        ]
 
 
 # first module of a region -> {key: reader}; weak, so readers die with their model

@@ -33,18 +33,18 @@ def _device_types() -> tuple[str, ...]:
     return _CANDIDATE_DEVICE_TYPES
 
 
-_device_modules: dict[str, list[tuple[str, Any]]] = {}
+_device_modules: dict[str, tuple[tuple[str, Any], ...]] = {}
 
 
 def _initialised_modules() -> list[tuple[str, Any]]:
     private = _compat.resolve().privateuse1_name()
     modules = _device_modules.get(private)
     if modules is None:
-        modules = _device_modules[private] = [
+        modules = _device_modules[private] = tuple(
             (device_type, getattr(torch, device_type))
             for device_type in _device_types()
             if getattr(torch, device_type, None) is not None
-        ]
+        )
     return [(t, m) for t, m in modules if getattr(m, "_initialized", False)]
 
 

@@ -22,7 +22,7 @@ from ckptguard._fingerprint import (
     MISSING,
     OBJECT,
     SCALAR_TYPES,
-    argument_fp,
+    arguments_fp,
     input_fp,
     value_fp,
 )
@@ -58,36 +58,27 @@ class Difference(Exception):
 
 class Binding(NamedTuple):
     """A region's callable taken apart once: what it finally calls, the arguments bound
-    before the call's own, and the innermost Python function (whose argument chains count)."""
+    before the call's own, the innermost Python function (whose argument chains count), and
+    the module the region calls (None: a function region, which may call any module)."""
 
     target: Any
     bound_args: list
     bound_kwargs: dict
     function: types.FunctionType | None
     bound_values: list  # bound arguments but modules, then bound keywords, as fingerprinted
+    module: torch.nn.Module | None
 
 
 def bind(fn: Any) -> Binding:
-    target, bound_args, bound_kwargs = _bind(fn)
-    function = target if isinstance(target, types.FunctionType) else None
-    if isinstance(target, torch.nn.Module):
-        forward = target.__dict__.get("forward") or type(target).forward
-        function = unwrap_function(getattr(forward, "__func__", forward))
-    if function is not None and is_library_code(function.__code__):
-        function = None
-    bound_values = [v for v in bound_args if not isinstance(v, torch.nn.Module)]
-    bound_values += bound_kwargs.values()
-    return Binding(target, bound_args, bound_kwargs, function, bound_values)
-
-
-def _bind(fn: Any) -> tuple[Any, list, dict]:
-    """(innermost callable, positional values bound before the call's, bound keywords)."""
+    """Unwrap partials and bound methods down to what the region calls. The module a region
+    calls: ``checkpoint(block, ...)``, ``block.__call__``, partials of them, and
+    ``partial(Block.forward, block, ...)`` (transformers' layers)."""
     bound_args: list = []
     bound_kwargs: dict = {}
     while True:
         if isinstance(fn, functools.partial):
-            bound_args[:0] = list(fn.args)
-            bound_kwargs = {**fn.keywords, **bound_kwargs}
+            bound_args[:0] = fn.args
+            bound_kwargs = {**fn.keywords, **bound_kwargs} if bound_kwargs else fn.keywords
             fn = fn.func
         elif isinstance(fn, types.MethodType):
             owner = fn.__self__
@@ -96,13 +87,28 @@ def _bind(fn: Any) -> tuple[Any, list, dict]:
             else:
                 bound_args.insert(0, owner)
                 fn = fn.__func__
-        elif isinstance(fn, torch.nn.Module):
-            forward = fn.__dict__.get("forward") or type(fn).forward
-            if not isinstance(forward, types.MethodType):
-                bound_args.insert(0, fn)
-            return fn, bound_args, bound_kwargs
         else:
-            return fn, bound_args, bound_kwargs
+            break
+    module = function = None
+    if isinstance(fn, torch.nn.Module):
+        module = fn
+        forward = fn.__dict__.get("forward") or type(fn).forward
+        if not isinstance(forward, types.MethodType):
+            bound_args.insert(0, fn)
+        function = unwrap_function(getattr(forward, "__func__", forward))
+    elif isinstance(fn, types.FunctionType):
+        function = fn
+        if bound_args and isinstance(bound_args[0], torch.nn.Module):
+            owner = fn.__qualname__.rpartition(".")[0]
+            for klass in type(bound_args[0]).__mro__:
+                if klass.__qualname__ == owner:  # a method of the module's class, on it
+                    module = bound_args[0]
+                    break
+    if function is not None and is_library_code(function.__code__):
+        function = None
+    bound_values = [v for v in bound_args if not isinstance(v, torch.nn.Module)]
+    bound_values += bound_kwargs.values()
+    return Binding(fn, bound_args, bound_kwargs, function, bound_values, module)
 
 
 def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
@@ -217,21 +223,6 @@ def _build_reader(
     )
 
 
-def region_module(binding: Binding) -> torch.nn.Module | None:
-    """The module a region calls: ``checkpoint(block, ...)``, ``block.__call__``, partials of
-    them, and ``partial(Block.forward, block, ...)`` (transformers' layers). None when the
-    region is another function, which may call any module it reaches."""
-    target, bound_args = binding.target, binding.bound_args
-    if isinstance(target, torch.nn.Module):
-        return target
-    if bound_args and isinstance(bound_args[0], torch.nn.Module):
-        module = bound_args[0]
-        owner = getattr(target, "__qualname__", "").rpartition(".")[0]
-        if any(klass.__qualname__ == owner for klass in type(module).__mro__):
-            return module  # a method of the module's class, called with the module as self
-    return None
-
-
 def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
     """A module region's modules: its subtree, plus modules its code reaches outside the tree
     through attributes (``self.shared = other_module`` set without registering it)."""
@@ -258,8 +249,10 @@ def _reader_key(
     target: Any, modules: list, roots: list, reentrant: bool, loose: set[int]
 ) -> tuple[tuple, Any]:
     """(cache key, anchor module) of a region's reader: a module region's reader is stored
-    under its module, a function region's under the first module it ran."""
-    functions = tuple([(f.__code__, id(f.__globals__)) for f in roots])
+    under its module, a function region's under the first module it ran. Functions count by
+    the ids of their code and globals (the function plans cache holds those code objects, so
+    an id is never reused while its key can be looked up)."""
+    functions = tuple([(id(f.__code__), id(f.__globals__)) for f in roots])
     frozen = frozenset(loose) if loose else None
     if target is not None:
         return ("tree", functions, reentrant, frozen), target
@@ -280,21 +273,45 @@ def reader_for(
         if reader is None:
             modules = module_tree(target, loose)
             reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
-            store_reader(key, anchor, reader)
+            _store(key, anchor, reader)
         return reader, [ref() for ref in reader.module_refs], roots
     modules = list({id(m): m for m in (*static_modules, *observed)}.values())
     key, anchor = _reader_key(None, modules, roots, reentrant, loose)
     reader = cached_reader(key, anchor, modules)
     if reader is None:
         reader = _build_reader(modules, roots, reentrant, loose, False, False)
-        store_reader(key, anchor, reader)
+        _store(key, anchor, reader)
     return reader, modules, roots
 
 
+def _store(key: tuple, anchor: Any, reader: RegionReader) -> None:
+    store_reader(key, anchor, reader)
+    if key[0] == "tree":
+        ident = id(anchor)
+        stateful = tuple(reader.module_refs[i] for i in reader.stateful)
+        _stateful[ident] = (weakref.ref(anchor, lambda _: _stateful.pop(ident, None)), stateful)
+
+
+# id of a region's module -> (weak reference to it, weak references to the modules of its tree
+# that hold buffers or assign attributes), as its latest reader found them
+_stateful: dict[int, tuple[weakref.ref, tuple]] = {}
+
+
+def stateful_modules(target: torch.nn.Module, fn: Any, reentrant: bool, loose: set[int]) -> list:
+    """The modules of a module region's tree that hold buffers or assign attributes (their
+    state before the forward tells what the forward wrote); the first call builds the tree's
+    reader to know them."""
+    entry = _stateful.get(id(target))
+    if entry is None or entry[0]() is not target:
+        reader_for(target, [], static_reach(fn), reentrant, loose)
+        entry = _stateful[id(target)]
+    return [m for m in (ref() for ref in entry[1]) if m is not None] if entry[1] else []
+
+
 def capture(
+    fn: Any,
     binding: Binding,
-    prepared: tuple[RegionReader, list, list],
-    target: Any,
+    observed: list,
     written: dict[int, frozenset],
     args: tuple,
     kwargs: dict,
@@ -304,7 +321,8 @@ def capture(
 ) -> RegionFingerprint:
     """Read everything the region reached; a reader that no longer matches its modules (a
     child replaced, an attribute added, a followed global rebound) is rebuilt here."""
-    reader, modules, roots = prepared
+    target = binding.module
+    reader, modules, roots = reader_for(target, observed, static_reach(fn), reentrant, loose)
     values = functions = None
     for fresh in (False, True):
         if fresh:
@@ -313,11 +331,11 @@ def capture(
             top_hooks = target is not None and not reentrant
             reader = _build_reader(modules, roots, reentrant, loose, True, top_hooks)
             key, anchor = _reader_key(target, modules, roots, reentrant, loose)
-            store_reader(key, anchor, reader)
-        functions = reader.functions(roots)
+            _store(key, anchor, reader)
+        functions = reader.live_functions()
         if functions is None or any(m is None for m in modules):
             continue
-        values = reader.read_safely(modules, functions, own_hooks)
+        values = reader.read_safely(modules, roots, own_hooks)
         if fresh or reader.shape_of(values) == reader.shape:
             break
     fingerprint = RegionFingerprint()
@@ -348,7 +366,7 @@ def compare(
     name_module: Any,
 ) -> None:
     """Raise ``Difference`` for the first value that differs from the forward's."""
-    values = fingerprint.reader.read_safely(fingerprint.modules, fingerprint.functions, own_hooks)
+    values = fingerprint.reader.read_safely(fingerprint.modules, fingerprint.roots, own_hooks)
     if fingerprint.mask:
         values = _masked(values, fingerprint.mask)
     if not _equal(values, fingerprint.values):
@@ -457,7 +475,7 @@ def _capture_arguments(
     tensors, others = _arguments(binding, args, kwargs)
     fingerprint.arguments = (
         [(weakref.ref(t), input_fp(t)) for t in tensors],
-        [argument_fp(v) for v in others],
+        arguments_fp(others),
     )
     chains: list[tuple[str, Any, tuple]] = []
     fingerprint.argument_chains = chains
@@ -492,7 +510,7 @@ def _compare_arguments(
         if ref() is tensor and input_fp(tensor) != old:
             label = _argument_labels(binding, args, kwargs)[0][index]
             raise Difference("argument", label, "argument of the region", old, input_fp(tensor))
-    new_others = [argument_fp(v) for v in others]
+    new_others = arguments_fp(others)
     if new_others != old_others:
         index = _first_difference(old_others, new_others)
         label = _argument_labels(binding, args, kwargs)[1][index]
