@@ -375,29 +375,17 @@ class Region:
             return out
         return self.fn(*args, **kwargs)
 
-    def verify(self, args: tuple, kwargs: dict) -> None:
+    def _recompute(self, args: tuple, kwargs: dict) -> Any:
         try:
             _verify.compare(
-                self.fingerprint,
-                self.binding,
-                args,
-                kwargs,
-                _observation.own,
-                self.name_module,
+                self.fingerprint, self.binding, args, kwargs, _observation.own, self.name_module
             )
         except _verify.Difference as difference:
             found = difference
         else:
-            return
-        # built and raised outside the except block: the error carries no internal context
-        error = _explain.mismatch_error(
-            self.name, found.kind, found.name, found.where, found.old, found.new
-        )
-        self.found.append((error.kind, error.details))
-        _explain.report(error, self.options.on_mismatch)
-
-    def _recompute(self, args: tuple, kwargs: dict) -> Any:
-        self.verify(args, kwargs)
+            found = None
+        if found is not None:  # raised outside the except block: no internal context
+            self._mismatch(found)
         if self.watch or self.strict_forward is not None or self.stats is not None:
             return self._recompute_observed(args, kwargs, _compat.resolve())
         state = _local.__dict__
@@ -408,6 +396,13 @@ class Region:
             raise self.explain(error) from error
         finally:
             state["depth"] -= 1
+
+    def _mismatch(self, found: _verify.Difference) -> None:
+        error = _explain.mismatch_error(
+            self.name, found.kind, found.name, found.where, found.old, found.new
+        )
+        self.found.append((error.kind, error.details))
+        _explain.report(error, self.options.on_mismatch)
 
     def _recompute_observed(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
         """The recompute of a region with state it updates, strict mode or report figures."""

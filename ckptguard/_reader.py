@@ -47,6 +47,7 @@ _NAMESPACE = {
     "TENSOR": TENSOR,
 }
 
+DEREFERENCE = weakref.ref.__call__  # map(DEREFERENCE, refs): the referents, without a frame
 TORCH = "torch"  # label owners besides module indexes
 HOOKS = "hooks"
 FUNCTION = "function"
@@ -325,8 +326,8 @@ class RegionReader:
     def live_functions(self) -> list | None:
         """The functions the reader dereferences itself, to hold while a fingerprint needs
         them; None if one was collected (the plans must be rebuilt)."""
-        functions = [ref() for ref in self.weak_functions]
-        return None if any(f is None for f in functions) else functions
+        functions = list(map(DEREFERENCE, self.weak_functions))
+        return None if None in functions else functions  # functions compare by identity
 
     def read_safely(self, modules: list, roots: list, own: frozenset) -> tuple:
         """``read``, recompiled with a call per tensor if an inlined tensor read raised
@@ -336,6 +337,7 @@ class RegionReader:
         except (RuntimeError, AttributeError, ValueError, IndexError, TypeError):
             if self.safe:
                 raise
+        # recompiled with the same plans: same positions, so fingerprints stay comparable
         self.read = RegionReader(
             modules,
             list(self.module_plans),
@@ -359,8 +361,9 @@ class RegionReader:
         ]
 
 
-# first module of a region -> {key: reader}; weak, so readers die with their model
-_readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# id of a region's first module -> (weak reference to it, {key: reader}); an entry goes when
+# its module does, so readers die with their model (a plain dict: looked up twice a region)
+_readers: dict[int, tuple[weakref.ref, dict]] = {}
 
 
 def cached_reader(key: tuple, anchor: Any, modules: list | None) -> RegionReader | None:
@@ -368,8 +371,10 @@ def cached_reader(key: tuple, anchor: Any, modules: list | None) -> RegionReader
     ``key``; with ``modules``, only if it reads exactly those."""
     if anchor is None:
         return _unanchored.get(key)
-    table = _readers.get(anchor)
-    reader = table.get(key) if table is not None else None
+    entry = _readers.get(id(anchor))
+    if entry is None or entry[0]() is not anchor:
+        return None
+    reader = entry[1].get(key)
     if reader is None:
         return None
     if modules is None:
@@ -381,10 +386,11 @@ def store_reader(key: tuple, anchor: Any, reader: RegionReader) -> None:
     if anchor is None:
         _unanchored[key] = reader
         return
-    table = _readers.get(anchor)
-    if table is None:
-        table = _readers[anchor] = {}
-    table[key] = reader
+    ident = id(anchor)
+    entry = _readers.get(ident)
+    if entry is None or entry[0]() is not anchor:
+        entry = _readers[ident] = (weakref.ref(anchor, lambda _: _readers.pop(ident, None)), {})
+    entry[1][key] = reader
 
 
 # regions that run no module (a plain function): keyed by their function plans, few
@@ -392,4 +398,4 @@ _unanchored: dict[tuple, RegionReader] = {}
 
 
 def reader_count() -> int:
-    return sum(len(table) for table in _readers.values()) + len(_unanchored)
+    return sum(len(table) for _, table in _readers.values()) + len(_unanchored)

@@ -11,6 +11,7 @@ its code reads from them.
 from __future__ import annotations
 
 import functools
+import operator
 import types
 import weakref
 from typing import Any, NamedTuple
@@ -37,6 +38,7 @@ from ckptguard._plan import (
     unwrap_function,
 )
 from ckptguard._reader import (
+    DEREFERENCE,
     FUNCTION,
     HOOKS,
     TORCH,
@@ -252,12 +254,14 @@ def _reader_key(
     under its module, a function region's under the first module it ran. Functions count by
     the ids of their code and globals (the function plans cache holds those code objects, so
     an id is never reused while its key can be looked up)."""
-    functions = tuple([(id(f.__code__), id(f.__globals__)) for f in roots])
+    functions = []
+    for function in roots:
+        functions.append((id(function.__code__), id(function.__globals__)))
     frozen = frozenset(loose) if loose else None
     if target is not None:
-        return ("tree", functions, reentrant, frozen), target
-    ids = tuple([id(m) for m in modules])
-    return (ids, functions, reentrant, frozen), (modules[0] if modules else None)
+        return ("tree", tuple(functions), reentrant, frozen), target
+    ids = tuple(map(id, modules))
+    return (ids, tuple(functions), reentrant, frozen), (modules[0] if modules else None)
 
 
 def reader_for(
@@ -266,7 +270,10 @@ def reader_for(
     """(reader, its modules, the region's own functions): cached per module region (its
     tree) or per set of observed modules; ``capture`` checks it and rebuilds it if stale."""
     static_modules, static_functions = reach
-    roots = [f for f in static_functions if not is_library_code(f.__code__)]
+    roots = []
+    for function in static_functions:
+        if not is_library_code(function.__code__):
+            roots.append(function)
     if target is not None:
         key, anchor = _reader_key(target, [], roots, reentrant, loose)
         reader = cached_reader(key, anchor, None)
@@ -274,7 +281,7 @@ def reader_for(
             modules = module_tree(target, loose)
             reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
             _store(key, anchor, reader)
-        return reader, [ref() for ref in reader.module_refs], roots
+        return reader, list(map(DEREFERENCE, reader.module_refs)), roots
     modules = list({id(m): m for m in (*static_modules, *observed)}.values())
     key, anchor = _reader_key(None, modules, roots, reentrant, loose)
     reader = cached_reader(key, anchor, modules)
@@ -333,9 +340,12 @@ def capture(
             key, anchor = _reader_key(target, modules, roots, reentrant, loose)
             _store(key, anchor, reader)
         functions = reader.live_functions()
-        if functions is None or any(m is None for m in modules):
+        if functions is None or any(map(_is_none, modules)):
             continue
-        values = reader.read_safely(modules, roots, own_hooks)
+        try:
+            values = reader.read(modules, roots, own_hooks)
+        except _READ_ERRORS:
+            values = reader.read_safely(modules, roots, own_hooks)
         if fresh or reader.shape_of(values) == reader.shape:
             break
     fingerprint = RegionFingerprint()
@@ -365,13 +375,26 @@ def compare(
     own_hooks: frozenset,
     name_module: Any,
 ) -> None:
-    """Raise ``Difference`` for the first value that differs from the forward's."""
-    values = fingerprint.reader.read_safely(fingerprint.modules, fingerprint.roots, own_hooks)
+    """Raise ``Difference`` for the first value that differs from the forward's. When nothing
+    changed (the usual case) this is one read, one ``==`` and the arguments' fingerprints."""
+    reader = fingerprint.reader
+    try:
+        values = reader.read(fingerprint.modules, fingerprint.roots, own_hooks)
+    except _READ_ERRORS:
+        values = reader.read_safely(fingerprint.modules, fingerprint.roots, own_hooks)
     if fingerprint.mask:
         values = _masked(values, fingerprint.mask)
-    if not _equal(values, fingerprint.values):
+    try:
+        same = values == fingerprint.values
+    except Exception:  # an element's own __eq__ raised: it differs
+        same = False
+    if not same:
         _explain_values(fingerprint, values, name_module)
     _compare_arguments(fingerprint, binding, args, kwargs)
+
+
+_READ_ERRORS = (RuntimeError, AttributeError, ValueError, IndexError, TypeError)
+_is_none = functools.partial(operator.is_, None)
 
 
 def _equal(old: Any, new: Any) -> bool:
@@ -473,29 +496,32 @@ def _capture_arguments(
     fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
 ) -> None:
     tensors, others = _arguments(binding, args, kwargs)
-    fingerprint.arguments = (
-        [(weakref.ref(t), input_fp(t)) for t in tensors],
-        arguments_fp(others),
-    )
+    held = []
+    for tensor in tensors:
+        held.append((weakref.ref(tensor), input_fp(tensor)))
+    fingerprint.arguments = (held, arguments_fp(others))
     chains: list[tuple[str, Any, tuple]] = []
     fingerprint.argument_chains = chains
+    fingerprint.argument_values = []
     function = binding.function
-    if function is not None:
-        positional = None
-        for name, position, attrs in code_reads(function.__code__).parameter_chains:
-            if name in kwargs:
-                value = kwargs[name]
-            elif name in binding.bound_kwargs:
-                value = binding.bound_kwargs[name]
-            else:
-                if positional is None:
-                    positional = [*binding.bound_args, *args]
-                value = MISSING
-                if position is not None and position < len(positional):
-                    value = positional[position]
-            if value is MISSING or isinstance(value, (torch.Tensor, torch.nn.Module)):
-                continue  # tensors are arguments above; modules have their own plans
-            chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
+    if function is None:
+        return
+    parameter_chains = code_reads(function.__code__).parameter_chains
+    if not parameter_chains:
+        return
+    positional = [*binding.bound_args, *args]
+    for name, position, attrs in parameter_chains:
+        if name in kwargs:
+            value = kwargs[name]
+        elif name in binding.bound_kwargs:
+            value = binding.bound_kwargs[name]
+        elif position is not None and position < len(positional):
+            value = positional[position]
+        else:
+            continue
+        if isinstance(value, (torch.Tensor, torch.nn.Module)):
+            continue  # tensors are arguments above; modules have their own plans
+        chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
     fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
 
 
