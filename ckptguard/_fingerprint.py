@@ -164,7 +164,8 @@ def argument_fp(value: Any) -> Any:
 
 
 def arguments_fp(values: list) -> list:
-    """``argument_fp`` of each value; scalars and plain tensors without a call."""
+    """``argument_fp`` of each value, with scalars, plain tensors and small lists and tuples
+    of them handled here: a region's arguments are fingerprinted twice a step."""
     out = []
     for value in values:
         kind = type(value)
@@ -172,6 +173,16 @@ def arguments_fp(values: list) -> list:
             out.append(value)
         elif kind is torch.Tensor:
             out.append(input_fp(value))
+        elif (kind is tuple or kind is list) and len(value) <= SMALL_CONTAINER:
+            items = []
+            for item in value:
+                if type(item) is torch.Tensor:
+                    items.append(tensor_fp(item))
+                elif type(item) in SCALAR_TYPES:
+                    items.append(item)
+                else:
+                    items.append(value_fp(item))
+            out.append((kind, tuple(items)))
         else:
             out.append(argument_fp(value))
     return out

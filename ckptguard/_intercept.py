@@ -286,8 +286,7 @@ class Region:
             self._loose(observed) if self.loose else self.loose,
         )
         self.modules = modules = fingerprint.modules
-        root = _names.root_for(modules[0]) if modules else None
-        self.root = weakref.ref(root) if root is not None else None
+        self.root = _names.root_ref(modules[0]) if modules else None
         if self.strict_forward is not None:
             state_ids = set()
             for module in observed if observer is None else observer.modules.values():

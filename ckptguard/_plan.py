@@ -463,8 +463,9 @@ class ClassReads:
     code: Any  # the forward's code when this was worked out
 
 
-# keyed weakly by class, then by id of the forward; values hold no strong reference to either
-_class_reads: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# id of a class -> (weak reference to it, {id of a forward: its reads}); an entry goes with
+# its class, and values hold no strong reference to a class or a forward
+_class_reads: dict[int, tuple[weakref.ref, dict]] = {}
 
 
 def _method_on(cls: type, name: str, after: type | None = None) -> list[types.FunctionType]:
@@ -484,9 +485,12 @@ def _method_on(cls: type, name: str, after: type | None = None) -> list[types.Fu
 
 
 def class_reads(cls: type, forward: Any) -> ClassReads:
-    per_class = _class_reads.get(cls)
-    if per_class is None:
-        per_class = _class_reads[cls] = {}
+    ident = id(cls)
+    entry = _class_reads.get(ident)
+    if entry is None or entry[0]() is not cls:
+        ref = weakref.ref(cls, lambda _: _class_reads.pop(ident, None))
+        entry = _class_reads[ident] = (ref, {})
+    per_class = entry[1]
     code = getattr(forward, "__code__", None)
     cached = per_class.get(id(forward))
     if cached is not None and cached.code is code:
@@ -685,7 +689,7 @@ def cache_sizes() -> dict[str, int]:
     return {
         "code_reads": len(_code_reads),
         "function_plans": len(_function_plans),
-        "class_reads": sum(len(v) for v in _class_reads.values()),
+        "class_reads": sum(len(table) for _, table in _class_reads.values()),
         "module_plans": len(_module_plans),
         "region_readers": reader_count(),
     }
