@@ -471,3 +471,45 @@ def test_default_argument_rebound(reentrant: bool) -> None:
         "1.0",
         "2.0",
     )
+
+
+class Scaler:
+    def apply(self, x):
+        return x * 1.0
+
+
+def _doubling_apply(self, x):
+    return x * 2.0
+
+
+SCALER = Scaler()
+
+
+def _method_of_global_region(x):
+    return torch.sin(SCALER.apply(x))
+
+
+@VARIANTS
+@pytest.mark.parametrize("where", ["class", "instance"])
+def test_method_of_a_global_object_replaced(reentrant: bool, where: str) -> None:
+    """``SCALER.apply`` lives on the class; replacing it there, or shadowing it on the
+    instance, changes what the recompute runs."""
+    target = Scaler if where == "class" else SCALER
+    replacement = _doubling_apply if where == "class" else _doubling_apply.__get__(SCALER)
+
+    def undo() -> None:
+        if where == "class":
+            Scaler.apply = Scaler.__dict__["_original_apply"]
+        else:
+            SCALER.__dict__.pop("apply", None)
+
+    silently_wrong_then_named(
+        _function_step(_method_of_global_region, reentrant),
+        lambda: setattr(target, "apply", replacement),
+        undo,
+        "global",
+        "SCALER.apply",
+    )
+
+
+Scaler._original_apply = Scaler.apply
