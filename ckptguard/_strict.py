@@ -58,31 +58,47 @@ def _comparable(tensor: torch.Tensor) -> bool:
     )
 
 
-def checksums(tensor: torch.Tensor, saved: bool) -> torch.Tensor | None:
-    """(sum, sum of squares[, sum of every third element]) of ``tensor``, computed now in its
-    precision (float32 for lower ones; a faithful recompute repeats the same kernels bit for
-    bit) and read back with one ``.tolist()`` per region, not per op. Computed on a detached
-    view, so autograd records nothing, and with Python dispatch off, so no mode sees them."""
+def checksums(tensor: torch.Tensor, saved: bool) -> tuple | None:
+    """(sum, sum of squares[, sum of every third element, layout]) of ``tensor``, computed now
+    in its precision (float32 for lower ones; a faithful recompute repeats the same kernels bit
+    for bit) and read back with one ``.tolist()`` per region, not per op. Computed on a
+    detached view, so autograd records nothing, and with Python dispatch off, so no mode sees
+    them. The partial sum follows the elements' order in memory (no copy of a transposed
+    tensor); ``layout`` (its strides, None when contiguous) says which order that was."""
     if not _comparable(tensor):
         return None
     with _compat.no_python_dispatch():
-        flat = tensor.detach().reshape(-1)
+        flat, layout = _in_memory_order(tensor.detach())
         if flat.dtype not in (torch.float32, torch.float64):
             flat = flat.float()
         if saved:
-            return (flat.sum(), torch.dot(flat, flat), flat[::3].sum())
+            return (flat.sum(), torch.dot(flat, flat), flat[::3].sum(), layout)
         return (flat.sum(), torch.dot(flat, flat))
+
+
+def _in_memory_order(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
+    """``tensor`` flattened, as a view where its elements fill their memory densely in some
+    order (a transpose, a permutation), else copied in logical order."""
+    if tensor.is_contiguous():
+        return tensor.view(-1), None
+    permuted = tensor.permute(sorted(range(tensor.dim()), key=tensor.stride, reverse=True))
+    if permuted.is_contiguous():
+        return permuted.view(-1), tensor.stride()
+    return tensor.reshape(-1), None
 
 
 def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
     """Signatures (shape, dtype, device[, sum, sum of squares, ...]) with one read-back."""
-    present = [part for s in sums if s is not None for part in s]
+    present = [part for s in sums if s is not None for part in s if type(part) is torch.Tensor]
     if not present:
         return list(metas)
     with _compat.no_python_dispatch():
-        values = iter(torch.stack([p.detach().double().cpu() for p in present]).tolist())
+        try:  # stack promotes float32 and float64 sums alike
+            values = iter(torch.stack(present).tolist())
+        except RuntimeError:  # sums on several devices
+            values = iter(torch.stack([p.double().cpu() for p in present]).tolist())
     return [
-        m if s is None else m + tuple(next(values) for _ in s)
+        m if s is None else m + tuple(next(values) if type(p) is torch.Tensor else p for p in s)
         for m, s in zip(metas, sums, strict=True)
     ]
 
@@ -102,22 +118,25 @@ def compare_signatures(old: tuple, new: tuple) -> dict[str, Any] | None:
     if len(old) == 3 or len(new) == 3:
         return None
     tolerance = _TOLERANCE.get(old[1], _DEFAULT_TOLERANCE)
-    old_sum, old_squares, old_part = old[3:]
-    new_sum, new_squares, new_part = new[3:]
+    old_values, new_values = old[3:6], new[3:6]
+    old_sum, old_squares, old_part = old_values
+    new_sum, new_squares, new_part = new_values
     old_l2, new_l2 = math.sqrt(max(old_squares, 0.0)), math.sqrt(max(new_squares, 0.0))
     count = math.prod(old[0]) or 1
     # |sum difference| <= L1 of the difference <= sqrt(n) * its L2: scale sums by sqrt(n) * L2
     scale = max(old_l2, new_l2, 1e-300)
-    relative = max(
-        abs(old_sum - new_sum) / (scale * math.sqrt(count)),
-        abs(old_part - new_part) / (scale * math.sqrt(count)),
-        abs(old_l2 - new_l2) / scale,
-    )
-    nan = any(math.isnan(v) for v in (*old[3:], *new[3:]))
+    spread = scale * math.sqrt(count)
+    differences = [abs(old_sum - new_sum) / spread, abs(old_l2 - new_l2) / scale]
+    if old[6] == new[6]:  # partial sums taken in the same memory order
+        differences.append(abs(old_part - new_part) / spread)
+    else:
+        old_values, new_values = old_values[:2], new_values[:2]
+    relative = max(differences)
+    nan = any(math.isnan(v) for v in (*old_values, *new_values))
     if nan:
         same_nans = all(
             (math.isnan(a) and math.isnan(b)) or a == b
-            for a, b in zip(old[3:], new[3:], strict=True)
+            for a, b in zip(old_values, new_values, strict=True)
         )
         if same_nans:
             return None
