@@ -7,7 +7,8 @@ ratios to the plain step.
 
 Configurations:
 * transformers Llama, 4 layers, hidden 128, seq 64, batch 1 and 4, random weights from a config
-  (goals: guard <= 1 % of the step at batch 4, <= 3 % at batch 1; strict <= 1.5x at batch 4);
+  (goals: guard <= 1 % of the step at batch 4, <= 3 % at batch 1; strict <= 1.5x at batch 4),
+  with each mode's CPU time per region (median of the paired differences to the plain step);
 * timm ViT-tiny (vit_tiny_patch16_224, random weights), batch 2, timm's own checkpointing;
 * a depth sweep: 8/16/32/64 blocks under ``checkpoint_sequential`` (one block per segment):
   the guard's cost per region must stay flat (+-20 %); it also prints the counted work per
@@ -59,7 +60,7 @@ def interleave(step: Callable[[], None], modes: list[str], rounds: int) -> dict[
     return results
 
 
-def report(name: str, results: dict[str, list], goals: dict[str, str]) -> None:
+def report(name: str, results: dict[str, list], goals: dict[str, str], regions: int = 0) -> None:
     plain = results["plain"]
     print(f"{name}")
     for mode, samples in results.items():
@@ -75,6 +76,11 @@ def report(name: str, results: dict[str, list], goals: dict[str, str]) -> None:
             )
             if mode in goals:
                 line += f"  goal {goals[mode]}"
+            if regions:
+                per_region = statistics.median(
+                    (s[1] - p[1]) / regions for s, p in zip(samples, plain, strict=True)
+                )
+                line += f"  ({per_region * 1e6:.0f} us cpu per region)"
         print(line)
     print(f"  [{len(plain)} interleaved rounds, medians]")
 
@@ -166,8 +172,7 @@ def counted_work(step: Callable[[], None]) -> tuple[float, float]:
 
     def counting(*args, **kwargs):
         fingerprint = original(*args, **kwargs)
-        values = sum(len(group) for group in fingerprint.values)
-        counts.append((len(fingerprint.reader.module_plans), values))
+        counts.append((len(fingerprint.reader.module_plans), len(fingerprint.values)))
         return fingerprint
 
     _verify.capture = counting
@@ -241,7 +246,7 @@ def main() -> None:
         strict_goal = "<= x1.5" if batch == 4 else "none set"
         results = interleave(step, ["plain", "guard", "strict"], rounds)
         name = f"transformers Llama 4 x 128, seq 64, batch {batch}"
-        report(name, results, {"guard": goal, "strict": strict_goal})
+        report(name, results, {"guard": goal, "strict": strict_goal}, regions=4)
 
     step = vit_step()
     if step is None:

@@ -115,11 +115,38 @@ def _torch_state_getters() -> list[tuple[str, Callable[[], Any]]]:
         if getter is None:
             continue
         try:
-            getter()
+            value = getter()
         except Exception:  # a setting this build cannot read is one it cannot change either
             continue
+        direct = getattr(torch._C, _DIRECT_GETTERS.get(label, ""), None)
+        if direct is not None and direct() == value:
+            getter = direct
         getters.append((label, getter))
     return getters
+
+
+# the C functions behind the public getters: every region reads each setting twice a step,
+# and a call straight into C costs a fraction of the Python wrapper or property around it
+_DIRECT_GETTERS = {
+    "torch.get_float32_matmul_precision()": "_get_float32_matmul_precision",
+    "torch.are_deterministic_algorithms_enabled()": "_get_deterministic_algorithms",
+    "torch.is_deterministic_algorithms_warn_only_enabled()": (
+        "_get_deterministic_algorithms_warn_only"
+    ),
+    "torch.backends.cuda.flash_sdp_enabled()": "_get_flash_sdp_enabled",
+    "torch.backends.cuda.mem_efficient_sdp_enabled()": "_get_mem_efficient_sdp_enabled",
+    "torch.backends.cuda.math_sdp_enabled()": "_get_math_sdp_enabled",
+    "torch.backends.cuda.cudnn_sdp_enabled()": "_get_cudnn_sdp_enabled",
+    "torch.backends.mkldnn.enabled": "_get_mkldnn_enabled",
+    "torch.backends.cuda.matmul.allow_tf32": "_get_cublas_allow_tf32",
+    "torch.backends.cudnn.enabled": "_get_cudnn_enabled",
+    "torch.backends.cudnn.deterministic": "_get_cudnn_deterministic",
+    "torch.backends.cudnn.benchmark": "_get_cudnn_benchmark",
+    "torch.backends.cudnn.allow_tf32": "_get_cudnn_allow_tf32",
+    "torch.utils.deterministic.fill_uninitialized_memory": (
+        "_get_deterministic_fill_uninitialized_memory"
+    ),
+}
 
 
 @dataclass(frozen=True)

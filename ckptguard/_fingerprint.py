@@ -161,3 +161,28 @@ def argument_fp(value: Any) -> Any:
     if kind is dict and len(value) <= SMALL_CONTAINER:
         return (dict, tuple([(k, value_fp(v)) for k, v in value.items()]))
     return (OBJECT, id(value), kind)
+
+
+def arguments_fp(values: list) -> list:
+    """``argument_fp`` of each value, with scalars, plain tensors and small lists and tuples
+    of them handled here: a region's arguments are fingerprinted twice a step."""
+    out = []
+    for value in values:
+        kind = type(value)
+        if kind in SCALAR_TYPES:
+            out.append(value)
+        elif kind is torch.Tensor:
+            out.append(input_fp(value))
+        elif (kind is tuple or kind is list) and len(value) <= SMALL_CONTAINER:
+            items = []
+            for item in value:
+                if type(item) is torch.Tensor:
+                    items.append(tensor_fp(item))
+                elif type(item) in SCALAR_TYPES:
+                    items.append(item)
+                else:
+                    items.append(value_fp(item))
+            out.append((kind, tuple(items)))
+        else:
+            out.append(argument_fp(value))
+    return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -46,16 +47,8 @@ _patches: list[tuple[Any, str, bool, Any]] = []  # (owner, attribute, owned it, 
 _local = threading.local()
 
 
-def _measuring() -> bool:
-    return collector is not None and collector.measuring
-
-
-def _is_compiled_region(fn: Any) -> bool:
-    """A region torch.compile emitted (tag_activation_checkpoint): torch owns its RNG handling."""
-    code = getattr(fn, "__code__", None)
-    return code is not None and code.co_filename.startswith(_COMPILER_DIRS)
-
-
+_NO_MODULES: frozenset = frozenset()
+# where torch.compile's own regions come from (tag_activation_checkpoint): torch owns them
 _COMPILER_DIRS = tuple(
     _compat.torch_dir() + name + "/"
     for name in ("_higher_order_ops", "_dynamo", "_functorch", "_inductor")
@@ -167,7 +160,8 @@ def _stored_scalars(module: torch.nn.Module) -> frozenset:
 class Region:
     """One checkpoint call: its forward's fingerprint, verified whenever torch recomputes it.
 
-    Holds the user's function (as torch does) and only weak references to modules."""
+    Holds the user's function and the modules its fingerprint read, as torch's graph holds
+    the region: it lives as long as that graph does. The model is only weakly referenced."""
 
     __slots__ = (
         "fn",
@@ -185,8 +179,6 @@ class Region:
         "rng_before",
         "target",
         "binding",
-        "prepared",
-        "reach",
         "loose",
         "stats",
         "found",
@@ -202,14 +194,12 @@ class Region:
         self.preserve = preserve
         self.fingerprint: _verify.RegionFingerprint | None = None
         self.observer: Observer | None = None
-        self.modules: list[weakref.ref] = []
+        self.modules: list = []  # read by the fingerprint, alive while the region is
         self.watch: list[tuple[weakref.ref, tuple, tuple]] = []
         self.root: weakref.ref | None = None  # the model, found after the forward
-        self.binding = _verify.bind(fn)
-        self.target = _verify.region_module(self.binding)  # None: a function, observed
-        self.prepared: tuple | None = None
-        self.reach: tuple = ((), ())
-        self.loose: set[int] = set()
+        self.binding = binding = _verify.bind(fn)
+        self.target = binding.module  # None: a function, whose forward is observed
+        self.loose: set[int] = _NO_MODULES
         self.strict_forward = _strict.StrictForward(reentrant) if options.strict else None
         self.last_strict: _strict.StrictRecompute | None = None
         self.random_ops = None if preserve else _rng.RandomOps()
@@ -225,8 +215,7 @@ class Region:
         root = self.root() if self.root is not None else None
         if root is not None:
             return root
-        live = [m for m in (ref() for ref in self.modules) if m is not None]
-        return live[0] if live else None
+        return self.modules[0] if self.modules else None
 
     def name_module(self, module: torch.nn.Module) -> str:
         root = self.naming_root()
@@ -238,28 +227,26 @@ class Region:
     @property
     def name(self) -> str:
         if self._name is None:
-            live = [m for m in (ref() for ref in self.modules) if m is not None]
-            self._name = _names.region_name(self.fn, self.naming_root(), live)
+            self._name = _names.region_name(self.fn, self.naming_root(), self.modules)
         return self._name
 
     # forward ----------------------------------------------------------------------------
 
     def enter_forward(self) -> None:
-        """Before the forward: a module region gets its (cached) reader and the state of the
-        modules that hold buffers; a function region watches which modules it runs."""
-        self.reach = _verify.static_reach(self.fn)
+        """Before the forward, only what cannot wait: a function region watches which modules
+        it runs; a module region notes the state of its modules that hold buffers or assign
+        attributes (known from its tree's reader)."""
         if _compat.fsdp2_in_use():
             self.loose = _compat.fsdp2_managed_modules()
-        self.observer = observer = Observer()
         if self.target is None:
+            self.observer = observer = Observer()
             _observation.start(observer)
         else:
-            self.prepared = _verify.reader_for(
-                self.target, [], self.reach, self.reentrant, self._loose(())
-            )
-            modules = self.prepared[1]
-            for index in self.prepared[0].stateful:
-                observer.see(modules[index])
+            stateful = _verify.stateful_modules(self.target, self.fn, self.reentrant, self.loose)
+            if stateful:
+                self.observer = observer = Observer()
+                for module in stateful:
+                    observer.see(module)
         if self.random_ops is not None:
             self.random_ops.__enter__()
         if self.strict_forward is not None:
@@ -285,38 +272,30 @@ class Region:
         """Right after the forward: fingerprint what it reached, check RNG, count it."""
         observer = self.observer
         self.observer = None
-        prepared = self.prepared
-        if self.target is None:
-            observed = list(observer.modules.values())
-            prepared = _verify.reader_for(
-                None, observed, self.reach, self.reentrant, self._loose(observed)
-            )
-        self.prepared = None
-        modules = prepared[1]
-        loose = self._loose(modules)
-        written = self._written(observer)
-        self.modules = [weakref.ref(m) for m in modules]
-        root = _names.root_for(modules[0]) if modules else None
-        self.root = weakref.ref(root) if root is not None else None
-        self.fingerprint = _verify.capture(
+        observed = list(observer.modules.values()) if self.target is None else []
+        written = self._written(observer) if observer is not None else {}
+        self.fingerprint = fingerprint = _verify.capture(
+            self.fn,
             self.binding,
-            prepared,
-            self.target,
+            observed,
             written,
             args,
             kwargs,
             self.reentrant,
             _observation.own,
-            loose,
+            self._loose(observed) if self.loose else self.loose,
         )
+        self.modules = modules = fingerprint.modules
+        self.root = _names.root_ref(modules[0]) if modules else None
         if self.strict_forward is not None:
             state_ids = set()
-            for module in observer.modules.values():
+            for module in observed if observer is None else observer.modules.values():
                 names = written.get(id(module), ())
                 state_ids.update(id(module._buffers[n]) for n in names if n in module._buffers)
             self.strict_forward.mark_state(state_ids)
         self.forward_done = True
-        self._check_rng(args)
+        if self.rng_before is not None or self.random_ops is not None:
+            self._check_rng(args)  # else: no accelerator, and torch restores the CPU RNG
         if collector is not None and self.options.report and not _local.__dict__.get("depth"):
             # pricing runs the region again: keep its saved tensors out of an enclosing
             # region's checkpoint frame
@@ -359,10 +338,7 @@ class Region:
         if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return
         parameters: list[str] = []
-        for ref in self.modules:
-            module = ref()
-            if module is None:
-                continue
+        for module in self.modules:
             owned = [n for n, p in module._parameters.items() if p is not None and p.requires_grad]
             if owned:
                 prefix = self.name_module(module)
@@ -381,6 +357,8 @@ class Region:
     # recompute --------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.forward_done and _options is not None:
+            return self._recompute(args, kwargs)
         if self.reentrant and not self.forward_done and self.observer is None:
             self.enter_forward()  # torch runs the reentrant forward through us
             exc: tuple = (None, None, None)
@@ -394,35 +372,39 @@ class Region:
             if self.strict_forward is not None:
                 self.strict_forward.record_outputs(out)
             return out
-        if _options is None or not self.forward_done:
-            return self.fn(*args, **kwargs)
-        return self._recompute(args, kwargs)
+        return self.fn(*args, **kwargs)
 
-    def verify(self, args: tuple, kwargs: dict) -> None:
+    def _recompute(self, args: tuple, kwargs: dict) -> Any:
         try:
             _verify.compare(
-                self.fingerprint,
-                self.binding,
-                args,
-                kwargs,
-                _observation.own,
-                self.name_module,
+                self.fingerprint, self.binding, args, kwargs, _observation.own, self.name_module
             )
         except _verify.Difference as difference:
             found = difference
         else:
-            return
-        # built and raised outside the except block: the error carries no internal context
+            found = None
+        if found is not None:  # raised outside the except block: no internal context
+            self._mismatch(found)
+        if self.watch or self.strict_forward is not None or self.stats is not None:
+            return self._recompute_observed(args, kwargs, _compat.resolve())
+        state = _local.__dict__
+        state["depth"] = state.get("depth", 0) + 1
+        try:
+            return self.fn(*args, **kwargs)
+        except _compat.resolve().checkpoint_error as error:
+            raise self.explain(error) from error
+        finally:
+            state["depth"] -= 1
+
+    def _mismatch(self, found: _verify.Difference) -> None:
         error = _explain.mismatch_error(
             self.name, found.kind, found.name, found.where, found.old, found.new
         )
         self.found.append((error.kind, error.details))
         _explain.report(error, self.options.on_mismatch)
 
-    def _recompute(self, args: tuple, kwargs: dict) -> Any:
-        resolved = _compat.resolve()
-        _local.recomputing = weakref.ref(self)  # read by the saved-tensor check right after
-        self.verify(args, kwargs)
+    def _recompute_observed(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
+        """The recompute of a region with state it updates, strict mode or report figures."""
         watched = self._watched_state()
         strict = _strict.StrictRecompute(self.strict_forward) if self.strict_forward else None
         self.last_strict = strict
@@ -503,13 +485,15 @@ def _same(tensor: Any) -> Any:
 
 
 def _skip(fn: Any) -> bool:
+    """Regions the guard leaves to torch: guard off, its own regions, no grad (torch runs the
+    function plainly), torch.compile tracing and regions it emitted, report mode pricing."""
     return (
         _options is None
-        or isinstance(fn, Region)
+        or type(fn) is Region
         or not torch.is_grad_enabled()
         or _compat.resolve().is_compiling()
-        or _is_compiled_region(fn)
-        or _measuring()
+        or (type(fn) is types.FunctionType and fn.__code__.co_filename.startswith(_COMPILER_DIRS))
+        or (collector is not None and collector.measuring)
     )
 
 
@@ -590,21 +574,25 @@ def _guard_saved_tensor_check(original: Any, checkpoint_error: type) -> Any:
         try:
             return original(frame, gid)
         except checkpoint_error as error:
-            recomputing = _local.__dict__.get("recomputing")
-            region = recomputing() if recomputing is not None else None
-            cells = getattr(frame.recompute_fn, "__closure__", None) or ()
-            if region is None or not any(_holds(cell, region) for cell in cells):
+            region = _region_of(frame)
+            if region is None:
                 raise
             raise region.explain(error) from error
 
     return check_recomputed_tensors_match
 
 
-def _holds(cell: Any, value: Any) -> bool:
-    try:
-        return cell.cell_contents is value
-    except ValueError:
-        return False
+def _region_of(frame: Any) -> Region | None:
+    """The region whose recompute a checkpoint frame runs: torch's ``recompute_fn`` closes
+    over the ``fn`` the guarded generator handed it."""
+    for cell in getattr(frame.recompute_fn, "__closure__", None) or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:
+            continue
+        if type(contents) is Region:
+            return contents
+    return None
 
 
 def _patch(owner: Any, attribute: str, replacement: Any) -> None:

@@ -19,7 +19,8 @@ from ckptguard import _compat
 from ckptguard._plan import code_location, forward_of, function_name, unwrap_function
 
 _paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (root ref, path)
-_roots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> root ref
+# id of a region's first module -> (weak reference to it, weak reference to its model)
+_roots: dict[int, tuple[weakref.ref, weakref.ref]] = {}
 
 
 def find_root() -> torch.nn.Module | None:
@@ -38,16 +39,20 @@ def find_root() -> torch.nn.Module | None:
     return root if isinstance(root, torch.nn.Module) else None
 
 
-def root_for(module: torch.nn.Module) -> torch.nn.Module | None:
-    """The model a region's first module runs in: found once per module by walking the stack
-    (the region's forward is still inside the model's call), then cached weakly."""
-    cached = _roots.get(module)
-    root = cached() if cached is not None else None
-    if root is None:
-        root = find_root()
-        if root is not None:  # none found is not cached: the next call may run in a model
-            _roots[module] = weakref.ref(root)
-    return root
+def root_ref(module: torch.nn.Module) -> weakref.ref | None:
+    """A weak reference to the model a region's first module runs in: found once per module
+    by walking the stack (the region's forward is still inside the model's call), then kept
+    while both live."""
+    ident = id(module)
+    entry = _roots.get(ident)
+    if entry is not None and entry[0]() is module and entry[1]() is not None:
+        return entry[1]
+    root = find_root()
+    if root is None:  # not cached: the next call may run in a model
+        return None
+    ref = weakref.ref(root)
+    _roots[ident] = (weakref.ref(module, lambda _: _roots.pop(ident, None)), ref)
+    return ref
 
 
 def module_path(root: torch.nn.Module | None, module: torch.nn.Module) -> str | None:

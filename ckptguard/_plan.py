@@ -69,6 +69,8 @@ def is_library_code(code: types.CodeType) -> bool:
 
 def unwrap_function(func: Any) -> types.FunctionType | None:
     """The Python function under any ``functools.wraps`` decorators, or None if there is none."""
+    if type(func) is types.FunctionType and "__wrapped__" not in func.__dict__:
+        return func  # what inspect.unwrap returns, without its loop
     try:
         func = inspect.unwrap(func)
     except ValueError:  # a __wrapped__ cycle
@@ -99,6 +101,7 @@ class CodeReads:
     super_names: frozenset  # names read through super()
     stored: frozenset  # attribute names assigned or deleted (outputs, not inputs)
     dynamic_args: frozenset  # arguments whose attributes are read by computed names
+    parameter_chains: tuple  # sorted (named parameter, its position or None, (attr, ...))
 
 
 def _argument_names(code: types.CodeType) -> tuple[str, ...]:
@@ -205,15 +208,29 @@ def code_reads(code: types.CodeType) -> CodeReads:
             frozenset(found["super"]),
             frozenset(found["stored"]),
             frozenset(found["dynamic"]),
+            _parameter_chains(code, found["arg"]),
         )
     return reads
+
+
+def _parameter_chains(code: types.CodeType, chains: set) -> tuple:
+    """Chains read from named parameters, with where a call passes each (its position, or
+    None for a keyword-only one); ``*args`` and ``**kwargs`` are containers, not objects."""
+    positional = code.co_varnames[: code.co_argcount]
+    named = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return tuple(
+        (name, positional.index(name) if name in positional else None, attrs)
+        for name, attrs in sorted(chains)
+        if name in named
+    )
 
 
 # -------------------------------------------------------------------- static attribute reads
 
 
 def static_attribute(obj: Any, name: str) -> Any:
-    """``getattr`` without running code: instance dict, module registries, then class dicts.
+    """``getattr`` without running code: instance dict, module registries, then class dicts
+    (for a class: its own and its bases', ``Config.SCALE``).
 
     Properties and other descriptors are not evaluated (``SKIPPED``): reading them may run
     arbitrary code with side effects."""
@@ -228,17 +245,19 @@ def static_attribute(obj: Any, name: str) -> Any:
             table = state.get(registry) if state else None
             if table is not None and name in table:
                 return table[name]
-    for klass in type(obj).__mro__:
+    for klass in obj.__mro__ if isinstance(obj, type) else type(obj).__mro__:
         if name in klass.__dict__:
             value = klass.__dict__[name]
-            if isinstance(value, (types.FunctionType, staticmethod, classmethod)):
-                return value
-            if hasattr(type(value), "__get__"):
-                return SKIPPED
-            return value
-    if isinstance(obj, types.ModuleType):
-        return MISSING
+            return value if _read_as_stored(value) else SKIPPED
     return MISSING
+
+
+def _read_as_stored(value: Any) -> bool:
+    """Whether a class attribute is what reading it gives: not a descriptor that runs code
+    (functions and static/class methods are taken as they are, to be followed)."""
+    if isinstance(value, (types.FunctionType, staticmethod, classmethod)):
+        return True
+    return not hasattr(type(value), "__get__")
 
 
 def read_chain(value: Any, attrs: tuple) -> Any:
@@ -272,12 +291,53 @@ def _follow_target(value: Any) -> types.FunctionType | None:
 # ------------------------------------------------------------------------- function plans
 
 
+def _inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
+    """How a reader may read a global's attribute (``cfg.SCALE``, ``Config.SCALE``,
+    ``logger.warning_once``) without calling ``read_chain``, which costs far more than the
+    lookup itself in a step's cold caches. ``("own", T, V)``: in the root's own ``__dict__``;
+    ``("class", T, has_dict, dicts before, class dict, V, as stored)``: on a class of its
+    type. The reader checks the root's type ``T``, that nothing earlier shadows the attribute
+    and the value's type ``V``, and calls ``read_chain`` whenever one of them fails, so the
+    result is always ``static_attribute``'s. None: no shortcut (longer chains, modules)."""
+    if len(chain) != 2 or isinstance(root, torch.nn.Module):
+        return None
+    name = chain[1]
+    try:
+        state = object.__getattribute__(root, "__dict__")
+    except AttributeError:
+        state = None
+    if isinstance(root, type):
+        if name in state and _read_as_stored(value):
+            return ("own", type(root), type(value))
+        return None
+    if type(state) is dict and name in state:
+        return ("own", type(root), type(value))
+    if state is not None and type(state) is not dict:
+        return None
+    mro = type(root).__mro__
+    for index, klass in enumerate(mro):
+        if name in klass.__dict__:
+            stored = klass.__dict__[name]
+            before = tuple(k.__dict__ for k in mro[:index])
+            found = (klass.__dict__, type(stored), value is stored)
+            return ("class", type(root), state is not None, before, *found)
+    return None
+
+
+def _defaults_kind(defaults: tuple | None) -> str | None:
+    """ "scalars": a tuple of scalars only (immutable, so the tuple itself is its fingerprint)."""
+    if defaults is None:
+        return None
+    return "scalars" if all(type(v) in SCALAR_TYPES for v in defaults) else "any"
+
+
 class FunctionPlan:
     """The globals, closures and defaults of a function and of every user function it calls.
 
     ``entries`` lists each function as (weak reference, or None for the root the caller
-    passes in; global chains as (chain, kind of value); kind of each closure cell's value;
-    whether it has ``__defaults__``, ``__kwdefaults__``; followed callees as (chain index,
+    passes in; global chains as (chain, kind of value, inline spec); kind of each closure
+    cell's value; kind of its ``__defaults__`` and whether it has ``__kwdefaults__``; followed
+    callees as (chain index,
     id of the callee's object)). A decorator's wrapper (``__wrapped__``) is followed into the
     function it wraps; its own closure is decorator plumbing and is not read. A rebound
     followed name makes the plan stale, and it is rebuilt at the next forward.
@@ -311,7 +371,7 @@ class FunctionPlan:
                     chain = chain[:2]  # a class attribute; deeper is the class's business
                 target = read_chain(value, chain[1:])
                 kind = sample_kind(target)
-                chains.append((chain, kind))
+                chains.append((chain, kind, _inline_spec(value, chain, target)))
                 callee = _follow_target(target)
                 if callee is not None:
                     if kind == "object":
@@ -335,7 +395,7 @@ class FunctionPlan:
                     if callee is not None:
                         pending.append((callee, False))
             ref = None if is_root else weakref.ref(func)
-            defaults = (func.__defaults__ is not None, func.__kwdefaults__ is not None)
+            defaults = (_defaults_kind(func.__defaults__), func.__kwdefaults__ is not None)
             entries.append((ref, tuple(chains), tuple(cells), defaults, tuple(followed)))
         self.entries = tuple(entries)
 
@@ -350,7 +410,7 @@ def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
     name = function_name(func) if func is not None else "<collected function>"
     module = getattr(func, "__module__", "?")
     out = [("function", f"{name}.__code__", code_location(getattr(func, "__code__", None)))]
-    out += [("global", ".".join(c), f"global of {module}, read by {name}") for c, _ in chains]
+    out += [("global", ".".join(c[0]), f"global of {module}, read by {name}") for c in chains]
     names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
     out += [("closure", var, f"closure of {name}") for var in names[: len(cells)]]
     if defaults[0]:
@@ -403,8 +463,9 @@ class ClassReads:
     code: Any  # the forward's code when this was worked out
 
 
-# keyed weakly by class, then by id of the forward; values hold no strong reference to either
-_class_reads: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# id of a class -> (weak reference to it, {id of a forward: its reads}); an entry goes with
+# its class, and values hold no strong reference to a class or a forward
+_class_reads: dict[int, tuple[weakref.ref, dict]] = {}
 
 
 def _method_on(cls: type, name: str, after: type | None = None) -> list[types.FunctionType]:
@@ -424,9 +485,12 @@ def _method_on(cls: type, name: str, after: type | None = None) -> list[types.Fu
 
 
 def class_reads(cls: type, forward: Any) -> ClassReads:
-    per_class = _class_reads.get(cls)
-    if per_class is None:
-        per_class = _class_reads[cls] = {}
+    ident = id(cls)
+    entry = _class_reads.get(ident)
+    if entry is None or entry[0]() is not cls:
+        ref = weakref.ref(cls, lambda _: _class_reads.pop(ident, None))
+        entry = _class_reads[ident] = (ref, {})
+    per_class = entry[1]
     code = getattr(forward, "__code__", None)
     cached = per_class.get(id(forward))
     if cached is not None and cached.code is code:
@@ -625,7 +689,7 @@ def cache_sizes() -> dict[str, int]:
     return {
         "code_reads": len(_code_reads),
         "function_plans": len(_function_plans),
-        "class_reads": sum(len(v) for v in _class_reads.values()),
+        "class_reads": sum(len(table) for _, table in _class_reads.values()),
         "module_plans": len(_module_plans),
         "region_readers": reader_count(),
     }

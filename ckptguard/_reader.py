@@ -1,18 +1,23 @@
 """Region readers: the plans of a region's modules and functions compiled into one function.
 
-A region reads a dozen modules and a few functions twice per step (after the forward, before
-the recompute), so this is the guard's hot path. A reader is generated, straight-line Python:
-dict lookups and attribute reads in one tuple display per module or function, no loop or call
-per value except for tensors and containers. It is compiled once per set of modules and
-functions and cached under the region's first module (weakly), so it dies with the model.
+A region is read twice per step (after the forward, before the recompute), between kernels
+that have pushed the guard's objects out of the CPU caches, so what a read costs is mostly the
+memory it touches. A reader is generated, straight-line Python that returns ONE flat tuple:
+torch settings (through torch's C getters), the global hooks, then per module its training
+flag, forward, hooks, parameters, buffers, attribute chains and shape, then per function its
+code, globals, closure and defaults. Two reads compare with a single ``==``; the labels of the
+positions are looked at only when they differ.
 
-``read(modules, functions, own_hooks)`` returns ``(values, checks)``: ``values`` is a tuple of
-tuples (torch settings, global hooks, one per module, one per function) compared as a whole;
-``checks`` holds each module's shape, which tells when a plan no longer describes its module.
+Some positions are the plans' *shape*: a module's forward, code, sizes and children, and the
+objects a function plan followed into callees. When they differ from the reader's, the plans
+no longer describe the objects and the reader is rebuilt. A reader is compiled once per set of
+modules and functions and cached under the region's first module (weakly): it dies with the
+model.
 """
 
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any
 
@@ -32,7 +37,8 @@ from ckptguard._plan import FunctionPlan, ModulePlan, cell_fp, function_labels, 
 _NAMESPACE = {
     "MISSING": MISSING,
     "SKIPPED": SKIPPED,
-    "SCALARS": SCALAR_TYPES,
+    "PLAIN": SCALAR_TYPES | {type(MISSING)},
+    "OGA": object.__getattribute__,
     "value_fp": value_fp,
     "tensor_fp": tensor_fp,
     "loose_tensor_fp": loose_tensor_fp,
@@ -41,13 +47,18 @@ _NAMESPACE = {
     "TENSOR": TENSOR,
 }
 
+DEREFERENCE = weakref.ref.__call__  # map(DEREFERENCE, refs): the referents, without a frame
+TORCH = "torch"  # label owners besides module indexes
+HOOKS = "hooks"
+FUNCTION = "function"
+
 
 def _convert(expression: str, kind: str) -> str:
-    if kind == "scalar":
-        return f"(_v if type(_v := {expression}) in SCALARS else value_fp(_v))"
+    """Objects by identity; anything else through ``value_fp``, without the call where the
+    value is a scalar or a marker (``MISSING``, ``SKIPPED``), which ``value_fp`` returns as is."""
     if kind == "object":
         return f"id({expression})"
-    return f"value_fp({expression})"
+    return f"(_v if type(_v := {expression}) in PLAIN else value_fp(_v))"
 
 
 def _tensor(expression: str, loose: bool, safe: bool) -> str:
@@ -63,12 +74,68 @@ def _tensor(expression: str, loose: bool, safe: bool) -> str:
     )
 
 
-def _chain(expression: str, chain: tuple) -> str:
+def _global_chain(namespace: str, chain: tuple, spec: tuple | None, name: str) -> tuple:
+    """(expression, namespace entries) reading a global or an attribute chain from one,
+    through the plan's inline spec (see ``_plan._inline_spec``) where there is one, else
+    ``read_chain``. ``name`` prefixes the namespace entries."""
+    root = f"{namespace}.get({chain[0]!r}, MISSING)"
+    if len(chain) == 1:
+        return root, {}
+    if spec is None:
+        return f"read_chain({root}, {chain[1:]!r})", {}
+    attribute = chain[1]
+    fallback = f"read_chain(_r, {chain[1:]!r})"
+    if spec[0] == "own":
+        _, root_type, value_type = spec
+        entries = {f"{name}t": root_type, f"{name}v": value_type}
+        lookup = f"OGA(_r, '__dict__').get({attribute!r}, MISSING)"
+        guard = f"type(_r := {root}) is {name}t and type(_v := {lookup}) is {name}v"
+        return f"(_v if {guard} else {fallback})", entries
+    _, root_type, has_dict, before, class_dict, value_type, as_stored = spec
+    entries = {f"{name}t": root_type, f"{name}k": class_dict, f"{name}v": value_type}
+    guards = [f"type(_r := {root}) is {name}t"]
+    if has_dict:
+        guards.append(f"{attribute!r} not in OGA(_r, '__dict__')")
+    for index, earlier in enumerate(before):
+        entries[f"{name}b{index}"] = earlier
+        guards.append(f"{attribute!r} not in {name}b{index}")
+    guards.append(f"type(_v := {name}k.get({attribute!r}, MISSING)) is {name}v")
+    result = "_v" if as_stored else "SKIPPED"
+    return f"({result} if {' and '.join(guards)} else {fallback})", entries
+
+
+def _module_chain(expression: str, chain: tuple) -> str:
     return expression if len(chain) == 1 else f"read_chain({expression}, {chain[1:]!r})"
 
 
+def _hooks_of(state: str, top: bool) -> str:
+    """The keys of a module's four hook dicts, () when all are empty. ``top``: the region
+    module's own forward hooks are left out (a non-reentrant recompute stops inside its
+    forward and never uses its output, so such a hook never matters)."""
+    watched = [h for h in MODULE_HOOK_DICTS if not (top and h == "_forward_hooks")]
+    shown = ", ".join(
+        "()" if h not in watched else f"tuple({state}[{h!r}])" for h in MODULE_HOOK_DICTS
+    )
+    any_hooks = " or ".join(f"{state}[{h!r}]" for h in watched)
+    return f"(({shown}) if ({any_hooks}) else ())"
+
+
+def _global_hooks(own: frozenset) -> tuple:
+    """Keys of the four global hook dicts but the guard's own, () when there are none."""
+    keys = tuple(
+        tuple([k for k in table if k not in own])
+        for _, table in _compat.resolve().global_hook_dicts
+    )
+    return keys if any(keys) else ()
+
+
 class RegionReader:
-    """One compiled reader for a fixed list of module plans and function plans."""
+    """One compiled reader for a fixed list of module plans and function plans.
+
+    ``labels[i]`` says what position ``i`` of a read holds: ``(owner, kind, name, where)``,
+    the owner being ``TORCH``, ``HOOKS``, a module's index or ``FUNCTION``. ``shape`` is what
+    the positions in ``shape_positions`` held when the plans were made.
+    """
 
     __slots__ = (
         "read",
@@ -76,13 +143,17 @@ class RegionReader:
         "module_refs",
         "function_plans",
         "class_functions",
-        "function_labels",
-        "expected",
-        "checks",
-        "torch_labels",
-        "safe",
+        "weak_functions",
+        "labels",
+        "shape_positions",
+        "shape",
+        "tensor_positions",
+        "raw_positions",
         "stateful",
+        "safe",
+        "top_hooks",
         "_getters",
+        "_shape_of",
         "__weakref__",
     )
 
@@ -94,158 +165,205 @@ class RegionReader:
         class_functions: list,
         torch_state: tuple,
         functions: list,
+        top_hooks: bool = False,
         safe: bool = False,
     ):
         self.module_plans = tuple(module_plans)
         self.module_refs = tuple(weakref.ref(m) for m in modules)
         self.function_plans = tuple(function_plans)
         self.class_functions = tuple(class_functions)  # weak refs to the modules' functions
-        self.checks = tuple(
-            (*plan.check(), tuple(map(id, m._modules.values())))
-            for plan, m in zip(module_plans, modules, strict=True)
-        )
         self.stateful = tuple(
             i for i, plan in enumerate(module_plans) if plan.buffers or plan.stores_scalars
         )
-        self.torch_labels = tuple(label for label, _ in torch_state)
         self.safe = safe
+        self.top_hooks = top_hooks
+        self._getters = torch_state
         namespace = dict(_NAMESPACE)
-        lines = ["def read(mods, funcs, own):"]
-        groups = []
-        self._getters = tuple(getter for _, getter in torch_state)
-        for index, getter in enumerate(self._getters):
+        lines = ["def read(mods, roots, own):"]
+        items: list[str] = []
+        labels: list[tuple] = []
+        shape_positions: list[int] = []
+        shape: list[Any] = []
+        tensor_positions: dict[tuple[int, str], int] = {}
+        raw: list[int] = []  # positions holding a value as it is, not its fingerprint
+
+        for index, (label, getter) in enumerate(torch_state):
             namespace[f"ts{index}"] = getter
-        groups.append(", ".join(f"ts{i}()" for i in range(len(torch_state))))
-        hooks = []
-        for index, (_, table) in enumerate(_compat.resolve().global_hook_dicts):
+            items.append(f"ts{index}()")
+            labels.append((TORCH, "torch_state", label, "process-wide torch setting"))
+        tables = [table for _, table in _compat.resolve().global_hook_dicts]
+        for index, table in enumerate(tables):
             namespace[f"gh{index}"] = table
-            hooks.append(f"(tuple([k for k in gh{index} if k not in own]) if gh{index} else ())")
-        groups.append(", ".join(hooks))
-        for i, plan in enumerate(module_plans):
+        namespace["global_hooks"] = _global_hooks
+        any_hooks = " or ".join(f"gh{i}" for i in range(len(tables)))
+        items.append(f"(global_hooks(own) if ({any_hooks}) else ())")
+        labels.append((HOOKS, "hook", None, "global module hooks, run by every module"))
+
+        for i, (plan, module) in enumerate(zip(module_plans, modules, strict=True)):
             namespace[f"C{i}"] = plan.cls
             lines.append(f"    s{i} = mods[{i}].__dict__")
             lines.append(f'    p{i} = s{i}["_parameters"]')
             lines.append(f'    b{i} = s{i}["_buffers"]')
+            lines.append(f'    m{i} = s{i}["_modules"]')
             lines.append(f'    f{i} = s{i}.get("forward") or C{i}.forward')
             code = f"f{i}.__code__" if plan.code is not None else f'getattr(f{i}, "__code__", None)'
-            any_hooks = " or ".join(f"s{i}[{h!r}]" for h in MODULE_HOOK_DICTS)
-            all_hooks = ", ".join(f"tuple(s{i}[{h!r}])" for h in MODULE_HOOK_DICTS)
-            items = [
-                f's{i}["training"]',
-                f"id(f{i})",
-                code,
-                f"(({all_hooks}) if ({any_hooks}) else ())",
+            shape_positions.append(len(items) + 1)
+            shape.append(plan.forward)
+            if plan.code is not None:
+                shape_positions.append(len(items) + 2)
+                shape.append(plan.code)
+            hooks = _hooks_of(f"s{i}", top_hooks and i == 0)
+            items += [f's{i}["training"]', f"id(f{i})", code, hooks]
+            labels += [
+                (i, "training", "training", None),
+                (i, "function", "forward", None),
+                (i, "function", "forward.__code__", None),
+                (i, "hook", "hooks", None),
             ]
             for table, names in ((f"p{i}", plan.params), (f"b{i}", plan.buffers)):
                 loose = plan.loose and table.startswith("p")
-                items += [_tensor(f"{table}.get({n!r})", loose, safe) for n in names]
+                for name in names:
+                    tensor_positions[(i, name)] = len(items)
+                    items.append(_tensor(f"{table}.get({name!r})", loose, safe))
+                    labels.append((i, "tensor", name, None))
             for chain, source, kind in plan.chains:
                 if source[0] == "class":
                     namespace[f"cd{i}_{source[1]}"] = plan.class_dicts[source[1]]
                     expression = f"cd{i}_{source[1]}.get({source[2]!r}, MISSING)"
                 else:
-                    table = {"dict": f"s{i}", "_parameters": f"p{i}", "_buffers": f"b{i}"}.get(
-                        source[0], f's{i}["_modules"]'
-                    )
-                    expression = f"{table}.get({source[1]!r}, MISSING)"
-                items.append(_convert(_chain(expression, chain), kind))
-            groups.append(", ".join(items))
-        # each function once, however many plans reach it
-        entries = [entry for plan in function_plans for entry in plan.entries]
-        items, labels, expected, seen = [], [], [], set()
+                    table = {"dict": "s", "_parameters": "p", "_buffers": "b"}.get(source[0], "m")
+                    expression = f"{table}{i}.get({source[1]!r}, MISSING)"
+                items.append(_convert(_module_chain(expression, chain), kind))
+                labels.append((i, "attribute", ".".join(chain), None))
+            for table, size in zip(("s", "p", "b", "m"), plan.shape, strict=True):
+                shape_positions.append(len(items))
+                shape.append(size)
+                items.append(f"len({table}{i})")  # small ints: nothing allocated
+                labels.append((i, "shape", "size", None))
+            if module._modules:  # a child replaced; one added changes the sizes
+                shape_positions.append(len(items))
+                shape.append(tuple(map(id, module._modules.values())))
+                items.append(f"tuple(map(id, m{i}.values()))")
+                labels.append((i, "shape", "children", None))
+
+        # each function once, however many plans reach it: the region's own functions come
+        # in as ``roots``, the others are dereferenced here (``live_functions`` keeps them)
+        entries, sources = [], []
+        roots = len(function_plans) - len(class_functions)
+        for index, plan in enumerate(function_plans):
+            for number, entry in enumerate(plan.entries):
+                entries.append(entry)
+                if number:
+                    sources.append(entry[0])
+                else:
+                    sources.append(index if index < roots else class_functions[index - roots])
+        weak: list = []
+        seen: set[int] = set()
         for position, (func, entry) in enumerate(zip(functions, entries, strict=True)):
             if id(func) in seen:
                 continue
             seen.add(id(func))
             _, chains, cells, defaults, followed = entry
             name = f"F{position}"
-            lines.append(f"    {name} = funcs[{position}]")
+            source = sources[position]
+            if type(source) is int:
+                lines.append(f"    {name} = roots[{source}]")
+            else:
+                namespace[f"W{position}"] = source
+                weak.append(source)
+                lines.append(f"    {name} = W{position}()")
             lines.append(f"    G{position} = {name}.__globals__")
             first = len(items) + 1
-            expected += [(first + index, ident) for index, ident in followed]
-            items.append(f"{name}.__code__")
-            for chain, kind in chains:
-                expression = f"G{position}.get({chain[0]!r}, MISSING)"
-                items.append(_convert(_chain(expression, chain), kind))
+            for chain_index, ident in followed:
+                shape_positions.append(first + chain_index)
+                shape.append(ident)
+            values = [f"{name}.__code__"]
+            for number, (chain, kind, spec) in enumerate(chains):
+                expression, entries = _global_chain(
+                    f"G{position}", chain, spec, f"I{position}_{number}"
+                )
+                namespace.update(entries)
+                values.append(_convert(expression, kind))
             for c, kind in enumerate(cells):
                 if kind == "empty" or safe:
-                    items.append(f"cell_fp({name}, {c})")
+                    values.append(f"cell_fp({name}, {c})")
                 else:
-                    items.append(_convert(f"{name}.__closure__[{c}].cell_contents", kind))
-            if defaults[0]:
-                items.append(f"value_fp({name}.__defaults__)")
+                    values.append(_convert(f"{name}.__closure__[{c}].cell_contents", kind))
+            if defaults[0] == "scalars":  # the tuple itself: immutable, compared by value
+                raw.append(len(items) + len(values))
+                values.append(f"{name}.__defaults__")
+            elif defaults[0] is not None:
+                values.append(f"value_fp({name}.__defaults__)")
             if defaults[1]:
-                items.append(f"value_fp({name}.__kwdefaults__)")
-            labels += function_labels(func, entry)
-        groups.append(", ".join(items))
-        self.function_labels = tuple(labels)
-        self.expected = tuple(expected)
-        body = ",\n        ".join(f"({group},)" if group else "()" for group in groups)
-        checks = ", ".join(
-            f'((len(s{i}), len(p{i}), len(b{i}), len(s{i}["_modules"])), id(f{i}), '
-            + (f"f{i}.__code__, " if plan.code is not None else "None, ")
-            + f'tuple(map(id, s{i}["_modules"].values())))'
-            for i, plan in enumerate(module_plans)
-        )
-        checks = f"({checks},)" if checks else "()"
-        lines.append(f"    return (\n        {body},\n    ), {checks}")
+                values.append(f"value_fp({name}.__kwdefaults__)")
+            items += values
+            labels += [(FUNCTION, *label) for label in function_labels(func, entry)]
+
+        self.labels = tuple(labels)
+        self.weak_functions = tuple(weak)
+        self.shape_positions = tuple(shape_positions)
+        self.shape = tuple(shape)
+        self.tensor_positions = tensor_positions
+        self.raw_positions = frozenset(raw)
+        self._shape_of = operator.itemgetter(*shape_positions) if shape_positions else None
+        body = ",\n        ".join(items)
+        lines.append(f"    return (\n        {body},\n    )")
         source = "\n".join(lines) + "\n"
         exec(compile(source, "<ckptguard region reader>", "exec"), namespace)
         self.read = namespace["read"]
+
+    def shape_of(self, values: tuple) -> tuple:
+        if self._shape_of is None:
+            return ()
+        found = self._shape_of(values)
+        return found if len(self.shape_positions) > 1 else (found,)
 
     def same_modules(self, modules: list) -> bool:
         return len(modules) == len(self.module_refs) and all(
             ref() is module for ref, module in zip(self.module_refs, modules, strict=True)
         )
 
-    def functions(self, roots: list) -> list | None:
-        """Each entry's function for this call: the region's own functions (new objects per
-        call, e.g. closures) first, then those its modules' code reaches; None if a followed
-        function was collected (the plans must be rebuilt)."""
-        holders = list(roots)
-        for ref in self.class_functions:
-            holders.append(ref())
-        out: list = []
-        for plan, func in zip(self.function_plans, holders, strict=True):
-            if func is None:
-                return None
-            for entry in plan.functions(func):
-                if entry is None:
-                    return None
-                out.append(entry)
-        return out
+    def live_functions(self) -> list | None:
+        """The functions the reader dereferences itself, to hold while a fingerprint needs
+        them; None if one was collected (the plans must be rebuilt)."""
+        functions = list(map(DEREFERENCE, self.weak_functions))
+        return None if None in functions else functions  # functions compare by identity
 
-    def stale_functions(self, values: tuple) -> bool:
-        """Whether a name a plan followed into a function now holds another object."""
-        group = values[-1]
-        for index, ident in self.expected:
-            if group[index] != ident:
-                return True
-        return False
-
-    def read_safely(self, modules: list, functions: list, own: frozenset) -> tuple[tuple, tuple]:
+    def read_safely(self, modules: list, roots: list, own: frozenset) -> tuple:
         """``read``, recompiled with a call per tensor if an inlined tensor read raised
         (a parameter became a wrapper subclass without storage)."""
         try:
-            return self.read(modules, functions, own)
+            return self.read(modules, roots, own)
         except (RuntimeError, AttributeError, ValueError, IndexError, TypeError):
             if self.safe:
                 raise
+        # recompiled with the same plans: same positions, so fingerprints stay comparable
         self.read = RegionReader(
             modules,
             list(self.module_plans),
             list(self.function_plans),
             list(self.class_functions),
-            tuple(zip(self.torch_labels, self._getters, strict=True)),
-            functions,
+            self._getters,
+            self.functions(roots),
+            self.top_hooks,
             safe=True,
         ).read
         self.safe = True
-        return self.read(modules, functions, own)
+        return self.read(modules, roots, own)
+
+    def functions(self, roots: list) -> list:
+        """Every plan entry's function, as the plans were made for (to compile a reader)."""
+        holders = [*roots, *(ref() for ref in self.class_functions)]
+        return [
+            func
+            for plan, holder in zip(self.function_plans, holders, strict=True)
+            for func in plan.functions(holder)
+        ]
 
 
-# first module of a region -> {key: reader}; weak, so readers die with their model
-_readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# id of a region's first module -> (weak reference to it, {key: reader}); an entry goes when
+# its module does, so readers die with their model (a plain dict: looked up twice a region)
+_readers: dict[int, tuple[weakref.ref, dict]] = {}
 
 
 def cached_reader(key: tuple, anchor: Any, modules: list | None) -> RegionReader | None:
@@ -253,8 +371,10 @@ def cached_reader(key: tuple, anchor: Any, modules: list | None) -> RegionReader
     ``key``; with ``modules``, only if it reads exactly those."""
     if anchor is None:
         return _unanchored.get(key)
-    table = _readers.get(anchor)
-    reader = table.get(key) if table is not None else None
+    entry = _readers.get(id(anchor))
+    if entry is None or entry[0]() is not anchor:
+        return None
+    reader = entry[1].get(key)
     if reader is None:
         return None
     if modules is None:
@@ -266,10 +386,11 @@ def store_reader(key: tuple, anchor: Any, reader: RegionReader) -> None:
     if anchor is None:
         _unanchored[key] = reader
         return
-    table = _readers.get(anchor)
-    if table is None:
-        table = _readers[anchor] = {}
-    table[key] = reader
+    ident = id(anchor)
+    entry = _readers.get(ident)
+    if entry is None or entry[0]() is not anchor:
+        entry = _readers[ident] = (weakref.ref(anchor, lambda _: _readers.pop(ident, None)), {})
+    entry[1][key] = reader
 
 
 # regions that run no module (a plain function): keyed by their function plans, few
@@ -277,4 +398,4 @@ _unanchored: dict[tuple, RegionReader] = {}
 
 
 def reader_count() -> int:
-    return sum(len(table) for table in _readers.values()) + len(_unanchored)
+    return sum(len(table) for _, table in _readers.values()) + len(_unanchored)

@@ -15,6 +15,7 @@ such a device during the region's forward is the documented limit.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -33,19 +34,27 @@ def _device_types() -> tuple[str, ...]:
     return _CANDIDATE_DEVICE_TYPES
 
 
-_device_modules: dict[str, list[tuple[str, Any]]] = {}
+# privateuse1 name -> (device type, device module, reader of its "_initialized" flag): module
+# dicts are read without raising for the devices that have no such flag (mps)
+_device_modules: dict[str, tuple[tuple[str, Any, Any], ...]] = {}
 
 
 def _initialised_modules() -> list[tuple[str, Any]]:
     private = _compat.resolve().privateuse1_name()
     modules = _device_modules.get(private)
     if modules is None:
-        modules = _device_modules[private] = [
-            (device_type, getattr(torch, device_type))
+        modules = _device_modules[private] = tuple(
+            (device_type, module, _flag_reader(module))
             for device_type in _device_types()
-            if getattr(torch, device_type, None) is not None
-        ]
-    return [(t, m) for t, m in modules if getattr(m, "_initialized", False)]
+            if (module := getattr(torch, device_type, None)) is not None
+        )
+    return [(t, m) for t, m, initialised in modules if initialised("_initialized", False)]
+
+
+def _flag_reader(module: Any) -> Any:
+    if isinstance(module, types.ModuleType):
+        return module.__dict__.get
+    return lambda name, default: getattr(module, name, default)
 
 
 def _get_state(module: Any, index: int) -> Any:

@@ -10,11 +10,17 @@ cache) differ at most by rounding and do not alarm; a larger difference raises `
 its size. Shape, dtype or count differences are left to torch's own check, which ``_intercept``
 explains.
 
-A per-op log (op name, output shapes, sum and sum of squares) is kept only to name the first
-op that diverged. Checksums run with Python dispatch switched off, so nested regions' logs
-never see each other's checksum ops, and are read back once per pass, not per op. Saved
-tensors that are module state the region itself updates (BatchNorm running statistics) are
-compared by shape only: their change is the ``side_effect`` kind, not a gradient error.
+A per-op log (op name, output shapes, which op made each tensor) names the first op that
+diverged: the first whose outputs differ in kind, else the first whose values differ. For
+values, a non-reentrant region's saved tensors are the evidence (the op that made a differing
+one, or saved it when it is a parameter or input), so no tensor is checksummed twice; a
+reentrant region's forward saves nothing, so it, and any region for the ops of regions nested
+in it, logs a signature (sum, sum of squares) per op output. Checksums run on
+detached views with Python dispatch switched off, so autograd records nothing and nested
+regions' logs never see each other's checksum ops, and are read back once per pass, not per
+op. Saved tensors that are module state the region itself updates (BatchNorm running
+statistics) are compared by shape only: their change is the ``side_effect`` kind, not a
+gradient error.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 from typing import Any
 
 import torch
@@ -51,30 +58,47 @@ def _comparable(tensor: torch.Tensor) -> bool:
     )
 
 
-def checksums(tensor: torch.Tensor, saved: bool) -> torch.Tensor | None:
-    """(sum, sum of squares[, sum of every third element]) of ``tensor``, computed now in its
-    precision (float32 for lower ones; a faithful recompute repeats the same kernels bit for
-    bit) and read back with one ``.tolist()`` per region, not per op."""
+def checksums(tensor: torch.Tensor, saved: bool) -> tuple | None:
+    """(sum, sum of squares[, sum of every third element, layout]) of ``tensor``, computed now
+    in its precision (float32 for lower ones; a faithful recompute repeats the same kernels bit
+    for bit) and read back with one ``.tolist()`` per region, not per op. Computed on a
+    detached view, so autograd records nothing, and with Python dispatch off, so no mode sees
+    them. The partial sum follows the elements' order in memory (no copy of a transposed
+    tensor); ``layout`` (its strides, None when contiguous) says which order that was."""
     if not _comparable(tensor):
         return None
-    with _compat.no_python_dispatch(), torch.no_grad():
-        flat = tensor.detach().reshape(-1)
+    with _compat.no_python_dispatch():
+        flat, layout = _in_memory_order(tensor.detach())
         if flat.dtype not in (torch.float32, torch.float64):
             flat = flat.float()
         if saved:
-            return (flat.sum(), torch.dot(flat, flat), flat[::3].sum())
+            return (flat.sum(), torch.dot(flat, flat), flat[::3].sum(), layout)
         return (flat.sum(), torch.dot(flat, flat))
+
+
+def _in_memory_order(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
+    """``tensor`` flattened, as a view where its elements fill their memory densely in some
+    order (a transpose, a permutation), else copied in logical order."""
+    if tensor.is_contiguous():
+        return tensor.view(-1), None
+    permuted = tensor.permute(sorted(range(tensor.dim()), key=tensor.stride, reverse=True))
+    if permuted.is_contiguous():
+        return permuted.view(-1), tensor.stride()
+    return tensor.reshape(-1), None
 
 
 def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
     """Signatures (shape, dtype, device[, sum, sum of squares, ...]) with one read-back."""
-    present = [part for s in sums if s is not None for part in s]
+    present = [part for s in sums if s is not None for part in s if type(part) is torch.Tensor]
     if not present:
         return list(metas)
-    with _compat.no_python_dispatch(), torch.no_grad():
-        values = iter(torch.stack([p.double().cpu() for p in present]).tolist())
+    with _compat.no_python_dispatch():
+        try:  # stack promotes float32 and float64 sums alike
+            values = iter(torch.stack(present).tolist())
+        except RuntimeError:  # sums on several devices
+            values = iter(torch.stack([p.double().cpu() for p in present]).tolist())
     return [
-        m if s is None else m + tuple(next(values) for _ in s)
+        m if s is None else m + tuple(next(values) if type(p) is torch.Tensor else p for p in s)
         for m, s in zip(metas, sums, strict=True)
     ]
 
@@ -94,22 +118,25 @@ def compare_signatures(old: tuple, new: tuple) -> dict[str, Any] | None:
     if len(old) == 3 or len(new) == 3:
         return None
     tolerance = _TOLERANCE.get(old[1], _DEFAULT_TOLERANCE)
-    old_sum, old_squares, old_part = old[3:]
-    new_sum, new_squares, new_part = new[3:]
+    old_values, new_values = old[3:6], new[3:6]
+    old_sum, old_squares, old_part = old_values
+    new_sum, new_squares, new_part = new_values
     old_l2, new_l2 = math.sqrt(max(old_squares, 0.0)), math.sqrt(max(new_squares, 0.0))
     count = math.prod(old[0]) or 1
     # |sum difference| <= L1 of the difference <= sqrt(n) * its L2: scale sums by sqrt(n) * L2
     scale = max(old_l2, new_l2, 1e-300)
-    relative = max(
-        abs(old_sum - new_sum) / (scale * math.sqrt(count)),
-        abs(old_part - new_part) / (scale * math.sqrt(count)),
-        abs(old_l2 - new_l2) / scale,
-    )
-    nan = any(math.isnan(v) for v in (*old[3:], *new[3:]))
+    spread = scale * math.sqrt(count)
+    differences = [abs(old_sum - new_sum) / spread, abs(old_l2 - new_l2) / scale]
+    if old[6] == new[6]:  # partial sums taken in the same memory order
+        differences.append(abs(old_part - new_part) / spread)
+    else:
+        old_values, new_values = old_values[:2], new_values[:2]
+    relative = max(differences)
+    nan = any(math.isnan(v) for v in (*old_values, *new_values))
     if nan:
         same_nans = all(
             (math.isnan(a) and math.isnan(b)) or a == b
-            for a, b in zip(old[3:], new[3:], strict=True)
+            for a, b in zip(old_values, new_values, strict=True)
         )
         if same_nans:
             return None
@@ -137,8 +164,6 @@ def _called_by_framework() -> bool:
     """Whether the op comes from torch.distributed's own hooks (FSDP's all-gather buffers,
     casts and frees run in the forward but not in the recompute), not from the region's code.
     Only looked for once FSDP2 is in use."""
-    if not _compat.fsdp2_in_use():
-        return False
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -150,22 +175,28 @@ def _called_by_framework() -> bool:
     return False
 
 
-def _user_frame() -> str:
-    """file:line of the innermost caller outside torch and ckptguard, when there is one."""
-    frame = sys._getframe(1)
+def _user_frame() -> tuple[str, int] | None:
+    """(file, line) of the innermost caller outside torch and ckptguard, when there is one."""
+    frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_SKIPPED_DIRS) and not filename.startswith("<"):
-            return f"called at {filename}:{frame.f_lineno}"
+            return filename, frame.f_lineno
         frame = frame.f_back
-    return ""
+    return None
 
 
-_op_facts: dict[Any, tuple[bool, bool, bool]] = {}
+def _frame_text(frame: tuple[str, int] | None) -> str:
+    return f"called at {frame[0]}:{frame[1]}" if frame is not None else ""
 
 
-def _facts(func: Any) -> tuple[bool, bool, bool]:
-    """(compared at all, values meaningful, writes into an input), cached per op overload.
+_passes = threading.local()  # depth: strict passes (forwards, recomputes) running on a thread
+_op_facts: dict[Any, tuple[str, bool, bool, bool]] = {}
+
+
+def _facts(func: Any) -> tuple[str, bool, bool, bool]:
+    """(name, compared at all, values meaningful, writes into an input), cached per op
+    overload.
 
     Only aten compute ops: views alias their input, other namespaces (profiler ranges, FSDP's
     copy-in, c10d collectives) belong to framework hooks that differ in a recompute on purpose.
@@ -177,46 +208,68 @@ def _facts(func: Any) -> tuple[bool, bool, bool]:
         writes = any(
             arg.alias_info is not None and arg.alias_info.is_write for arg in func._schema.arguments
         )
-        facts = _op_facts[func] = (compared, not uninitialised, writes)
+        facts = _op_facts[func] = (str(func), compared, not uninitialised, writes)
     return facts
 
 
 class OpLog(TorchDispatchMode):
-    """Records each op (name, output shapes, sum and sum of squares of each output) and which
-    tensors hold uninitialised memory; values are read back once, by ``finish``."""
+    """Records each op (name, output shapes and, with ``op_values``, sum and sum of squares of
+    each output), which op made each tensor and which tensors hold uninitialised memory;
+    values are read back once, by ``finish``."""
 
-    def __init__(self) -> None:
+    def __init__(self, op_values: bool, keep_frames: bool = False) -> None:
         super().__init__()
         self.ops: list[tuple] = []
-        self.frames: list[str] = []
+        self.frames: list[tuple[str, int] | None] = []
         self.uninitialised: dict[int, int] = {}  # id(tensor) -> version when created
-        self.keep_frames = False
+        self.producers: dict[int, int | None] = {}  # id(tensor) -> index of the op that made it
+        self.op_values = op_values
+        self.keep_frames = keep_frames
+        self.framework = _compat.fsdp2_in_use()  # FSDP's own ops are looked for only then
+        self.level = 0  # how many strict passes run on this thread, this one included
         self._sums: list = []  # per op: a checksum tensor per output (None: shape only)
+
+    def __enter__(self) -> OpLog:
+        _passes.depth = self.level = _passes.__dict__.get("depth", 0) + 1
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        _passes.depth -= 1
+        super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        compared, with_values, writes = _facts(func)
-        if compared and not _called_by_framework():
-            outputs = []
-            sums = []
-            for leaf in tree_leaves(out):
-                if isinstance(leaf, torch.Tensor):
-                    if not with_values:
-                        self.uninitialised[id(leaf)] = leaf._version
-                    outputs.append((tuple(leaf.shape), leaf.dtype))
-                    sums.append(checksums(leaf, False) if with_values and not writes else None)
-                else:
-                    outputs.append(abbreviate(leaf, 40))
-            self.ops.append((str(func), tuple(outputs), writes))
-            self._sums.append(sums)
-            if self.keep_frames:
-                self.frames.append(_user_frame())
+        name, compared, with_values, writes = _op_facts.get(func) or _facts(func)
+        if not compared or (self.framework and _called_by_framework()):
+            if type(out) is torch.Tensor:  # a view is made by what made its base
+                source = args[0] if args and func.is_view else None
+                self.producers[id(out)] = self.producers.get(id(source))
+            return out
+        index = len(self.ops)
+        # values of an op inside a nested region are this log's only evidence of them: that
+        # region's checkpoint, not this one, keeps what backward uses there
+        values = with_values and not writes and (self.op_values or _passes.depth > self.level)
+        outputs = []
+        sums = []
+        for leaf in (out,) if type(out) is torch.Tensor else tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self.producers[id(leaf)] = index
+                if not with_values:
+                    self.uninitialised[id(leaf)] = leaf._version
+                outputs.append((leaf.shape, leaf.dtype))
+                sums.append(checksums(leaf, False) if values else None)
+            else:
+                outputs.append(abbreviate(leaf, 40))
+        self.ops.append((name, tuple(outputs), writes))
+        self._sums.append(sums)
+        if self.keep_frames:
+            self.frames.append(_user_frame())
         return out
 
-    def holds_garbage(self, tensor: torch.Tensor) -> bool:
-        return self.uninitialised.get(id(tensor), -1) == tensor._version
-
     def finish(self) -> None:
+        if not any(s is not None for sums in self._sums for s in sums):
+            self._sums = []
+            return
         metas = [output for op in self.ops for output in op[1] if isinstance(output, tuple)]
         flat_sums = [s for sums in self._sums for s in sums]
         resolved = iter(resolve_checksums(metas, flat_sums))
@@ -236,6 +289,7 @@ class SavedTensors:
         self.log = log
         self.signatures: list[tuple] = []
         self.ids: list[int] = []
+        self.producers: list[int] = []  # per saved tensor: the op that made or saved it
         self._metas: list[tuple] = []
         self._sums: list = []
         self._hooks: Any = None
@@ -247,11 +301,19 @@ class SavedTensors:
         else:
             pack_inner, unpack = top
 
+        log, metas, sums, ids = self.log, self._metas, self._sums, self.ids
+        uninitialised, producers, made_by = log.uninitialised, self.producers, log.producers
+
         def pack(tensor: torch.Tensor) -> Any:
-            self._metas.append((tuple(tensor.shape), tensor.dtype, tensor.device.type))
-            garbage = self.log.holds_garbage(tensor)
-            self._sums.append(None if garbage else checksums(tensor, saved=True))
-            self.ids.append(id(tensor))
+            ident = id(tensor)
+            metas.append((tensor.shape, tensor.dtype, tensor.device.type))
+            garbage = uninitialised.get(ident, -1) == tensor._version
+            sums.append(None if garbage else checksums(tensor, saved=True))
+            ids.append(ident)
+            # a tensor made before this pass (parameter, input) is saved by the op about to
+            # run: if it differs, that op is the first whose output does
+            made = made_by.get(ident)
+            producers.append(made if made is not None else len(log.ops))
             return pack_inner(tensor)
 
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
@@ -264,7 +326,8 @@ class SavedTensors:
 
     def finish(self) -> None:
         self.signatures = resolve_checksums(self._metas, self._sums)
-        self._metas, self._sums = [], []
+        self._metas.clear()
+        self._sums.clear()
 
 
 class StrictForward:
@@ -272,7 +335,7 @@ class StrictForward:
 
     def __init__(self, reentrant: bool) -> None:
         self.reentrant = reentrant
-        self.log = OpLog()
+        self.log = OpLog(op_values=reentrant)
         self.saved = SavedTensors(self.log)
         self.outputs: list[tuple] = []
         self.state_positions: set[int] = set()  # saved tensors that are updated module state
@@ -303,8 +366,7 @@ class StrictRecompute:
 
     def __init__(self, forward: StrictForward) -> None:
         self.forward = forward
-        self.log = OpLog()
-        self.log.keep_frames = True
+        self.log = OpLog(op_values=forward.reentrant, keep_frames=True)
         self.saved = SavedTensors(self.log)
         self.outputs: list[tuple] = []
 
@@ -366,15 +428,38 @@ class StrictRecompute:
         for index in range(max(len(old_ops), len(new_ops))):
             old = old_ops[index] if index < len(old_ops) else None
             new = new_ops[index] if index < len(new_ops) else None
-            if new is None:
+            if new is None:  # the recompute stopped early, or ran fewer ops
                 if old is not None and old[2]:
                     frame = "(not run by the recompute)"
                     return _op_entry(index, old, None, frame)
-                return None
+                break
             if old is None or not _same_op(old, new):
-                frame = self.log.frames[index] if index < len(self.log.frames) else ""
-                return _op_entry(index, old, new, frame)
-        return None
+                return _op_entry(index, old, new, self._frame(index))
+        return None if self.forward.reentrant else self._first_differing_saved()
+
+    def _frame(self, index: int) -> str:
+        return _frame_text(self.log.frames[index] if index < len(self.log.frames) else None)
+
+    def _first_differing_saved(self) -> dict[str, Any] | None:
+        """The earliest op with a saved tensor that differs in value: the op that made it, or
+        for a parameter or input, the op that saved it (its output is the first to differ);
+        shown with the saved tensor's signatures."""
+        forward = self.forward
+        found = None
+        pairs = zip(forward.saved.signatures, self.saved.signatures, strict=False)
+        for position, (old, new) in enumerate(pairs):
+            index = self.saved.producers[position]
+            if position in forward.state_positions:
+                continue
+            if (found is None or index < found[0]) and compare_signatures(old, new) is not None:
+                found = (index, old, new)
+        if found is None or found[0] >= len(self.log.ops):
+            return None
+        index, old, new = found
+        name = self.log.ops[index][0]
+        shown = (old[:2] + old[3:5],), (new[:2] + new[3:5],)
+        before, after = (name, shown[0], False), (name, shown[1], False)
+        return _op_entry(index, before, after, self._frame(index))
 
 
 def _same_op(old: tuple, new: tuple) -> bool:

@@ -11,6 +11,7 @@ its code reads from them.
 from __future__ import annotations
 
 import functools
+import operator
 import types
 import weakref
 from typing import Any, NamedTuple
@@ -21,12 +22,12 @@ from ckptguard import _compat
 from ckptguard._fingerprint import (
     MISSING,
     OBJECT,
-    argument_fp,
+    SCALAR_TYPES,
+    arguments_fp,
     input_fp,
     value_fp,
 )
 from ckptguard._plan import (
-    _argument_names,
     code_reads,
     function_plan,
     is_library_code,
@@ -36,7 +37,15 @@ from ckptguard._plan import (
     static_attribute,
     unwrap_function,
 )
-from ckptguard._reader import RegionReader, cached_reader, store_reader
+from ckptguard._reader import (
+    DEREFERENCE,
+    FUNCTION,
+    HOOKS,
+    TORCH,
+    RegionReader,
+    cached_reader,
+    store_reader,
+)
 
 _MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})
 
@@ -51,33 +60,27 @@ class Difference(Exception):
 
 class Binding(NamedTuple):
     """A region's callable taken apart once: what it finally calls, the arguments bound
-    before the call's own, and the innermost Python function (whose argument chains count)."""
+    before the call's own, the innermost Python function (whose argument chains count), and
+    the module the region calls (None: a function region, which may call any module)."""
 
     target: Any
     bound_args: list
     bound_kwargs: dict
     function: types.FunctionType | None
+    bound_values: list  # bound arguments but modules, then bound keywords, as fingerprinted
+    module: torch.nn.Module | None
 
 
 def bind(fn: Any) -> Binding:
-    target, bound_args, bound_kwargs = _bind(fn)
-    function = target if isinstance(target, types.FunctionType) else None
-    if isinstance(target, torch.nn.Module):
-        forward = target.__dict__.get("forward") or type(target).forward
-        function = unwrap_function(getattr(forward, "__func__", forward))
-    if function is not None and is_library_code(function.__code__):
-        function = None
-    return Binding(target, bound_args, bound_kwargs, function)
-
-
-def _bind(fn: Any) -> tuple[Any, list, dict]:
-    """(innermost callable, positional values bound before the call's, bound keywords)."""
+    """Unwrap partials and bound methods down to what the region calls. The module a region
+    calls: ``checkpoint(block, ...)``, ``block.__call__``, partials of them, and
+    ``partial(Block.forward, block, ...)`` (transformers' layers)."""
     bound_args: list = []
     bound_kwargs: dict = {}
     while True:
         if isinstance(fn, functools.partial):
-            bound_args[:0] = list(fn.args)
-            bound_kwargs = {**fn.keywords, **bound_kwargs}
+            bound_args[:0] = fn.args
+            bound_kwargs = {**fn.keywords, **bound_kwargs} if bound_kwargs else fn.keywords
             fn = fn.func
         elif isinstance(fn, types.MethodType):
             owner = fn.__self__
@@ -86,13 +89,28 @@ def _bind(fn: Any) -> tuple[Any, list, dict]:
             else:
                 bound_args.insert(0, owner)
                 fn = fn.__func__
-        elif isinstance(fn, torch.nn.Module):
-            forward = fn.__dict__.get("forward") or type(fn).forward
-            if not isinstance(forward, types.MethodType):
-                bound_args.insert(0, fn)
-            return fn, bound_args, bound_kwargs
         else:
-            return fn, bound_args, bound_kwargs
+            break
+    module = function = None
+    if isinstance(fn, torch.nn.Module):
+        module = fn
+        forward = fn.__dict__.get("forward") or type(fn).forward
+        if not isinstance(forward, types.MethodType):
+            bound_args.insert(0, fn)
+        function = unwrap_function(getattr(forward, "__func__", forward))
+    elif isinstance(fn, types.FunctionType):
+        function = fn
+        if bound_args and isinstance(bound_args[0], torch.nn.Module):
+            owner = fn.__qualname__.rpartition(".")[0]
+            for klass in type(bound_args[0]).__mro__:
+                if klass.__qualname__ == owner:  # a method of the module's class, on it
+                    module = bound_args[0]
+                    break
+    if function is not None and is_library_code(function.__code__):
+        function = None
+    bound_values = [v for v in bound_args if not isinstance(v, torch.nn.Module)]
+    bound_values += bound_kwargs.values()
+    return Binding(fn, bound_args, bound_kwargs, function, bound_values, module)
 
 
 def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
@@ -107,21 +125,9 @@ def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
         if id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, torch.nn.Module):
-            modules.append(item)
-        elif isinstance(item, functools.partial):
-            pending.append(item.func)
-            pending.extend(v for v in (*item.args, *item.keywords.values()) if _is_callable(v))
-        elif isinstance(item, types.MethodType):
-            pending.append(item.__self__ if isinstance(item.__self__, torch.nn.Module) else None)
-            if not (
-                isinstance(item.__self__, torch.nn.Module)
-                and item.__func__.__name__ in _MODULE_CALLS
-            ):
-                pending.append(item.__func__)
-        elif isinstance(item, types.FunctionType):
+        if type(item) is types.FunctionType:
             functions.append(item)
-            wrapped = getattr(item, "__wrapped__", None)
+            wrapped = item.__dict__.get("__wrapped__")
             if wrapped is not None:
                 pending.append(wrapped)
             for cell in item.__closure__ or ():
@@ -129,35 +135,45 @@ def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
                     value = cell.cell_contents
                 except ValueError:
                     continue
-                if _is_callable(value):
+                if type(value) not in SCALAR_TYPES and isinstance(value, _REACHING):
                     pending.append(value)
+        elif isinstance(item, torch.nn.Module):
+            modules.append(item)
+        elif isinstance(item, functools.partial):
+            pending.append(item.func)
+            for value in (*item.args, *item.keywords.values()):
+                if type(value) not in SCALAR_TYPES and isinstance(value, _REACHING):
+                    pending.append(value)
+        elif isinstance(item, types.MethodType):
+            owner = item.__self__
+            if isinstance(owner, torch.nn.Module):
+                pending.append(owner)
+                if item.__func__.__name__ in _MODULE_CALLS:
+                    continue
+            pending.append(item.__func__)
     return modules, functions
 
 
-def _is_callable(value: Any) -> bool:
-    return isinstance(
-        value, (torch.nn.Module, functools.partial, types.MethodType, types.FunctionType)
-    )
+_REACHING = (torch.nn.Module, functools.partial, types.MethodType, types.FunctionType)
 
 
 class RegionFingerprint:
-    """The values a region's forward saw, and the reader that reads them again."""
+    """What a region's forward saw: one flat tuple of values read through the reader, the
+    modules and functions it was read from (held for the region's life, which ends with its
+    autograd graph), and its arguments."""
 
     __slots__ = (
         "reader",
+        "modules",
+        "functions",
         "roots",
-        "top_hooks",
         "written",
+        "mask",
         "values",
-        "checks",
         "arguments",
         "argument_chains",
         "argument_values",
     )
-
-    def __init__(self) -> None:
-        self.arguments: tuple[list, list] = ([], [])  # (positional tensors, other arguments)
-        self.argument_chains: list[tuple[str, Any, tuple]] = []
 
 
 def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
@@ -167,29 +183,16 @@ def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
     return resolved.torch_state
 
 
-def _masked(
-    reader: RegionReader, values: tuple, written: dict[int, frozenset], top_hooks: bool
-) -> tuple:
-    """Values without what cannot change the recompute: buffers the region itself writes, and
-    (non-reentrant module regions) the region module's own forward hooks: the recompute stops
-    inside the forward, and its output is never used, so such a hook never matters."""
-    if not written and not (top_hooks and values[2][3]):
-        return values
+def _masked(values: tuple, mask: tuple) -> tuple:
+    """Values without the buffers the region itself writes (its outputs, not its inputs)."""
     out = list(values)
-    if top_hooks and values[2][3]:
-        group = list(out[2])
-        pre, _, backward_pre, backward = group[3]
-        group[3] = (pre, (), backward_pre, backward) if pre or backward_pre or backward else ()
-        out[2] = tuple(group)
-    for index, plan in enumerate(reader.module_plans):
-        done = written.get(index)
-        if done:
-            out[2 + index] = plan.masked(out[2 + index], done)
+    for position in mask:
+        out[position] = None
     return tuple(out)
 
 
 def _build_reader(
-    modules: list, roots: list, reentrant: bool, loose: set[int], fresh: bool
+    modules: list, roots: list, reentrant: bool, loose: set[int], fresh: bool, top_hooks: bool
 ) -> RegionReader:
     plans = [module_plan(m, id(m) in loose, fresh) for m in modules]
     root_plans = [rebuild_function_plan(f) if fresh else function_plan(f) for f in roots]
@@ -218,22 +221,8 @@ def _build_reader(
         list(class_functions.values()),
         torch_state,
         functions,
+        top_hooks,
     )
-
-
-def region_module(binding: Binding) -> torch.nn.Module | None:
-    """The module a region calls: ``checkpoint(block, ...)``, ``block.__call__``, partials of
-    them, and ``partial(Block.forward, block, ...)`` (transformers' layers). None when the
-    region is another function, which may call any module it reaches."""
-    target, bound_args = binding.target, binding.bound_args
-    if isinstance(target, torch.nn.Module):
-        return target
-    if bound_args and isinstance(bound_args[0], torch.nn.Module):
-        module = bound_args[0]
-        owner = getattr(target, "__qualname__", "").rpartition(".")[0]
-        if any(klass.__qualname__ == owner for klass in type(module).__mro__):
-            return module  # a method of the module's class, called with the module as self
-    return None
 
 
 def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
@@ -262,13 +251,17 @@ def _reader_key(
     target: Any, modules: list, roots: list, reentrant: bool, loose: set[int]
 ) -> tuple[tuple, Any]:
     """(cache key, anchor module) of a region's reader: a module region's reader is stored
-    under its module, a function region's under the first module it ran."""
-    functions = tuple([(f.__code__, id(f.__globals__)) for f in roots])
+    under its module, a function region's under the first module it ran. Functions count by
+    the ids of their code and globals (the function plans cache holds those code objects, so
+    an id is never reused while its key can be looked up)."""
+    functions = []
+    for function in roots:
+        functions.append((id(function.__code__), id(function.__globals__)))
     frozen = frozenset(loose) if loose else None
     if target is not None:
-        return ("tree", functions, reentrant, frozen), target
-    ids = tuple([id(m) for m in modules])
-    return (ids, functions, reentrant, frozen), (modules[0] if modules else None)
+        return ("tree", tuple(functions), reentrant, frozen), target
+    ids = tuple(map(id, modules))
+    return (ids, tuple(functions), reentrant, frozen), (modules[0] if modules else None)
 
 
 def reader_for(
@@ -277,27 +270,55 @@ def reader_for(
     """(reader, its modules, the region's own functions): cached per module region (its
     tree) or per set of observed modules; ``capture`` checks it and rebuilds it if stale."""
     static_modules, static_functions = reach
-    roots = [f for f in static_functions if not is_library_code(f.__code__)]
+    roots = []
+    for function in static_functions:
+        if not is_library_code(function.__code__):
+            roots.append(function)
     if target is not None:
         key, anchor = _reader_key(target, [], roots, reentrant, loose)
         reader = cached_reader(key, anchor, None)
         if reader is None:
-            reader = _build_reader(module_tree(target, loose), roots, reentrant, loose, False)
-            store_reader(key, anchor, reader)
-        return reader, [ref() for ref in reader.module_refs], roots
+            modules = module_tree(target, loose)
+            reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
+            _store(key, anchor, reader)
+        return reader, list(map(DEREFERENCE, reader.module_refs)), roots
     modules = list({id(m): m for m in (*static_modules, *observed)}.values())
     key, anchor = _reader_key(None, modules, roots, reentrant, loose)
     reader = cached_reader(key, anchor, modules)
     if reader is None:
-        reader = _build_reader(modules, roots, reentrant, loose, False)
-        store_reader(key, anchor, reader)
+        reader = _build_reader(modules, roots, reentrant, loose, False, False)
+        _store(key, anchor, reader)
     return reader, modules, roots
 
 
+def _store(key: tuple, anchor: Any, reader: RegionReader) -> None:
+    store_reader(key, anchor, reader)
+    if key[0] == "tree":
+        ident = id(anchor)
+        stateful = tuple(reader.module_refs[i] for i in reader.stateful)
+        _stateful[ident] = (weakref.ref(anchor, lambda _: _stateful.pop(ident, None)), stateful)
+
+
+# id of a region's module -> (weak reference to it, weak references to the modules of its tree
+# that hold buffers or assign attributes), as its latest reader found them
+_stateful: dict[int, tuple[weakref.ref, tuple]] = {}
+
+
+def stateful_modules(target: torch.nn.Module, fn: Any, reentrant: bool, loose: set[int]) -> list:
+    """The modules of a module region's tree that hold buffers or assign attributes (their
+    state before the forward tells what the forward wrote); the first call builds the tree's
+    reader to know them."""
+    entry = _stateful.get(id(target))
+    if entry is None or entry[0]() is not target:
+        reader_for(target, [], static_reach(fn), reentrant, loose)
+        entry = _stateful[id(target)]
+    return [m for m in (ref() for ref in entry[1]) if m is not None] if entry[1] else []
+
+
 def capture(
+    fn: Any,
     binding: Binding,
-    prepared: tuple[RegionReader, list, list],
-    target: Any,
+    observed: list,
     written: dict[int, frozenset],
     args: tuple,
     kwargs: dict,
@@ -307,31 +328,41 @@ def capture(
 ) -> RegionFingerprint:
     """Read everything the region reached; a reader that no longer matches its modules (a
     child replaced, an attribute added, a followed global rebound) is rebuilt here."""
-    reader, modules, roots = prepared
-    values = checks = None
+    target = binding.module
+    reader, modules, roots = reader_for(target, observed, static_reach(fn), reentrant, loose)
+    values = functions = None
     for fresh in (False, True):
         if fresh:
             if target is not None:
                 modules = module_tree(target, loose)
-            reader = _build_reader(modules, roots, reentrant, loose, fresh=True)
+            top_hooks = target is not None and not reentrant
+            reader = _build_reader(modules, roots, reentrant, loose, True, top_hooks)
             key, anchor = _reader_key(target, modules, roots, reentrant, loose)
-            store_reader(key, anchor, reader)
-        functions = reader.functions(roots)
-        if functions is None or None in modules:
+            _store(key, anchor, reader)
+        functions = reader.live_functions()
+        if functions is None or any(map(_is_none, modules)):
             continue
-        values, checks = reader.read_safely(modules, functions, own_hooks)
-        if fresh or (checks == reader.checks and not reader.stale_functions(values)):
+        try:
+            values = reader.read(modules, roots, own_hooks)
+        except _READ_ERRORS:
+            values = reader.read_safely(modules, roots, own_hooks)
+        if fresh or reader.shape_of(values) == reader.shape:
             break
     fingerprint = RegionFingerprint()
     fingerprint.reader = reader
+    fingerprint.modules = modules
+    fingerprint.functions = functions
     fingerprint.roots = roots
+    mask: tuple = ()
     if written:
         index_of = {id(m): i for i, m in enumerate(modules)}
         written = {index_of[k]: v for k, v in written.items() if k in index_of}
+        positions = reader.tensor_positions
+        mask = tuple(positions[(i, n)] for i, names in written.items() for n in names)
+        values = _masked(values, mask)
     fingerprint.written = written
-    fingerprint.top_hooks = target is not None and not reentrant
-    fingerprint.values = _masked(reader, values, written, fingerprint.top_hooks)
-    fingerprint.checks = checks
+    fingerprint.mask = mask
+    fingerprint.values = values
     _capture_arguments(fingerprint, binding, args, kwargs)
     return fingerprint
 
@@ -344,67 +375,92 @@ def compare(
     own_hooks: frozenset,
     name_module: Any,
 ) -> None:
-    """Raise ``Difference`` for the first value that differs from the forward's."""
+    """Raise ``Difference`` for the first value that differs from the forward's. When nothing
+    changed (the usual case) this is one read, one ``==`` and the arguments' fingerprints."""
     reader = fingerprint.reader
-    modules = [ref() for ref in reader.module_refs]
-    functions = reader.functions(fingerprint.roots)
-    if functions is not None and all(m is not None for m in modules):
-        values, checks = reader.read_safely(modules, functions, own_hooks)
-        values = _masked(reader, values, fingerprint.written, fingerprint.top_hooks)
-        if values != fingerprint.values:
-            _explain_values(fingerprint, values, modules, functions, name_module)
-        if checks != fingerprint.checks:
-            _explain_reshaped(fingerprint, checks, modules, name_module)
+    try:
+        values = reader.read(fingerprint.modules, fingerprint.roots, own_hooks)
+    except _READ_ERRORS:
+        values = reader.read_safely(fingerprint.modules, fingerprint.roots, own_hooks)
+    if fingerprint.mask:
+        values = _masked(values, fingerprint.mask)
+    try:
+        same = values == fingerprint.values
+    except Exception:  # an element's own __eq__ raised: it differs
+        same = False
+    if not same:
+        _explain_values(fingerprint, values, name_module)
     _compare_arguments(fingerprint, binding, args, kwargs)
 
 
-def _explain_values(
-    fingerprint: RegionFingerprint, values: tuple, modules: list, functions: list, name_module: Any
-) -> None:
-    reader = fingerprint.reader
-    for group, (old_group, new_group) in enumerate(zip(fingerprint.values, values, strict=True)):
-        if old_group == new_group:
+_READ_ERRORS = (RuntimeError, AttributeError, ValueError, IndexError, TypeError)
+_is_none = functools.partial(operator.is_, None)
+
+
+def _equal(old: Any, new: Any) -> bool:
+    """``==``, where an object's own ``__eq__`` that raises (only possible where the two
+    differ) counts as a difference."""
+    try:
+        return bool(old == new)
+    except Exception:
+        return False
+
+
+def _explain_values(fingerprint: RegionFingerprint, values: tuple, name_module: Any) -> None:
+    """The first differing position, by its label; a module whose shape alone changed is
+    read again through a fresh plan (a new instance attribute may now shadow a class one)."""
+    reader, modules = fingerprint.reader, fingerprint.modules
+    reshaped: list[int] = []
+    for position, (old, new) in enumerate(zip(fingerprint.values, values, strict=True)):
+        if old is new or _equal(old, new):
             continue
-        index = _first_difference(old_group, new_group)
-        old, new = _at(old_group, index), _at(new_group, index)
-        if group == 0:
-            raise Difference(
-                "torch_state", reader.torch_labels[index], "process-wide torch setting", old, new
-            )
-        if group == 1:
-            name = _compat.GLOBAL_HOOK_DICTS[index]
-            where = "global module hooks, run by every module"
-            old, new = _hooks_text(old), _hooks_text(new)
-            raise Difference("hook", f"torch.nn.modules.module.{name}", where, old, new)
-        module_index = group - 2
-        if module_index < len(modules):
-            kind, attribute = reader.module_plans[module_index].labels[index]
-            _raise_module(kind, attribute, modules[module_index], old, new, name_module)
-        kind, name, where = reader.function_labels[index]
-        raise Difference(kind, name, where, old, new)
+        owner, kind, name, where = reader.labels[position]
+        if position in reader.raw_positions:
+            old, new = value_fp(old), value_fp(new)
+        if kind == "shape":
+            if owner not in reshaped:
+                reshaped.append(owner)
+            continue
+        if owner == TORCH:
+            raise Difference(kind, name, where, old, new)
+        if owner == HOOKS:
+            tables = _compat.GLOBAL_HOOK_DICTS
+            before, after = old or ((),) * len(tables), new or ((),) * len(tables)
+            index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
+            old, new = _hooks_text(before[index]), _hooks_text(after[index])
+            raise Difference(kind, f"torch.nn.modules.module.{tables[index]}", where, old, new)
+        if owner == FUNCTION:
+            raise Difference(kind, name, where, old, new)
+        _raise_module(kind, name, modules[owner], old, new, name_module)
+    for index in reshaped:
+        _explain_reshaped(fingerprint, index, name_module)
 
 
-def _explain_reshaped(
-    fingerprint: RegionFingerprint, checks: tuple, modules: list, name_module: Any
-) -> None:
+def _explain_reshaped(fingerprint: RegionFingerprint, index: int, name_module: Any) -> None:
     """A module's shape changed (an attribute, parameter, buffer or child added or removed)
-    while every value its plan reads stayed equal: read it through a fresh plan and compare
-    what both plans read (a new instance attribute may now shadow a class attribute)."""
-    reader = fingerprint.reader
-    for index, (old, new) in enumerate(zip(fingerprint.checks, checks, strict=True)):
-        if old == new:
+    while every value its plan reads stayed equal: compare what the old and a fresh plan read."""
+    reader, module = fingerprint.reader, fingerprint.modules[index]
+    plan = reader.module_plans[index]
+    top_hooks = reader.top_hooks and index == 0
+    fresh_plan = module_plan(module, plan.loose, fresh=True)
+    fresh = RegionReader([module], [fresh_plan], [], [], (), [], top_hooks)
+    before = _module_values(reader, fingerprint.values, index)
+    current = _module_values(fresh, fresh.read([module], [], frozenset()), 0)
+    written = fingerprint.written.get(index, ())
+    for label, value in current.items():
+        if label[1] in written and label[0] == "tensor":
             continue
-        module, plan = modules[index], reader.module_plans[index]
-        fresh_plan = module_plan(module, plan.loose, fresh=True)
-        fresh = RegionReader([module], [fresh_plan], [], [], (), [])
-        current = fresh.read([module], [], frozenset())[0][2]
-        written = fingerprint.written.get(index)
-        if written:
-            current = fresh.module_plans[0].masked(current, written)
-        before = dict(zip(plan.labels, fingerprint.values[2 + index], strict=True))
-        for label, value in zip(fresh.module_plans[0].labels, current, strict=True):
-            if label in before and before[label] != value:
-                _raise_module(*label, module, before[label], value, name_module)
+        if label in before and not _equal(before[label], value):
+            _raise_module(*label, module, before[label], value, name_module)
+
+
+def _module_values(reader: RegionReader, values: tuple, index: int) -> dict[tuple, Any]:
+    """{(kind, name): value} of one module's positions, its shape aside."""
+    return {
+        (kind, name): value
+        for (owner, kind, name, _), value in zip(reader.labels, values, strict=True)
+        if owner == index and kind != "shape"
+    }
 
 
 def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
@@ -414,8 +470,7 @@ def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]
     for value in args:
         (tensors if isinstance(value, torch.Tensor) else others).append(value)
     others += kwargs.values()
-    others += [v for v in binding.bound_args if not isinstance(v, torch.nn.Module)]
-    others += binding.bound_kwargs.values()
+    others += binding.bound_values
     return tensors, others
 
 
@@ -441,24 +496,32 @@ def _capture_arguments(
     fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
 ) -> None:
     tensors, others = _arguments(binding, args, kwargs)
-    fingerprint.arguments = (
-        [(weakref.ref(t), input_fp(t)) for t in tensors],
-        [argument_fp(v) for v in others],
-    )
-    chains = fingerprint.argument_chains
+    held = []
+    for tensor in tensors:
+        held.append((weakref.ref(tensor), input_fp(tensor)))
+    fingerprint.arguments = (held, arguments_fp(others))
+    chains: list[tuple[str, Any, tuple]] = []
+    fingerprint.argument_chains = chains
+    fingerprint.argument_values = []
     function = binding.function
-    if function is not None:
-        reads = code_reads(function.__code__)
-        if reads.arg_chains:
-            names = _argument_names(function.__code__)
-            bound = dict(zip(names, [*binding.bound_args, *args], strict=False))
-            bound.update(binding.bound_kwargs)
-            bound.update(kwargs)
-            for name, attrs in sorted(reads.arg_chains):
-                value = bound.get(name, MISSING)
-                if value is MISSING or isinstance(value, (torch.Tensor, torch.nn.Module)):
-                    continue  # tensors are arguments above; modules have their own plans
-                chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
+    if function is None:
+        return
+    parameter_chains = code_reads(function.__code__).parameter_chains
+    if not parameter_chains:
+        return
+    positional = [*binding.bound_args, *args]
+    for name, position, attrs in parameter_chains:
+        if name in kwargs:
+            value = kwargs[name]
+        elif name in binding.bound_kwargs:
+            value = binding.bound_kwargs[name]
+        elif position is not None and position < len(positional):
+            value = positional[position]
+        else:
+            continue
+        if isinstance(value, (torch.Tensor, torch.nn.Module)):
+            continue  # tensors are arguments above; modules have their own plans
+        chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
     fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
 
 
@@ -473,7 +536,7 @@ def _compare_arguments(
         if ref() is tensor and input_fp(tensor) != old:
             label = _argument_labels(binding, args, kwargs)[0][index]
             raise Difference("argument", label, "argument of the region", old, input_fp(tensor))
-    new_others = [argument_fp(v) for v in others]
+    new_others = arguments_fp(others)
     if new_others != old_others:
         index = _first_difference(old_others, new_others)
         label = _argument_labels(binding, args, kwargs)[1][index]

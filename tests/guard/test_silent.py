@@ -419,3 +419,97 @@ def test_other_process_wide_settings_are_fingerprinted(setting: str) -> None:
     assert info.value.kind == "torch_state"
     expected = "matmul_precision" if setting == "matmul_precision" else "deterministic"
     assert expected in info.value.details["name"]
+
+
+class Settings:
+    SCALE = 1.0
+
+
+def _class_attribute_region(x):
+    return torch.sin(x * Settings.SCALE)
+
+
+def _default_argument_region(x, scale=1.0):
+    return torch.sin(x * scale)
+
+
+def _function_step(region, reentrant: bool):
+    x = torch.randn(5, generator=torch.Generator().manual_seed(1), requires_grad=True)
+
+    def step(change):
+        x.grad = None
+        out = checkpoint(region, x, use_reentrant=reentrant)
+        if change is not None:
+            change()
+        out.sum().backward()
+        return [x.grad.clone()]
+
+    return step
+
+
+@VARIANTS
+def test_class_attribute_read_through_a_global(reentrant: bool) -> None:
+    silently_wrong_then_named(
+        _function_step(_class_attribute_region, reentrant),
+        lambda: setattr(Settings, "SCALE", 2.0),
+        lambda: setattr(Settings, "SCALE", 1.0),
+        "global",
+        "Settings.SCALE",
+        "1.0",
+        "2.0",
+    )
+
+
+@VARIANTS
+def test_default_argument_rebound(reentrant: bool) -> None:
+    silently_wrong_then_named(
+        _function_step(_default_argument_region, reentrant),
+        lambda: setattr(_default_argument_region, "__defaults__", (2.0,)),
+        lambda: setattr(_default_argument_region, "__defaults__", (1.0,)),
+        "closure",
+        "_default_argument_region.__defaults__",
+        "1.0",
+        "2.0",
+    )
+
+
+class Scaler:
+    def apply(self, x):
+        return x * 1.0
+
+
+def _doubling_apply(self, x):
+    return x * 2.0
+
+
+SCALER = Scaler()
+
+
+def _method_of_global_region(x):
+    return torch.sin(SCALER.apply(x))
+
+
+@VARIANTS
+@pytest.mark.parametrize("where", ["class", "instance"])
+def test_method_of_a_global_object_replaced(reentrant: bool, where: str) -> None:
+    """``SCALER.apply`` lives on the class; replacing it there, or shadowing it on the
+    instance, changes what the recompute runs."""
+    target = Scaler if where == "class" else SCALER
+    replacement = _doubling_apply if where == "class" else _doubling_apply.__get__(SCALER)
+
+    def undo() -> None:
+        if where == "class":
+            Scaler.apply = Scaler.__dict__["_original_apply"]
+        else:
+            SCALER.__dict__.pop("apply", None)
+
+    silently_wrong_then_named(
+        _function_step(_method_of_global_region, reentrant),
+        lambda: setattr(target, "apply", replacement),
+        undo,
+        "global",
+        "SCALER.apply",
+    )
+
+
+Scaler._original_apply = Scaler.apply

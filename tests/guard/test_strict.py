@@ -188,3 +188,17 @@ def test_write_through_data_needs_strict_mode() -> None:
     with pytest.raises(CheckpointMismatchError) as info:
         step(True)
     assert info.value.kind == "values" and info.value.details["op"] == "aten.addmm.default"
+
+
+def test_signatures_of_transposed_tensors() -> None:
+    """A transposed saved tensor is checksummed in its memory order (no copy): the same values
+    in another layout are no difference, a permutation of them is."""
+    from ckptguard import _strict
+
+    matrix = torch.randn(64, 48, generator=torch.Generator().manual_seed(0))
+    transposed, contiguous = _strict.signatures([matrix.t(), matrix.t().contiguous()])
+    assert _strict.compare_signatures(transposed, contiguous) is None
+    order = torch.randperm(64 * 48, generator=torch.Generator().manual_seed(1))
+    (permuted,) = _strict.signatures([matrix.reshape(-1)[order].view(64, 48).t()])
+    assert transposed[:3] == permuted[:3] and transposed[6] == permuted[6]  # same layout
+    assert _strict.compare_signatures(transposed, permuted) is not None
