@@ -230,8 +230,9 @@ class OpLog(TorchDispatchMode):
         self._sums: list = []  # per op: a checksum tensor per output (None: shape only)
 
     def __enter__(self) -> OpLog:
+        entered = super().__enter__()
         _passes.depth = self.level = _passes.__dict__.get("depth", 0) + 1
-        return super().__enter__()
+        return entered
 
     def __exit__(self, *exc: Any) -> None:
         _passes.depth -= 1
