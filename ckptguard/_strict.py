@@ -217,7 +217,7 @@ class OpLog(TorchDispatchMode):
     each output), which op made each tensor and which tensors hold uninitialised memory;
     values are read back once, by ``finish``."""
 
-    def __init__(self, op_values: bool, keep_frames: bool = False) -> None:
+    def __init__(self, op_values: bool, keep_frames: bool) -> None:
         super().__init__()
         self.ops: list[tuple] = []
         self.frames: list[tuple[str, int] | None] = []
@@ -331,17 +331,17 @@ class SavedTensors:
         self._sums.clear()
 
 
-class StrictForward:
-    """Everything strict mode records while the region's forward runs."""
+class _StrictPass:
+    """What strict mode records during one pass over a region (its forward or a recompute):
+    the ops it ran, the tensors it saved for backward (non-reentrant) and its outputs."""
 
-    def __init__(self, reentrant: bool) -> None:
+    def __init__(self, reentrant: bool, keep_frames: bool) -> None:
         self.reentrant = reentrant
-        self.log = OpLog(op_values=reentrant)
+        self.log = OpLog(op_values=reentrant, keep_frames=keep_frames)
         self.saved = SavedTensors(self.log)
         self.outputs: list[tuple] = []
-        self.state_positions: set[int] = set()  # saved tensors that are updated module state
 
-    def __enter__(self) -> StrictForward:
+    def __enter__(self) -> _StrictPass:
         self.log.__enter__()
         if not self.reentrant:
             self.saved.__enter__()
@@ -356,36 +356,26 @@ class StrictForward:
 
     def record_outputs(self, out: Any) -> None:
         self.outputs = signatures([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
+
+
+class StrictForward(_StrictPass):
+    """Everything strict mode records while the region's forward runs."""
+
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__(reentrant, keep_frames=False)
+        self.state_positions: set[int] = set()  # saved tensors that are updated module state
 
     def mark_state(self, state_ids: set[int]) -> None:
         """Saved tensors that are buffers the region writes: compared by shape only."""
         self.state_positions = {i for i, k in enumerate(self.saved.ids) if k in state_ids}
 
 
-class StrictRecompute:
+class StrictRecompute(_StrictPass):
     """The recompute's side: the same records, compared with the forward's at the end."""
 
     def __init__(self, forward: StrictForward) -> None:
+        super().__init__(forward.reentrant, keep_frames=True)
         self.forward = forward
-        self.log = OpLog(op_values=forward.reentrant, keep_frames=True)
-        self.saved = SavedTensors(self.log)
-        self.outputs: list[tuple] = []
-
-    def __enter__(self) -> StrictRecompute:
-        self.log.__enter__()
-        if not self.forward.reentrant:
-            self.saved.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if not self.forward.reentrant:
-            self.saved.__exit__(*exc)
-        self.log.__exit__(*exc)
-        self.saved.finish()
-        self.log.finish()
-
-    def record_outputs(self, out: Any) -> None:
-        self.outputs = signatures([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
 
     def difference(self, stopped_early: bool) -> tuple[str, dict[str, Any]] | None:
         """(what differs, how much) for the first tensor backward uses that differs."""

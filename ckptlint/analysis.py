@@ -160,8 +160,9 @@ class ProjectAnalysis:
         for site in self.sites(module):
             if site.delegates:
                 calls.update(_enclosing_function_names(site.context.scope))
+        known = self.project.words  # names every module already scopes: nothing new
         for binding, visible in self._bindings_on_candidate_lines(module):
-            if visible and self._binds_source(module, binding):
+            if visible and binding.name not in known and self._binds_source(module, binding):
                 calls.add(binding.name)
         calls.update(name for name, visible in self._factories(module) if visible)
         return Exports(frozenset(calls), frozenset(self._layer_classes(module)))
@@ -174,12 +175,12 @@ class ProjectAnalysis:
         self._modules.clear()
 
     def local_aliases(self, module: Module) -> set[str]:
-        """Names a module binds (at any level) to a source: its lines using them are scoped
-        too (``ckpt = checkpoint`` ... ``ckpt(f, x)``)."""
+        """Names a module binds (at any level) to a source, beyond the words it was scoped
+        with: its lines using them are scoped too (``ckpt = checkpoint`` ... ``ckpt(f, x)``)."""
         names = {
             binding.name
             for binding, _ in self._bindings_on_candidate_lines(module)
-            if self._binds_source(module, binding)
+            if binding.name not in module.words and self._binds_source(module, binding)
         }
         names.update(name for name, _ in self._factories(module))
         for site in self.sites(module):

@@ -27,3 +27,22 @@ WORDS = ["torch.utils.checkpoint.checkpoint_sequential", "GradientCheckpointingL
 )
 def test_prefilter(text: bytes, passes: bool) -> None:
     assert Prefilter(WORDS).passes(text) is passes
+
+
+# a project's layer class names, found round by round: hundreds of words, matched in one pass
+MANY_WORDS = WORDS + [f"Model{index}DecoderLayer" for index in range(600)]
+
+
+@pytest.mark.parametrize(
+    ("text", "passes"),
+    [
+        (b"from .modeling import Model17DecoderLayer\n", True),
+        (b"layer = modeling.Model599DecoderLayer(config)\n", True),
+        (b"y = helpers.run_ckpt(block, x)\n", True),
+        (b"class Model17DecoderLayerNorm(nn.Module):\n    pass\n", False),
+        (b"Model17DecoderLayer = None\n", False),  # bare, no import: a local name
+        (b"# load the pretrained checkpoint\nmodel = load()\n", False),
+    ],
+)
+def test_prefilter_with_many_words(text: bytes, passes: bool) -> None:
+    assert Prefilter(MANY_WORDS).passes(text) is passes
