@@ -682,14 +682,11 @@ def module_plan(module: torch.nn.Module, loose: bool, fresh: bool = False) -> Mo
     return plan
 
 
-def cache_sizes() -> dict[str, int]:
+def plan_cache_sizes() -> dict[str, int]:
     """Sizes of the plan caches: bounded by the distinct code objects and the live modules."""
-    from ckptguard._reader import reader_count
-
     return {
         "code_reads": len(_code_reads),
         "function_plans": len(_function_plans),
         "class_reads": sum(len(table) for _, table in _class_reads.values()),
         "module_plans": len(_module_plans),
-        "region_readers": reader_count(),
     }

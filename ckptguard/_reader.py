@@ -32,7 +32,14 @@ from ckptguard._fingerprint import (
     tensor_fp,
     value_fp,
 )
-from ckptguard._plan import FunctionPlan, ModulePlan, cell_fp, function_labels, read_chain
+from ckptguard._plan import (
+    FunctionPlan,
+    ModulePlan,
+    cell_fp,
+    function_labels,
+    plan_cache_sizes,
+    read_chain,
+)
 
 _NAMESPACE = {
     "MISSING": MISSING,
@@ -397,5 +404,8 @@ def store_reader(key: tuple, anchor: Any, reader: RegionReader) -> None:
 _unanchored: dict[tuple, RegionReader] = {}
 
 
-def reader_count() -> int:
-    return sum(len(table) for _, table in _readers.values()) + len(_unanchored)
+def cache_sizes() -> dict[str, int]:
+    """Sizes of the guard's caches (plans and compiled readers): bounded by the distinct code
+    objects and the live modules."""
+    readers = sum(len(table) for _, table in _readers.values()) + len(_unanchored)
+    return {**plan_cache_sizes(), "region_readers": readers}

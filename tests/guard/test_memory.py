@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 import ckptguard
 from ckptguard._intercept import Region
-from ckptguard._plan import cache_sizes
+from ckptguard._reader import cache_sizes
 
 
 def _live_regions() -> int:
