@@ -172,7 +172,9 @@ def main() -> None:
         )
         ours = {(item["path"], item["line"]) for item in json.loads(report[1])}
         torchfix_time, output = timed([TORCHFIX, "--select", "TOR003", "."], source)
-        pattern = re.compile(r"^(?:\./)?(.+?):(\d+):\d+: TOR003", re.MULTILINE)
+        # TorchFix may end a message without a line break (its multi-line code excerpts):
+        # a report starts at a path, wherever it stands on a line
+        pattern = re.compile(r"(?:\./)?([^\s,]+?\.py):(\d+):\d+: TOR003")
         theirs = {(path, int(line)) for path, line in pattern.findall(output)}
         print(f"\ntorchfix --select TOR003 on transformers 4.34.1: {torchfix_time:.1f} s")
         print(f"use_reentrant sites: ckptlint {len(ours)}, TorchFix {len(theirs)}")
