@@ -439,3 +439,31 @@ def test_layer_subclasses_two_levels_down_stay_known_when_a_module_is_scoped_aga
         """,
     }
     assert lint_tree(tmp_path, files) == [("models/leaf.py", 9, 5, "CKP203")]
+
+
+def test_two_trees_holding_the_same_module_name_are_both_linted(tmp_path: Path) -> None:
+    """Two checkouts linted in one run (an old and a new release side by side): each file is
+    analysed as itself, not as the first file found under its module name."""
+    old = """
+        from torch.utils.checkpoint import checkpoint
+
+        def run(block, x):
+            return checkpoint(block, x)
+    """
+    new = """
+        from torch.utils.checkpoint import checkpoint
+
+        def run(block, x):
+            y = block(x)
+            return checkpoint(block, y)
+    """
+    files = {
+        "old/pkg/__init__.py": "",
+        "old/pkg/model.py": old,
+        "new/pkg/__init__.py": "",
+        "new/pkg/model.py": new,
+    }
+    assert lint_tree(tmp_path, files) == [
+        ("new/pkg/model.py", 6, 12, "CKP001"),
+        ("old/pkg/model.py", 5, 12, "CKP001"),
+    ]

@@ -64,7 +64,9 @@ class Project:
         return self._key(path) in self._modules
 
     def _key(self, path: str) -> str:
-        return self.layout.find(self.layout.module_name(path)) or path
+        """A file is keyed by itself, not by its module name: two trees in one run may both
+        hold ``transformers/models/llama/modeling_llama.py`` (imports find the first)."""
+        return os.path.abspath(path)
 
     def read_paths(self) -> set[str]:
         """Every file the analysis read (parsed or not): what its results depend on."""
