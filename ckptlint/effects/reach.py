@@ -188,10 +188,19 @@ class ReachAnalysis:
             self._instance(value, call, reach, depth, seen)
         elif isinstance(value, FunctionValue):
             self._function(value, call, reach, depth, seen)
-        elif isinstance(value, (Sequence, Elements)) and ("container", value) not in seen:
-            seen[("container", value)] = depth
-            for element in known(self.evaluator.iterate((value,))):
-                self._collect(element, None, reach, depth, seen)
+        elif isinstance(value, (Sequence, Elements)):
+            self._elements(value, reach, depth, seen)
+
+    def _elements(
+        self, container: Value, reach: Reach, depth: int, seen: dict[object, int]
+    ) -> None:
+        """A container's elements are parts of the region (``nn.Sequential``, a list of
+        blocks): each container once."""
+        if ("container", container) in seen:
+            return
+        seen[("container", container)] = depth
+        for element in known(self.evaluator.iterate((container,))):
+            self._collect(element, None, reach, depth, seen)
 
     def _bound_partial(self, inner: Value, partial: PartialValue) -> Value:
         """The function a partial calls, with the partial's own arguments bound."""
@@ -226,10 +235,8 @@ class ReachAnalysis:
                 if instance.call is not None and instance.context is not None:
                     where = Location(instance.context.module, instance.call.lineno)
                 reach.draws.append(RandomDraw(f"`nn.{short_name(name)}`", where))
-            elif name in CONTAINERS and ("container", instance) not in seen:
-                seen[("container", instance)] = depth  # its elements are parts of the region
-                for element in known(self.evaluator.iterate((instance,))):
-                    self._collect(element, None, reach, depth, seen)
+            elif name in CONTAINERS:
+                self._elements(instance, reach, depth, seen)
             return
         key = ("instance", cls)
         if seen.get(key, depth + 1) <= depth:
