@@ -628,20 +628,6 @@ class ModulePlan:
                 return ("class", len(self.class_dicts) - 1, name)
         return ("dict", name)  # not there yet: read it from the instance if it appears
 
-    @property
-    def written_positions(self) -> dict[str, int]:
-        start = 4 + len(self.params)
-        return {name: start + i for i, name in enumerate(self.buffers)}
-
-    def masked(self, values: tuple, written: frozenset) -> tuple:
-        """A module's values without the buffers the region itself writes (its outputs)."""
-        out = list(values)
-        positions = self.written_positions
-        for name in written:
-            if name in positions:
-                out[positions[name]] = None
-        return tuple(out)
-
     def check(self) -> tuple:
         """What the module must still look like for this plan to describe it."""
         return (self.shape, self.forward, self.code)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 _SUBMODULE_PATH = re.compile(r"^torch\.nn\.modules\.\w+\.")
-_FUNCTIONAL = re.compile(r"^torch\.nn\.functional\.")
 
 
 def canonical(qualified: str) -> str:
@@ -57,10 +56,6 @@ def is_random_function(qualified: str) -> bool:
 def is_random_module_class(qualified: str) -> bool:
     name = canonical(qualified)
     return is_torch_module_class(name) and short_name(name) in RANDOM_MODULES
-
-
-def is_functional(qualified: str) -> bool:
-    return bool(_FUNCTIONAL.match(qualified))
 
 
 # Tensor methods and builtins that change the object they are called on.

@@ -60,9 +60,6 @@ class Project:
         self.lazy = lazy  # parse definition bodies on first read (see lazy_tree)
         self._modules: dict[str, Module | None] = {}
 
-    def is_loaded(self, path: str) -> bool:
-        return self._key(path) in self._modules
-
     def _key(self, path: str) -> str:
         """A file is keyed by itself, not by its module name: two trees in one run may both
         hold ``transformers/models/llama/modeling_llama.py`` (imports find the first)."""

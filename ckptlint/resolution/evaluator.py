@@ -124,10 +124,6 @@ class Evaluator:
     def call_result(self, callee: Values, call: ast.Call, context: Context) -> Values:
         return unique(v for value in callee for v in self._call(value, call, context)) or (UNKNOWN,)
 
-    def bind_call(self, function: FunctionValue, call: ast.Call, context: Context) -> Context:
-        """The context a call of ``function`` runs its body in, parameters bound."""
-        return self.bind(function, Arguments.of(call, context))
-
     def bind(self, function: FunctionValue, arguments: Arguments | None) -> Context:
         """The context ``function``'s body runs in when it receives ``arguments`` (None: a
         call the analysis does not see, parameters unbound)."""
