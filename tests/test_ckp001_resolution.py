@@ -260,7 +260,8 @@ def test_verdicts_do_not_depend_on_hash_seed(tmp_path) -> None:
     outputs = set()
     for seed in ("0", "1", "2", "3", "12345"):
         result = subprocess.run(
-            [sys.executable, "-m", "ckptlint", "--format", "json", str(module)],
+            # --no-cache: each seed analyses afresh (a cached result would hide a difference)
+            [sys.executable, "-m", "ckptlint", "--no-cache", "--format", "json", str(module)],
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONHASHSEED": seed},

@@ -398,7 +398,7 @@ class TestBadInput:
 def test_bundled_example_shows_every_rule() -> None:
     """README's first command: each mistake marked in examples/model.py is found."""
     root = Path(__file__).resolve().parent.parent
-    result = run_cli("--format", "json", "examples/model.py", cwd=root)
+    result = run_cli("--no-cache", "--format", "json", "examples/model.py", cwd=root)
     found = sorted(item["code"] for item in json.loads(result.stdout))
     marked = sorted(
         line.split("# ", 1)[1].split(":", 1)[0]
