@@ -7,6 +7,8 @@ whose gradients agree across ranks, "rank R: ok".
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -45,3 +47,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Skip interpreter teardown: with gloo up, a process that ran torch.profiler (the planner
+    # measures under it) aborts at exit now and then ("terminate called without an active
+    # exception", about 1 run in 15 on torch 2.13, also with no ckptguard involved).
+    sys.stdout.flush()
+    os._exit(0)
