@@ -253,13 +253,26 @@ def checkpoint_error_explained(
     return CheckpointMismatchError(message, kind=kind, region=region, details=details)
 
 
-def side_effect(region: str, names: list[str], strict: bool) -> None:
-    """The recompute updated module state the forward had already updated (raise in strict)."""
+def side_effect(region: str, names: list[str], statistics_only: bool, strict: bool) -> None:
+    """The recompute updated module state the forward had already updated (raise in strict).
+    ``statistics_only``: normalisation statistics, which no gradient depends on."""
+    if statistics_only:
+        effect = (
+            "gradients are not affected (a normalisation layer in training computes its output "
+            "from the batch's own statistics), but these statistics now count the step twice"
+        )
+    else:
+        effect = (
+            "the recompute started from the state the forward had already updated: if the "
+            "region computes its output from it (power-iteration vectors of spectral_norm, an "
+            "EMA codebook, a counter feeding a schedule) its gradients are wrong; if it only "
+            "records it (a call counter) the step counts twice. Strict mode compares the "
+            "tensors backward uses and says which"
+        )
     message = (
         f"ckptguard [side_effect]: the recompute of checkpointed region {region} updated state "
         f"a second time: {', '.join(names)}.\n"
-        f"  effect: gradients are not affected, but this state now counts the step twice "
-        f"(BatchNorm running statistics and num_batches_tracked, counters).\n"
+        f"  effect: {effect}.\n"
         f"  how to fix: keep such modules outside checkpointed regions, or switch the update off "
         f"during the recompute (e.g. BatchNorm momentum handling, a flag checked in forward)."
     )

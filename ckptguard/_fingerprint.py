@@ -8,6 +8,7 @@ strings compare by value, small containers by their shallow content.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import torch
@@ -126,6 +127,10 @@ def value_fp(value: Any) -> Any:
     elif kind is set or kind is frozenset:
         if len(value) <= SMALL_CONTAINER:
             return (kind, frozenset([_shallow_fp(v) for v in value]))
+    elif kind is functools.partial:  # its keywords are a dict, mutable in place
+        if len(value.args) + len(value.keywords) <= SMALL_CONTAINER:
+            keywords = tuple([(k, _shallow_fp(v)) for k, v in value.keywords.items()])
+            return (kind, id(value.func), tuple(map(_shallow_fp, value.args)), keywords)
     return (OBJECT, id(value), kind)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ckptguard import _compat, _explain, _names, _plan, _report, _rng, _strict, _verify
-from ckptguard._fingerprint import SCALAR_TYPES, nested_tensors
+from ckptguard._fingerprint import MISSING, SCALAR_TYPES, nested_tensors
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class Observer:
         buffers = state["_buffers"]
         stored = _stored_scalars(module)
         if buffers or stored:
-            scalars = {n: state[n] for n in stored if type(state.get(n)) in SCALAR_TYPES}
+            scalars = {n: v for n in stored if type(v := state.get(n, MISSING)) in SCALAR_TYPES}
             self.before[key] = (_buffer_state(buffers), scalars)
 
 
@@ -448,20 +448,16 @@ class Region:
 
     def _after_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
         changed: list[str] = []
+        statistics_only = True
         for module, buffer_state, attrs, scalars in watched:
             table, values = module._buffers, module.__dict__
             prefix = self.name_module(module)
-            changed += [
-                f"{prefix}.{n}"
-                for n, old in buffer_state.items()
-                if _buffer_changed(old, table.get(n))
-            ]
-            changed += [
-                f"{prefix}.{n}" for n, a in zip(attrs, scalars, strict=True) if values.get(n) != a
-            ]
-        if changed:
-            _explain.side_effect(self.name, changed, self.options.strict)
-        if strict is not None:
+            buffers = [n for n, old in buffer_state.items() if _buffer_changed(old, table.get(n))]
+            attributes = [n for n, a in zip(attrs, scalars, strict=True) if values.get(n) != a]
+            if buffers or attributes:
+                changed += [f"{prefix}.{n}" for n in (*buffers, *attributes)]
+                statistics_only &= not attributes and _only_statistics(module, buffers)
+        if strict is not None:  # wrong values first: a side effect may be their cause
             found = strict.difference(stopped)
             if found is not None:
                 what, difference = found
@@ -470,6 +466,8 @@ class Region:
                 )
                 self.found.append((error.kind, error.details))
                 _explain.report(error, self.options.on_mismatch)
+        if changed:
+            _explain.side_effect(self.name, changed, statistics_only, self.options.strict)
 
     def explain(self, error: BaseException) -> BaseException:
         strict = self.last_strict
@@ -479,6 +477,30 @@ class Region:
 
 def _same(tensor: Any) -> Any:
     return tensor
+
+
+_NORMS_WITH_STATISTICS = (
+    torch.nn.BatchNorm1d,
+    torch.nn.BatchNorm2d,
+    torch.nn.BatchNorm3d,
+    torch.nn.SyncBatchNorm,
+    torch.nn.InstanceNorm1d,
+    torch.nn.InstanceNorm2d,
+    torch.nn.InstanceNorm3d,
+)
+_STATISTICS = frozenset({"running_mean", "running_var", "num_batches_tracked"})
+
+
+def _only_statistics(module: torch.nn.Module, buffers: list[str]) -> bool:
+    """Running statistics of a normalisation layer in training, which computes its output
+    from the batch's own statistics: updating them twice cannot change a gradient. Any other
+    state a forward updates (power-iteration vectors, an EMA codebook, a counter feeding a
+    schedule) may be what the recompute computes from."""
+    return (
+        isinstance(module, _NORMS_WITH_STATISTICS)
+        and module.training
+        and _STATISTICS.issuperset(buffers)
+    )
 
 
 # ---------------------------------------------------------------------------- the patches

@@ -336,11 +336,12 @@ class FunctionPlan:
 
     ``entries`` lists each function as (weak reference, or None for the root the caller
     passes in; global chains as (chain, kind of value, inline spec); kind of each closure
-    cell's value; kind of its ``__defaults__`` and whether it has ``__kwdefaults__``; followed
-    callees as (chain index,
-    id of the callee's object)). A decorator's wrapper (``__wrapped__``) is followed into the
-    function it wraps; its own closure is decorator plumbing and is not read. A rebound
-    followed name makes the plan stale, and it is rebuilt at the next forward.
+    cell's value; attribute chains read through closure cells as (cell index, attributes,
+    kind of value); kind of its ``__defaults__`` and whether it has ``__kwdefaults__``;
+    followed callees as (chain index, id of the callee's object)). A decorator's wrapper
+    (``__wrapped__``) is followed into the function it wraps; its own closure is decorator
+    plumbing and is not read. A rebound followed name makes the plan stale, and it is rebuilt
+    at the next forward.
     """
 
     __slots__ = ("entries", "__weakref__")
@@ -378,6 +379,7 @@ class FunctionPlan:
                         followed.append((len(chains) - 1, id(target)))
                     pending.append((callee, False))
             cells = []  # kind of each closure cell's value ("empty" for an unset cell)
+            cell_chains = []
             wrapped = getattr(func, "__wrapped__", None)
             if wrapped is not None:
                 target = unwrap_function(wrapped)
@@ -394,9 +396,16 @@ class FunctionPlan:
                     callee = _follow_target(contents)
                     if callee is not None:
                         pending.append((callee, False))
+                for index, attrs, target in _cell_chains(func, reads):
+                    cell_chains.append((index, attrs, sample_kind(target)))
+                    callee = _follow_target(target)
+                    if callee is not None:
+                        pending.append((callee, False))
             ref = None if is_root else weakref.ref(func)
             defaults = (_defaults_kind(func.__defaults__), func.__kwdefaults__ is not None)
-            entries.append((ref, tuple(chains), tuple(cells), defaults, tuple(followed)))
+            entries.append(
+                (ref, tuple(chains), tuple(cells), tuple(cell_chains), defaults, tuple(followed))
+            )
         self.entries = tuple(entries)
 
     def functions(self, root: types.FunctionType) -> list:
@@ -404,15 +413,47 @@ class FunctionPlan:
         return [root if entry[0] is None else entry[0]() for entry in self.entries]
 
 
+def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tuple]:
+    """(cell index, attributes, value now) of each attribute chain the function reads from
+    an object in its closure (``self.scale`` in a function nested in a method)."""
+    if reads is None or not reads.free_chains:
+        return []
+    names = func.__code__.co_freevars
+    found = []
+    for name, attrs in sorted(reads.free_chains):
+        if not attrs or name not in names or attrs[0] in reads.stored:
+            continue  # an attribute the function assigns is its output, not its input
+        index = names.index(name)
+        try:
+            contents = func.__closure__[index].cell_contents
+        except ValueError:
+            continue
+        if type(contents) in SCALAR_TYPES or isinstance(contents, types.ModuleType):
+            continue  # scalars are read whole; modules' globals are their functions' business
+        found.append((index, attrs, read_chain(contents, attrs)))
+    return found
+
+
+def cell_contents(func: types.FunctionType, index: int) -> Any:
+    try:
+        return func.__closure__[index].cell_contents
+    except ValueError:  # an empty cell
+        return MISSING
+
+
 def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
     """(kind, name, where) for each value an entry reads."""
-    _, chains, cells, defaults, _ = entry
+    _, chains, cells, cell_chains, defaults, _ = entry
     name = function_name(func) if func is not None else "<collected function>"
     module = getattr(func, "__module__", "?")
     out = [("function", f"{name}.__code__", code_location(getattr(func, "__code__", None)))]
     out += [("global", ".".join(c[0]), f"global of {module}, read by {name}") for c in chains]
     names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
     out += [("closure", var, f"closure of {name}") for var in names[: len(cells)]]
+    out += [
+        ("closure", ".".join((names[index], *attrs)), f"closure of {name}")
+        for index, attrs, _ in cell_chains
+    ]
     if defaults[0]:
         out.append(("closure", f"{name}.__defaults__", "default arguments"))
     if defaults[1]:
@@ -641,7 +682,7 @@ def sample_kind(value: Any) -> str:
         return "scalar"
     if value is MISSING or value is SKIPPED:
         return "any"
-    if isinstance(value, (torch.Tensor, list, tuple, dict, set, frozenset)):
+    if isinstance(value, (torch.Tensor, list, tuple, dict, set, frozenset, functools.partial)):
         return "any"
     return "object"
 

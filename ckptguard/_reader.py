@@ -35,6 +35,7 @@ from ckptguard._fingerprint import (
 from ckptguard._plan import (
     FunctionPlan,
     ModulePlan,
+    cell_contents,
     cell_fp,
     function_labels,
     plan_cache_sizes,
@@ -51,6 +52,7 @@ _NAMESPACE = {
     "loose_tensor_fp": loose_tensor_fp,
     "read_chain": read_chain,
     "cell_fp": cell_fp,
+    "cell_contents": cell_contents,
     "TENSOR": TENSOR,
 }
 
@@ -270,7 +272,7 @@ class RegionReader:
             if id(func) in seen:
                 continue
             seen.add(id(func))
-            _, chains, cells, defaults, followed = entry
+            _, chains, cells, cell_chains, defaults, followed = entry
             name = f"F{position}"
             source = sources[position]
             if type(source) is int:
@@ -286,16 +288,18 @@ class RegionReader:
                 shape.append(ident)
             values = [f"{name}.__code__"]
             for number, (chain, kind, spec) in enumerate(chains):
-                expression, entries = _global_chain(
+                expression, inline = _global_chain(
                     f"G{position}", chain, spec, f"I{position}_{number}"
                 )
-                namespace.update(entries)
+                namespace.update(inline)
                 values.append(_convert(expression, kind))
             for c, kind in enumerate(cells):
                 if kind == "empty" or safe:
                     values.append(f"cell_fp({name}, {c})")
                 else:
                     values.append(_convert(f"{name}.__closure__[{c}].cell_contents", kind))
+            for c, attrs, kind in cell_chains:
+                values.append(_convert(f"read_chain(cell_contents({name}, {c}), {attrs!r})", kind))
             if defaults[0] == "scalars":  # the tuple itself: immutable, compared by value
                 raw.append(len(items) + len(values))
                 values.append(f"{name}.__defaults__")

@@ -1,5 +1,6 @@
 """A recompute that updates module state a second time (issue 9, item 4): a warning naming the
-state by default, ``RecomputeSideEffectError`` in strict mode; gradients untouched."""
+state by default, ``RecomputeSideEffectError`` in strict mode. Normalisation statistics are
+said not to affect gradients; any other state may be what the recompute computes from."""
 
 from __future__ import annotations
 
@@ -77,7 +78,31 @@ def test_custom_counters_are_named(reentrant: bool) -> None:
         _step(module, reentrant)
     message = str(record[0].message)
     assert "Counting.steps" in message and "Counting.calls" in message
+    assert "gradients are not affected" not in message
+    assert "if the region computes its output from it" in message
     assert int(module.steps) == 2 and module.calls == 2
+
+
+@VARIANTS
+def test_spectral_norm_power_iteration_runs_twice(reentrant: bool) -> None:
+    """spectral_norm's forward updates its ``_u``/``_v`` buffers (assigned through
+    ``self._u = ...`` although they live in ``_buffers``) and computes the weight from them:
+    the recompute starts from the forward's update. The guard names them without claiming the
+    gradients are safe, and leaves them as plain torch computes them."""
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.utils.parametrizations.spectral_norm(nn.Linear(8, 8)), nn.Tanh())
+
+    plain = _step(build(), reentrant)
+    module = build()
+    with ckptguard.guard(), pytest.warns(ckptguard.CheckpointGuardWarning) as record:
+        guarded = _step(module, reentrant)
+    assert grads_equal(plain, guarded)
+    message = str(record[0].message)
+    assert "Sequential.0.parametrizations.weight.0._u" in message
+    assert "Sequential.0.parametrizations.weight.0._v" in message
+    assert "power-iteration vectors of spectral_norm" in message
 
 
 @VARIANTS

@@ -513,3 +513,51 @@ def test_method_of_a_global_object_replaced(reentrant: bool, where: str) -> None
 
 
 Scaler._original_apply = Scaler.apply
+
+
+def _closure_region(settings: Config):
+    def region(x):
+        return torch.sin(x * settings.scale)
+
+    return region
+
+
+@VARIANTS
+def test_attribute_of_object_in_closure(reentrant: bool) -> None:
+    """A region nested in a function (or a method: ``self`` in a closure) reads attributes
+    of an object it closes over."""
+    settings = Config()
+    silently_wrong_then_named(
+        _function_step(_closure_region(settings), reentrant),
+        lambda: setattr(settings, "scale", 3.0),
+        lambda: setattr(settings, "scale", 1.0),
+        "closure",
+        "settings.scale",
+        "closure of _closure_region.<locals>.region",
+    )
+
+
+class Activated(nn.Module):
+    """Holds a ``functools.partial``, whose keywords dict can be changed in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.act = functools.partial(torch.nn.functional.gelu, approximate="none")
+
+    def forward(self, x):
+        return torch.sin(self.act(self.fc(x)))
+
+
+@VARIANTS
+def test_keywords_of_a_partial_attribute_changed_in_place(reentrant: bool) -> None:
+    module = Activated()
+    silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: module.act.keywords.update(approximate="tanh"),
+        lambda: module.act.keywords.update(approximate="none"),
+        "attribute",
+        "Activated.act",
+        "tanh",
+    )

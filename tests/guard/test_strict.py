@@ -133,9 +133,10 @@ def region_at_seed(region, x: torch.Tensor, seed: int) -> torch.Tensor:
 
 def test_nested_regions_and_non_tensor_outputs() -> None:
     inner = nn.Linear(8, 8)
-    scale = Settings()
+    holder = [Settings()]
 
     def inner_region(t: torch.Tensor) -> torch.Tensor:
+        scale = holder[0]  # reached through a local variable: no fingerprint names it
         return torch.tanh(inner(t) * scale.temperature)
 
     def outer_region(t: torch.Tensor) -> torch.Tensor:
@@ -146,7 +147,7 @@ def test_nested_regions_and_non_tensor_outputs() -> None:
     ckptguard.enable(strict=True)
     checkpoint(outer_region, x, use_reentrant=False).sum().backward()  # clean: silent
     out = checkpoint(outer_region, x, use_reentrant=False)
-    scale.temperature = 3.0
+    holder[0].temperature = 3.0
     with pytest.raises(CheckpointMismatchError) as info:
         out.sum().backward()
     assert info.value.kind == "values"
