@@ -70,8 +70,8 @@ def tensor_fp(t: Any) -> Any:
         return None
     try:
         ptr = t.data_ptr()
-    except RuntimeError:  # wrapper subclasses (DTensor, fake devices) have no storage
-        ptr = -1
+    except (RuntimeError, ValueError):  # no storage: wrapper subclasses (DTensor, fake
+        ptr = -1  # devices), lazy modules' uninitialised parameters
     return (TENSOR, id(t), t._version, ptr, t.dtype)
 
 
@@ -85,7 +85,7 @@ def input_fp(t: Any) -> Any:
     """Recompute receives detached copies of inputs: compare storage and version, not object."""
     try:
         ptr = t.data_ptr()
-    except RuntimeError:
+    except (RuntimeError, ValueError):
         ptr = -1
     return (TENSOR, 0, t._version, ptr, t.dtype, t.device, t.shape)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 
 from ckptguard import _compat, _explain, _names, _plan, _report, _rng, _strict, _verify
 from ckptguard._fingerprint import MISSING, SCALAR_TYPES, nested_tensors
@@ -133,7 +134,11 @@ def _buffer_state(buffers: dict, names: Any = None) -> dict[str, tuple]:
             tensor = buffers.get(name)
             if tensor is None:
                 continue
-            small = tensor.numel() <= SMALL_BUFFER and tensor.device.type != "meta"
+            small = (
+                not is_lazy(tensor)
+                and tensor.device.type != "meta"
+                and tensor.numel() <= SMALL_BUFFER
+            )
             state[name] = (tensor._version, tensor.clone() if small else None)
     return state
 

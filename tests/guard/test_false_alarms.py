@@ -308,3 +308,30 @@ def test_strict_batchnorm_without_momentum_reports_only_its_side_effect(reentran
     assert info.value.kind == "side_effect"
     assert "Sequential.1.num_batches_tracked" in str(info.value)
     assert "gradients are not affected" in str(info.value)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_lazy_modules_initialised_inside_the_region(reentrant: bool) -> None:
+    """A lazy module materialises its parameters and buffers in its first forward, inside the
+    region: uninitialised ones have no storage when the region starts."""
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        layers = nn.Sequential(nn.LazyLinear(6), nn.LazyBatchNorm1d(), nn.Tanh())
+        return layers.eval()  # in eval: no running-statistics update (a side effect)
+
+    def steps(module: nn.Module) -> list:
+        grads = []
+        for seed in range(2):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+            checkpoint(module, x, use_reentrant=reentrant).sum().backward()
+            grads += grads_of(module, x)
+            module.zero_grad(set_to_none=True)
+        return grads
+
+    plain = steps(build())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ckptguard.CheckpointGuardWarning)
+        with ckptguard.guard():
+            guarded = steps(build())
+    assert grads_equal(plain, guarded)
