@@ -3,12 +3,13 @@
 Backward uses the tensors the region saves for backward (non-reentrant: torch pairs the
 forward's saved tensors with the recompute's by position) and, for the reentrant variant, the
 region's outputs (its forward runs without grad and saves nothing). Strict mode takes a value
-signature of each (sum, sum of squares, a strided partial sum) at forward and at recompute and
-compares them with a tolerance scaled by the tensor's norm. Paths that compute the same values
-differently (a fused kernel in forward, a composite one in the recompute; autocast's cast
-cache) differ at most by rounding and do not alarm; a larger difference raises ``values`` with
-its size. Shape, dtype or count differences are left to torch's own check, which ``_intercept``
-explains.
+signature of each (a weighted sum with fixed weights in memory order, which sees sign flips and
+permutations, and the sum of squares; a tensor saved twice is checksummed once) at forward and
+at recompute and compares them with a tolerance scaled by the tensor's norm. Paths that
+compute the same values differently (a fused kernel in forward, a composite one in the
+recompute; autocast's cast cache) differ at most by rounding and do not alarm; a larger
+difference raises ``values`` with its size. Shape, dtype or count differences are left to
+torch's own check, which ``_intercept`` explains.
 
 A per-op log (op name, output shapes, which op made each tensor) names the first op that
 diverged: the first whose outputs differ in kind, else the first whose values differ. For
@@ -29,6 +30,7 @@ import math
 import os
 import sys
 import threading
+import weakref
 from typing import Any
 
 import torch
@@ -59,12 +61,14 @@ def _comparable(tensor: torch.Tensor) -> bool:
 
 
 def checksums(tensor: torch.Tensor, saved: bool) -> tuple | None:
-    """(sum, sum of squares[, sum of every third element, layout]) of ``tensor``, computed now
-    in its precision (float32 for lower ones; a faithful recompute repeats the same kernels bit
-    for bit) and read back with one ``.tolist()`` per region, not per op. Computed on a
-    detached view, so autograd records nothing, and with Python dispatch off, so no mode sees
-    them. The partial sum follows the elements' order in memory (no copy of a transposed
-    tensor); ``layout`` (its strides, None when contiguous) says which order that was."""
+    """Of an op's output: (sum, sum of squares). Of a saved tensor: (weighted sum, sum of
+    squares, layout), two passes over memory. Computed now in the tensor's precision (float32
+    for lower ones; a faithful recompute repeats the same kernels bit for bit) and read back
+    with one ``.tolist()`` per region, not per op. Computed on a detached view, so autograd
+    records nothing, and with Python dispatch off, so no mode sees them. The weights follow
+    the elements' order in memory (no copy of a transposed tensor), so the weighted sum sees a
+    sign flip and a permutation; ``layout`` (the strides, None when contiguous) says which
+    order that was."""
     if not _comparable(tensor):
         return None
     with _compat.no_python_dispatch():
@@ -72,8 +76,39 @@ def checksums(tensor: torch.Tensor, saved: bool) -> tuple | None:
         if flat.dtype not in (torch.float32, torch.float64):
             flat = flat.float()
         if saved:
-            return (flat.sum(), torch.dot(flat, flat), flat[::3].sum(), layout)
+            return (_weighted_sum(flat), torch.dot(flat, flat), layout)
         return (flat.sum(), torch.dot(flat, flat))
+
+
+_PERIOD = 1 << 20  # weights repeat after this many elements: at most 8 MiB of them
+_weights: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _weights_for(flat: torch.Tensor) -> torch.Tensor:
+    """Fixed weights in [-0.5, 0.5), one per position (the golden-ratio sequence: no random
+    numbers drawn), per dtype and device, grown on demand up to ``_PERIOD``."""
+    key = (flat.dtype, flat.device)
+    weights = _weights.get(key)
+    size = min(flat.numel(), _PERIOD)
+    if weights is None or len(weights) < size:
+        size = min(max(size, 2 * len(weights) if weights is not None else 0), _PERIOD)
+        positions = torch.arange(size, dtype=torch.float64, device=flat.device)
+        weights = _weights[key] = (torch.frac(positions * _GOLDEN) - 0.5).to(flat.dtype)
+    return weights
+
+
+_GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+def _weighted_sum(flat: torch.Tensor) -> torch.Tensor:
+    weights = _weights_for(flat)
+    count = flat.numel()
+    if count <= _PERIOD:
+        return torch.dot(flat, weights[:count])
+    rows = count // _PERIOD
+    total = torch.mv(flat[: rows * _PERIOD].view(rows, _PERIOD), weights).sum()
+    rest = count - rows * _PERIOD
+    return total + torch.dot(flat[rows * _PERIOD :], weights[:rest]) if rest else total
 
 
 def _in_memory_order(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
@@ -88,8 +123,10 @@ def _in_memory_order(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
 
 
 def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
-    """Signatures (shape, dtype, device[, sum, sum of squares, ...]) with one read-back."""
-    present = [part for s in sums if s is not None for part in s if type(part) is torch.Tensor]
+    """Signatures (shape, dtype, device[, checksums...]) with one read-back; a checksum tuple
+    shared by several positions (one tensor saved twice) is read once."""
+    unique = {id(s): s for s in sums if s is not None}
+    present = [part for s in unique.values() for part in s if type(part) is torch.Tensor]
     if not present:
         return list(metas)
     with _compat.no_python_dispatch():
@@ -97,10 +134,11 @@ def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
             values = iter(torch.stack(present).tolist())
         except RuntimeError:  # sums on several devices
             values = iter(torch.stack([p.double().cpu() for p in present]).tolist())
-    return [
-        m if s is None else m + tuple(next(values) if type(p) is torch.Tensor else p for p in s)
-        for m, s in zip(metas, sums, strict=True)
-    ]
+    read = {
+        key: tuple(next(values) if type(p) is torch.Tensor else p for p in s)
+        for key, s in unique.items()
+    }
+    return [m if s is None else m + read[id(s)] for m, s in zip(metas, sums, strict=True)]
 
 
 def signatures(tensors: list) -> list[tuple]:
@@ -118,19 +156,19 @@ def compare_signatures(old: tuple, new: tuple) -> dict[str, Any] | None:
     if len(old) == 3 or len(new) == 3:
         return None
     tolerance = _TOLERANCE.get(old[1], _DEFAULT_TOLERANCE)
-    old_values, new_values = old[3:6], new[3:6]
-    old_sum, old_squares, old_part = old_values
-    new_sum, new_squares, new_part = new_values
+    (old_sum, old_squares), (new_sum, new_squares) = old[3:5], new[3:5]
     old_l2, new_l2 = math.sqrt(max(old_squares, 0.0)), math.sqrt(max(new_squares, 0.0))
     count = math.prod(old[0]) or 1
-    # |sum difference| <= L1 of the difference <= sqrt(n) * its L2: scale sums by sqrt(n) * L2
+    # |weighted sum difference| <= L1 of the difference <= sqrt(n) * its L2 (|weight| < 1):
+    # scale sums by sqrt(n) * L2
     scale = max(old_l2, new_l2, 1e-300)
     spread = scale * math.sqrt(count)
-    differences = [abs(old_sum - new_sum) / spread, abs(old_l2 - new_l2) / scale]
-    if old[6] == new[6]:  # partial sums taken in the same memory order
-        differences.append(abs(old_part - new_part) / spread)
-    else:
-        old_values, new_values = old_values[:2], new_values[:2]
+    differences = [abs(old_l2 - new_l2) / scale]
+    old_values, new_values = [old_squares], [new_squares]
+    if old[5] == new[5]:  # weighted sums taken in the same memory order
+        differences.append(abs(old_sum - new_sum) / spread)
+        old_values.append(old_sum)
+        new_values.append(new_sum)
     relative = max(differences)
     nan = any(math.isnan(v) for v in (*old_values, *new_values))
     if nan:
@@ -145,13 +183,11 @@ def compare_signatures(old: tuple, new: tuple) -> dict[str, Any] | None:
         return None
     return {
         "summary": (
-            f"sum {old_sum:.6g} -> {new_sum:.6g}, L2 norm {old_l2:.6g} -> {new_l2:.6g}: a "
-            f"relative difference of {relative:.3g} (rounding alone stays below "
+            f"weighted sum {old_sum:.6g} -> {new_sum:.6g}, L2 norm {old_l2:.6g} -> "
+            f"{new_l2:.6g}: a relative difference of {relative:.3g} (rounding alone stays below "
             f"{tolerance:g} for {str(old[1]).replace('torch.', '')})"
         ),
         "relative": relative,
-        "forward_sum": old_sum,
-        "recompute_sum": new_sum,
     }
 
 
@@ -305,11 +341,20 @@ class SavedTensors:
         log, metas, sums, ids = self.log, self._metas, self._sums, self.ids
         uninitialised, producers, made_by = log.uninitialised, self.producers, log.producers
 
+        checked: dict[int, tuple] = {}  # id -> (weak reference, version, its checksums)
+
         def pack(tensor: torch.Tensor) -> Any:
             ident = id(tensor)
+            version = tensor._version
             metas.append((tensor.shape, tensor.dtype, tensor.device.type))
-            garbage = uninitialised.get(ident, -1) == tensor._version
-            sums.append(None if garbage else checksums(tensor, saved=True))
+            known = checked.get(ident)
+            if known is not None and known[0]() is tensor and known[1] == version:
+                sums.append(known[2])  # saved again (a Linear's input for q, k and v)
+            else:
+                garbage = uninitialised.get(ident, -1) == version
+                found = None if garbage else checksums(tensor, saved=True)
+                checked[ident] = (weakref.ref(tensor), version, found)
+                sums.append(found)
             ids.append(ident)
             # a tensor made before this pass (parameter, input) is saved by the op about to
             # run: if it differs, that op is the first whose output does
@@ -450,7 +495,7 @@ class StrictRecompute(_StrictPass):
         name = self.log.ops[index][0]
         shown = (old[:2] + old[3:5],), (new[:2] + new[3:5],)
         before, after = (name, shown[0], False), (name, shown[1], False)
-        return _op_entry(index, before, after, self._frame(index))
+        return _op_entry(index, before, after, self._frame(index), "weighted sum")
 
 
 def _same_op(old: tuple, new: tuple) -> bool:
@@ -472,7 +517,7 @@ def _same_op(old: tuple, new: tuple) -> bool:
     return True
 
 
-def _describe_op(op: tuple | None) -> str:
+def _describe_op(op: tuple | None, total: str) -> str:
     if op is None:
         return "<no such op>"
     name, outputs, _ = op
@@ -481,18 +526,22 @@ def _describe_op(op: tuple | None) -> str:
         if isinstance(output, tuple):
             text = f"{list(output[0])} {str(output[1]).replace('torch.', '')}"
             if len(output) == 4:
-                text += f" sum={output[2]!r} sumsq={output[3]!r}"
+                text += f" {total}={output[2]!r} sum of squares={output[3]!r}"
             shown.append(text)
         else:
             shown.append(str(output))
     return f"{name} -> ({', '.join(shown)})"
 
 
-def _op_entry(index: int, old: tuple | None, new: tuple | None, frame: str) -> dict[str, Any]:
+def _op_entry(
+    index: int, old: tuple | None, new: tuple | None, frame: str, total: str = "sum"
+) -> dict[str, Any]:
+    """``total``: what the first value of an output's signature is (an op's output: its sum;
+    a saved tensor: its weighted sum)."""
     return {
         "index": index,
         "op": (new or old)[0],
         "frame": frame,
-        "forward": _describe_op(old),
-        "recompute": _describe_op(new),
+        "forward": _describe_op(old, total),
+        "recompute": _describe_op(new, total),
     }
