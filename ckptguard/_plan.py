@@ -270,6 +270,46 @@ def read_chain(value: Any, attrs: tuple) -> Any:
     return value
 
 
+def through_properties(root: Any, chain: tuple) -> list[tuple]:
+    """``chain`` (a root name, then attributes) as it is, or, where it passes a property of
+    the object it has reached, the attribute chains the property's getter reads from its
+    ``self`` in its place: ``config._attn_implementation`` is read as
+    ``config._attn_implementation_internal``. A property is never evaluated (it runs code)."""
+    value = root
+    for index, name in enumerate(chain[1:], start=1):
+        if value is MISSING or value is SKIPPED or isinstance(value, (torch.Tensor, type)):
+            break
+        found = static_attribute(value, name)
+        if found is not SKIPPED:
+            value = found
+            continue
+        getter = _property_getter(type(value), name)
+        if getter is None:
+            break
+        reads = code_reads(getter.__code__)
+        self_name = _argument_names(getter.__code__)[:1]
+        expanded = {
+            (*chain[:index], *attrs)[: MAX_CHAIN + 1]
+            for argument, attrs in reads.arg_chains
+            if (argument,) == self_name and attrs[0] != name
+        }
+        return sorted(expanded)
+    return [chain]
+
+
+def _property_getter(cls: type, name: str) -> types.FunctionType | None:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            found = klass.__dict__[name]
+            if not isinstance(found, property):
+                return None
+            getter = unwrap_function(found.fget)
+            if getter is None or is_library_code(getter.__code__):
+                return None
+            return getter
+    return None
+
+
 def _is_library_module(value: types.ModuleType) -> bool:
     return value.__name__.partition(".")[0] in _LIBRARY_ROOTS
 
@@ -370,14 +410,15 @@ class FunctionPlan:
                         continue
                 elif len(chain) > 1 and isinstance(value, type):
                     chain = chain[:2]  # a class attribute; deeper is the class's business
-                target = read_chain(value, chain[1:])
-                kind = sample_kind(target)
-                chains.append((chain, kind, _inline_spec(value, chain, target)))
-                callee = _follow_target(target)
-                if callee is not None:
-                    if kind == "object":
-                        followed.append((len(chains) - 1, id(target)))
-                    pending.append((callee, False))
+                for read in through_properties(value, chain):
+                    target = read_chain(value, read[1:])
+                    kind = sample_kind(target)
+                    chains.append((read, kind, _inline_spec(value, read, target)))
+                    callee = _follow_target(target)
+                    if callee is not None:
+                        if kind == "object":
+                            followed.append((len(chains) - 1, id(target)))
+                        pending.append((callee, False))
             cells = []  # kind of each closure cell's value ("empty" for an unset cell)
             cell_chains = []
             wrapped = getattr(func, "__wrapped__", None)
@@ -430,7 +471,8 @@ def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tupl
             continue
         if type(contents) in SCALAR_TYPES or isinstance(contents, types.ModuleType):
             continue  # scalars are read whole; modules' globals are their functions' business
-        found.append((index, attrs, read_chain(contents, attrs)))
+        for chain in through_properties(contents, (name, *attrs)):
+            found.append((index, chain[1:], read_chain(contents, chain[1:])))
     return found
 
 
@@ -630,18 +672,19 @@ class ModulePlan:
         self.buffers = tuple(state["_buffers"])
         registered = set(self.params) | set(self.buffers)
         self.class_dicts: list = []
-        resolved = []
+        resolved = {}
         for chain in sorted(
             c for c in chains if c[0] not in reads.stored and c[0] not in registered
         ):
             source = self._source_of(module, chain[0])
             if source is None:
                 continue  # a property: not evaluated, its getter's own reads are chains
-            sample = read_chain(static_attribute(module, chain[0]), chain[1:])
-            if sample is SKIPPED:
-                continue  # ends in a property: nothing to read without running its getter
-            resolved.append((chain, source, sample_kind(sample)))
-        self.chains = tuple(resolved)
+            root = static_attribute(module, chain[0])
+            for read in through_properties(root, chain):
+                sample = read_chain(root, read[1:])
+                if sample is not SKIPPED:  # SKIPPED: a property whose getter is not readable
+                    resolved[read] = (read, source, sample_kind(sample))
+        self.chains = tuple(resolved.values())
         labels = [
             ("training", "training"),
             ("function", "forward"),

@@ -35,6 +35,7 @@ from ckptguard._plan import (
     read_chain,
     rebuild_function_plan,
     static_attribute,
+    through_properties,
     unwrap_function,
 )
 from ckptguard._reader import (
@@ -521,7 +522,8 @@ def _capture_arguments(
             continue
         if isinstance(value, (torch.Tensor, torch.nn.Module)):
             continue  # tensors are arguments above; modules have their own plans
-        chains.append((f"{name}.{'.'.join(attrs)}", value, attrs))
+        for chain in through_properties(value, (name, *attrs)):
+            chains.append((".".join(chain), value, chain[1:]))
     fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
 
 

@@ -561,3 +561,62 @@ def test_keywords_of_a_partial_attribute_changed_in_place(reentrant: bool) -> No
         "Activated.act",
         "tanh",
     )
+
+
+class PropertyConfig:
+    """transformers style: ``config._attn_implementation`` is a property over a stored
+    ``_attn_implementation_internal``."""
+
+    def __init__(self) -> None:
+        self._scale_internal = 1.0
+
+    @property
+    def scale(self) -> float:
+        return self._scale_internal
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self._scale_internal = value
+
+
+class PropertyConfigured(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.config = PropertyConfig()
+
+    def forward(self, x):
+        return torch.sin(self.fc(x) * self.config.scale)
+
+
+@VARIANTS
+def test_attribute_behind_a_property_of_a_config_object(reentrant: bool) -> None:
+    """The property is never evaluated; what its getter reads from ``self`` is."""
+    module = PropertyConfigured()
+    silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: setattr(module.config, "scale", 2.0),
+        lambda: setattr(module.config, "scale", 1.0),
+        "attribute",
+        "PropertyConfigured.config._scale_internal",
+    )
+
+
+def _property_region(settings: PropertyConfig):
+    def region(x):
+        return torch.sin(x * settings.scale)
+
+    return region
+
+
+@VARIANTS
+def test_property_of_an_object_in_closure(reentrant: bool) -> None:
+    settings = PropertyConfig()
+    silently_wrong_then_named(
+        _function_step(_property_region(settings), reentrant),
+        lambda: setattr(settings, "scale", 3.0),
+        lambda: setattr(settings, "scale", 1.0),
+        "closure",
+        "settings._scale_internal",
+    )
