@@ -560,6 +560,55 @@ def forward(self, x):
     assert "layer=layer" in finding.message
 
 
+IN_PLACE = """\
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x, cfg, **kwargs):
+    for index, layer in enumerate(self.layers):
+        window = index % 2 == 0
+        {change}
+
+        def make_forward(module):
+            def custom_forward(*inputs):
+                return module(*inputs, {read})
+
+            return custom_forward
+
+        x = checkpoint(make_forward(layer), x, use_reentrant=False)
+    return x
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "read", "flagged"),
+    [
+        ('kwargs["window"] = window', "**kwargs", True),
+        ('kwargs["window"] = window', 'kwargs["window"]', True),
+        ('kwargs["window"] = window', 'window=kwargs.get("window")', True),
+        ("kwargs.update(window=window)", "**kwargs", True),
+        ("cfg.window = window", "cfg.window", True),
+        ('kwargs["calls"] += 1', "**kwargs", True),
+        ('kwargs["window"] = window', 'kwargs["mask"]', False),  # another item
+        ("cfg.window = window", "cfg.mask", False),  # another attribute
+        ('kwargs["mask"] = self.mask', "**kwargs", False),  # the same value every iteration
+    ],
+)
+def test_late_binding_of_an_object_changed_in_place(change: str, read: str, flagged: bool) -> None:
+    """The loop changes, in place, what the region reads through its closure: the recompute
+    sees the object's last state (unsloth's Gemma2 path updates ``kwargs`` per layer)."""
+    source = IN_PLACE.format(change=change, read=read)
+    found = lint(source, select=("CKP202",))
+    if not flagged:
+        assert found == [], source
+        return
+    [finding] = found
+    assert (finding.line, finding.column) == (14, 13)
+    name = "cfg" if change.startswith("cfg") else "kwargs"
+    assert f"reads `{name}` (line 10)" in finding.message
+    assert "loop at line 4 changes it in place (line 6)" in finding.message
+    assert "sees the last state" in finding.message
+
+
 def test_noqa_silences_a_semantic_finding() -> None:
     source = """\
 import torch.nn.functional as F

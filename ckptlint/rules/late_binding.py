@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ckptlint.analysis import ProjectAnalysis
 from ckptlint.core import Finding
 from ckptlint.effects.changes import statements_at
+from ckptlint.effects.reach import MUTATING_METHODS, assigned_targets, header_nodes
 from ckptlint.project.scopes import COMPREHENSIONS, Binding, Scope
 from ckptlint.regions.sites import callee_label
 from ckptlint.resolution.values import FunctionValue, PartialValue, Values
@@ -20,6 +21,7 @@ class ClosureRead:
     name: str
     read_line: int
     loop_line: int
+    changed_line: int | None = None  # an in-place change (``kwargs[k] = v``), not a rebinding
 
 
 class LateBinding(Rule):
@@ -35,10 +37,17 @@ class LateBinding(Rule):
     `functools.partial(f, i)`, a factory function's parameter (`make_forward(layer)`), or
     pass it as an input of the checkpoint.
 
+    The same holds for an object the loop changes in place: a dict the region reads
+    (`**kwargs`) that the loop updates with each layer's value (`kwargs["window"] = w`) is
+    read at its last state by every recompute. Bind a copy (`functools.partial(f,
+    **kwargs)`, `dict(kwargs)` as a default argument).
+
     Reported when the region is a lambda or def (directly, through `functools.partial` or
     returned by a factory) that reads a variable of an enclosing function, and the
     checkpoint call sits inside a `for`/`while` loop (or comprehension) of that function
-    that rebinds the variable. Not reported when the loop also runs the backward
+    that rebinds the variable, or changes the part of it the region reads (an item, an
+    attribute, or anything for a region that uses the whole object) to a value computed
+    from names the loop binds. Not reported when the loop also runs the backward
     (`loss.backward()` in the same iteration), when the region is the loop variable
     itself (`checkpoint(layer, x)` passes the current value), when the loop only sets the
     variable to one constant before the call (`use_cache = False`), or only remakes a
@@ -88,6 +97,23 @@ def forward(self, x):
         scale *= 2
     return x
 """,
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x, **kwargs):
+    for index, layer in enumerate(self.layers):
+        window = index % 2 == 0
+        kwargs["use_sliding_window"] = window
+
+        def make_forward(module):
+            def custom_forward(*inputs):
+                return module(*inputs, **kwargs)
+
+            return custom_forward
+
+        x = checkpoint(make_forward(layer), x, use_reentrant=False)
+    return x
+""",
     ]
     VALID = [
         """\
@@ -128,6 +154,24 @@ def train(model, batches):
         loss = checkpoint(lambda h: model(h, batch.mask), batch.x, use_reentrant=False)
         loss.backward()
 """,
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x, mask, **kwargs):
+    for index, layer in enumerate(self.layers):
+        kwargs["mask"] = mask  # the same value in every iteration
+        stats = {"layer": index}
+
+        def make_forward(module):
+            def custom_forward(*inputs):
+                return module(*inputs, kwargs["mask"])
+
+            return custom_forward
+
+        x = checkpoint(make_forward(layer), x, use_reentrant=False)
+        kwargs["step"] = index  # an item the region does not read
+    return x
+""",
     ]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
@@ -141,13 +185,18 @@ def train(model, batches):
                 found = late_binding(function, site.node, analysis)
                 if found is None:
                     continue
+                if found.changed_line is None:
+                    how, state, bind = "rebinds it", "value", f"`{found.name}={found.name}`"
+                else:
+                    how = f"changes it in place (line {found.changed_line})"
+                    state, bind = "state", f"a copy, `{found.name}=dict({found.name})`"
                 message = (
                     f"{site.subject} {function.label} reads `{found.name}` (line"
                     f" {found.read_line}) through its closure, and the loop at line"
-                    f" {found.loop_line} rebinds it: the recompute in backward runs after the"
-                    " loop moved on and sees the last value, so gradients are silently wrong;"
-                    f" bind it when making the region (`{found.name}={found.name}` default"
-                    " argument, functools.partial) or pass it as a checkpoint input"
+                    f" {found.loop_line} {how}: the recompute in backward runs after the"
+                    f" loop moved on and sees the last {state}, so gradients are silently"
+                    f" wrong; bind it when making the region ({bind} default argument,"
+                    " functools.partial) or pass it as a checkpoint input"
                 )
                 yield context.finding(site.node, self.code, message)
                 break
@@ -173,6 +222,11 @@ def late_binding(
     statements = [body] if isinstance(body, ast.expr) else body
     own_scope = analysis.evaluator.scope_of(function)
     bound = {id(parameter) for parameter, _ in function.context.env}
+    parents = {
+        id(child): parent
+        for parent in ast.walk(function.node)
+        for child in ast.iter_child_nodes(parent)
+    }
     for node, scope in analysis.reaches.nodes_with_scopes(statements, own_scope, function.module):
         if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
             continue
@@ -186,6 +240,10 @@ def late_binding(
         loop = _rebinding_loop(owner, node.id, call)
         if loop is not None:
             return ClosureRead(node.id, node.lineno, loop.lineno)
+        changed = _changing_loop(owner, node.id, _part_read(node, parents), call)
+        if changed is not None:
+            loop, line = changed
+            return ClosureRead(node.id, node.lineno, loop.lineno, line)
     return None
 
 
@@ -212,6 +270,123 @@ def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
         if rebound and not _same_constant_first(rebound, call) and not _runs_backward(statement):
             return statement
     return None
+
+
+# The part of an object a read or a change touches: ("attr", name), ("key", constant or None
+# for a computed key) or ("whole", None).
+Part = tuple[str, object]
+_WHOLE: Part = ("whole", None)
+
+
+def _part_read(name: ast.Name, parents: dict[int, ast.AST]) -> Part:
+    """``kwargs["mask"]`` and ``kwargs.get("mask")`` read one item, ``cfg.scale`` one
+    attribute; anything else (``**kwargs``, passing it on) may read all of it."""
+    parent = parents.get(id(name))
+    if isinstance(parent, ast.Attribute):
+        call = parents.get(id(parent))
+        if parent.attr == "get" and isinstance(call, ast.Call) and call.func is parent:
+            return ("key", _constant(call.args[0]) if call.args else None)
+        return ("attr", parent.attr)
+    if isinstance(parent, ast.Subscript) and parent.value is name:
+        return ("key", _constant(parent.slice))
+    return _WHOLE
+
+
+def _constant(node: ast.expr) -> object:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def _changing_loop(owner: Scope, name: str, read: Part, call: ast.Call) -> tuple | None:
+    """(loop, line) of the innermost loop of ``owner`` around ``call`` that changes, in
+    place, the part of ``name`` the region reads, to a value computed from names the loop
+    binds (a value that cannot differ between iterations changes nothing the recompute
+    sees); None when there is none or the loop also runs the backward."""
+    if not isinstance(owner.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    for statement in reversed(statements_at(owner.node.body, call.lineno)):
+        if not isinstance(statement, (ast.For, ast.AsyncFor, ast.While)):
+            continue
+        if not statement.body or call.lineno < statement.body[0].lineno:
+            continue
+        if _runs_backward(statement):
+            return None
+        end = statement.end_lineno or statement.lineno
+        varying = {
+            other
+            for other, bindings in owner.bindings.items()
+            if any(statement.lineno <= b.position[0] <= end for b in bindings)
+        }
+        for part, value, line in _in_place_changes(statement, name):
+            if _overlaps(part, read) and (value is None or _uses_any(value, varying)):
+                return statement, line
+    return None
+
+
+def _in_place_changes(loop: ast.AST, name: str) -> Iterator[tuple[Part, ast.AST | None, int]]:
+    """(part changed, the value or call that changes it, line) for ``name[k] = v``,
+    ``name.a = v``, ``del name[k]`` and ``name.update(...)``-style calls in the loop's body,
+    outside nested definitions. The value is None where the change builds on the part's own
+    previous state (``name[k] += 1``, ``del``): it differs between iterations by itself."""
+    for statement in _statements_run_in(loop):
+        cumulative = isinstance(statement, (ast.AugAssign, ast.Delete))
+        for target in assigned_targets(statement):
+            part = _part_of_target(target, name)
+            if part is not None:
+                value = None if cumulative else statement.value
+                yield part, value, statement.lineno
+        for node in header_nodes(statement):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MUTATING_METHODS
+            ):
+                part = _part_of_target(node.func, name)
+                if part is not None:
+                    yield (_WHOLE if part[0] == "attr" else part), node, node.lineno
+
+
+def _part_of_target(target: ast.expr, name: str) -> Part | None:
+    """The part of ``name`` a target expression (``name[k].x``) lands in, None when it is
+    not rooted at ``name`` itself."""
+    outer = None
+    while isinstance(target, (ast.Attribute, ast.Subscript)):
+        if isinstance(target.value, ast.Name):
+            outer = target
+            break
+        target = target.value
+    if outer is None or outer.value.id != name:
+        return None
+    if isinstance(outer, ast.Attribute):
+        return ("attr", outer.attr)
+    return ("key", _constant(outer.slice))
+
+
+def _overlaps(changed: Part, read: Part) -> bool:
+    if changed == _WHOLE or read == _WHOLE:
+        return True
+    if changed[0] != read[0]:
+        return False
+    return changed[1] is None or read[1] is None or changed[1] == read[1]
+
+
+def _uses_any(value: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(value))
+
+
+def _statements_run_in(loop: ast.AST) -> Iterator[ast.stmt]:
+    """Statements of a loop's body (nested blocks included), not of nested definitions."""
+    stack = list(reversed(loop.body))
+    while stack:
+        statement = stack.pop()
+        yield statement
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            stack.extend(reversed(getattr(statement, field, [])))
+        for handler in getattr(statement, "handlers", []):
+            stack.extend(reversed(handler.body))
+        for case in getattr(statement, "cases", []):
+            stack.extend(reversed(case.body))
 
 
 def _is_definition(binding: Binding) -> bool:
