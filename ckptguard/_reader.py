@@ -56,6 +56,7 @@ _NAMESPACE = {
     "TENSOR": TENSOR,
 }
 
+_SIZED = ("__dict__", "_parameters", "_buffers", "_modules")  # a module's sizes, in order
 DEREFERENCE = weakref.ref.__call__  # map(DEREFERENCE, refs): the referents, without a frame
 TORCH = "torch"  # label owners besides module indexes
 HOOKS = "hooks"
@@ -244,11 +245,12 @@ class RegionReader:
                     expression = f"{table}{i}.get({source[1]!r}, MISSING)"
                 items.append(_convert(_module_chain(expression, chain), kind))
                 labels.append((i, "attribute", ".".join(chain), None))
-            for table, size in zip(("s", "p", "b", "m"), plan.shape, strict=True):
+            tables = ("s", "p", "b", "m")
+            for table, size, name in zip(tables, plan.shape, _SIZED, strict=True):
                 shape_positions.append(len(items))
                 shape.append(size)
                 items.append(f"len({table}{i})")  # small ints: nothing allocated
-                labels.append((i, "shape", "size", None))
+                labels.append((i, "shape", name, None))
             if module._modules:  # a child replaced; one added changes the sizes
                 shape_positions.append(len(items))
                 shape.append(tuple(map(id, module._modules.values())))

@@ -14,6 +14,7 @@ import functools
 import operator
 import types
 import weakref
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -239,12 +240,30 @@ def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
         seen.add(id(module))
         out.append(module)
         pending.extend(reversed([c for c in module._modules.values() if c is not None]))
-        plan = module_plan(module, id(module) in loose)
-        for chain, _, kind in plan.chains:
-            if kind == "object":
-                value = read_chain(static_attribute(module, chain[0]), chain[1:])
-                if isinstance(value, torch.nn.Module) and id(value) not in seen:
-                    pending.append(value)
+        pending.extend(m for m in _modules_read(module, loose) if id(m) not in seen)
+    return out
+
+
+def _modules_read(module: torch.nn.Module, loose: set[int]) -> Iterator[torch.nn.Module]:
+    """Modules the code of ``module`` reads through its attributes (``self.blocks``)."""
+    plan = module_plan(module, id(module) in loose)
+    for chain, _, kind in plan.chains:
+        if kind == "object":
+            value = read_chain(static_attribute(module, chain[0]), chain[1:])
+            if isinstance(value, torch.nn.Module):
+                yield value
+
+
+def _with_modules_read(modules: list, loose: set[int]) -> list:
+    """A function region's modules (those its forward ran) and the modules their code reads
+    without running them: a ``ModuleList`` it iterates, whose length is what it runs."""
+    out = list({id(m): m for m in modules}.values())
+    seen = {id(m) for m in out}
+    for module in out:  # grows while it is walked: modules read by modules read
+        for held in _modules_read(module, loose):
+            if id(held) not in seen:
+                seen.add(id(held))
+                out.append(held)
     return out
 
 
@@ -283,7 +302,7 @@ def reader_for(
             reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
             _store(key, anchor, reader)
         return reader, list(map(DEREFERENCE, reader.module_refs)), roots
-    modules = list({id(m): m for m in (*static_modules, *observed)}.values())
+    modules = _with_modules_read([*static_modules, *observed], loose)
     key, anchor = _reader_key(None, modules, roots, reentrant, loose)
     reader = cached_reader(key, anchor, modules)
     if reader is None:
@@ -419,6 +438,8 @@ def _explain_values(fingerprint: RegionFingerprint, values: tuple, name_module: 
         if position in reader.raw_positions:
             old, new = value_fp(old), value_fp(new)
         if kind == "shape":
+            if name in _CONTENTS and isinstance(modules[owner], _CONTAINERS):
+                _raise_contents(modules[owner], name, old, new, name_module)
             if owner not in reshaped:
                 reshaped.append(owner)
             continue
@@ -435,6 +456,32 @@ def _explain_values(fingerprint: RegionFingerprint, values: tuple, name_module: 
         _raise_module(kind, name, modules[owner], old, new, name_module)
     for index in reshaped:
         _explain_reshaped(fingerprint, index, name_module)
+
+
+# Modules whose contents are what their users read (iterated, indexed, run in order): a
+# module or parameter added, removed or replaced changes what the region computes.
+_CONTAINERS = (
+    torch.nn.ModuleList,
+    torch.nn.ModuleDict,
+    torch.nn.Sequential,
+    torch.nn.ParameterList,
+    torch.nn.ParameterDict,
+)
+_CONTENTS = frozenset({"_modules", "children", "_parameters"})
+
+
+def _raise_contents(module: Any, name: str, old: Any, new: Any, name_module: Any) -> None:
+    held = "parameter" if name == "_parameters" else "module"
+    if name == "children":  # the children's ids: as many, one or more replaced
+        old, new = _Text(_count(len(old), held)), _Text("as many, one or more replaced")
+    else:
+        old, new = _Text(_count(old, held)), _Text(_count(new, held))
+    where = f"the {held}s held by this {type(module).__name__}"
+    raise Difference("attribute", name_module(module), where, old, new)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _explain_reshaped(fingerprint: RegionFingerprint, index: int, name_module: Any) -> None:

@@ -620,3 +620,72 @@ def test_property_of_an_object_in_closure(reentrant: bool) -> None:
         "closure",
         "settings._scale_internal",
     )
+
+
+class Stacked(nn.Module):
+    """Runs what its containers hold: the blocks of a ModuleList, a Sequential, and the scales
+    of a ParameterList."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList([nn.Linear(4, 4)])
+        self.tail = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+        self.scales = nn.ParameterList([nn.Parameter(torch.full((4,), 1.5))])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.sin(block(x))
+        for scale in self.scales:
+            x = x * scale
+        return self.tail(x)
+
+
+@VARIANTS
+@pytest.mark.parametrize("region", ["module", "function"])
+@pytest.mark.parametrize(
+    ("container", "change", "shown"),
+    [
+        ("blocks", lambda m, new: m.blocks.append(new), "2 modules"),
+        ("tail", lambda m, new: m.tail.__setitem__(0, new), "as many, one or more replaced"),
+        ("scales", lambda m, new: m.scales.append(nn.Parameter(torch.ones(4))), "2 parameters"),
+    ],
+    ids=["module_list_append", "sequential_replace", "parameter_list_append"],
+)
+def test_contents_of_a_container_changed(reentrant, region, container, change, shown) -> None:
+    """A module added to or replaced in a container the region iterates changes what the
+    recompute runs, though no attribute its code names changed."""
+    module = Stacked()
+    saved = {name: list(getattr(module, name)) for name in ("blocks", "tail", "scales")}
+    replacement = nn.Linear(4, 4)
+
+    def undo() -> None:
+        module.blocks = nn.ModuleList(saved["blocks"])
+        module.tail = nn.Sequential(*saved["tail"])
+        module.scales = nn.ParameterList(saved["scales"])
+
+    if region == "module":
+        step = _module_step(module, reentrant)
+    else:
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)
+
+        def step(change):
+            module.zero_grad(set_to_none=True)
+            x.grad = None
+            out = checkpoint(lambda h: module(h), x, use_reentrant=reentrant)
+            if change is not None:
+                change()
+            out.sum().backward()
+            return grads_of(module, x)
+
+    if reentrant or container == "tail":
+        error = silently_wrong_then_named(
+            step, lambda: change(module, replacement), undo, "attribute", f"Stacked.{container}"
+        )
+    else:  # one more saved tensor: torch's own check fires, and the guard says why first
+        with ckptguard.guard(), pytest.raises(ckptguard.CheckpointMismatchError) as info:
+            step(lambda: change(module, replacement))
+        undo()
+        error = info.value
+        assert error.kind == "attribute" and f"Stacked.{container}" in str(error)
+    assert shown in str(error)
