@@ -9,6 +9,8 @@ Configurations:
 * transformers Llama, 4 layers, hidden 128, seq 64, batch 1 and 4, random weights from a config
   (goals: guard <= 1 % of the step at batch 4, <= 3 % at batch 1; strict <= 1.5x at batch 4),
   with each mode's CPU time per region (median of the paired differences to the plain step);
+  then the floor of any guard at the same hook point: torch's generator wrapped with nothing to
+  fingerprint, and with only the parameters' version counters, against the guard;
 * timm ViT-tiny (vit_tiny_patch16_224, random weights), batch 2, timm's own checkpointing;
 * a depth sweep: 8/16/32/64 blocks under ``checkpoint_sequential`` (one block per segment):
   the guard's cost per region must stay flat (+-20 %); it also prints the counted work per
@@ -21,9 +23,10 @@ Run: python benchmarks/guard_overhead.py [--rounds N] [--quick]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -31,21 +34,87 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 import ckptguard
-from ckptguard import _verify
+from ckptguard import _compat, _verify
 
 MODES = {"plain": None, "guard": {}, "strict": {"strict": True}}
 
 
 def timed(step: Callable[[], None], mode: str) -> tuple[float, float]:
+    with _mode(mode):
+        wall, cpu = time.perf_counter(), time.process_time()
+        step()
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+
+@contextlib.contextmanager
+def _mode(mode: str) -> Iterator[None]:
+    if mode in FLOOR:
+        with _floor(read_versions=mode == "versions"):
+            yield
+        return
     options = MODES[mode]
     if options is not None:
         ckptguard.enable(**options)
     try:
-        wall, cpu = time.perf_counter(), time.process_time()
-        step()
-        return time.perf_counter() - wall, time.process_time() - cpu
+        yield
     finally:
         ckptguard.disable()
+
+
+# ------------------------------------------------------------- the floor of any such guard
+
+FLOOR = ("intercept", "versions")
+
+
+class _FloorRegion:
+    """What the least a guard at ckptguard's hook point must do: stand in for the region's
+    function (torch calls it to recompute) and, with ``params``, compare the version counters
+    of the region's parameters read after the forward with those before the recompute."""
+
+    __slots__ = ("fn", "params", "seen")
+
+    def __init__(self, fn: Callable, params: list | None) -> None:
+        self.fn, self.params, self.seen = fn, params, None
+
+    def versions(self) -> tuple:
+        return tuple([p._version for p in self.params])
+
+    def __call__(self, *args, **kwargs):
+        if self.seen is not None and self.versions() != self.seen:
+            raise RuntimeError("a parameter changed between forward and recompute")
+        return self.fn(*args, **kwargs)
+
+
+_floor_params: dict[int, list] = {}
+
+
+@contextlib.contextmanager
+def _floor(read_versions: bool) -> Iterator[None]:
+    """Wraps torch's non-reentrant generator as ckptguard does (resolved by its compatibility
+    module), with nothing or only parameter versions to fingerprint. transformers' layers
+    hand torch ``partial(forward, layer, **kwargs)``."""
+    patched = []
+    for owner, name, original in _compat.resolve().generators:
+
+        def generator(fn, *args, _original=original, **kwargs):
+            params = None
+            if read_versions:
+                layer = fn.args[0]
+                params = _floor_params.get(id(layer))
+                if params is None:
+                    params = _floor_params[id(layer)] = list(layer.parameters())
+            region = _FloorRegion(fn, params)
+            yield from _original(region, *args, **kwargs)
+            if params is not None:
+                region.seen = region.versions()
+
+        patched.append((owner, name, original))
+        setattr(owner, name, generator)
+    try:
+        yield
+    finally:
+        for owner, name, original in patched:
+            setattr(owner, name, original)
 
 
 def interleave(step: Callable[[], None], modes: list[str], rounds: int) -> dict[str, list]:
@@ -66,7 +135,7 @@ def report(name: str, results: dict[str, list], goals: dict[str, str], regions: 
     for mode, samples in results.items():
         wall = statistics.median(s[0] for s in samples)
         cpu = statistics.median(s[1] for s in samples)
-        line = f"  {mode:<6} wall {wall * 1e3:8.2f} ms  cpu {cpu * 1e3:8.2f} ms"
+        line = f"  {mode:<9} wall {wall * 1e3:8.2f} ms  cpu {cpu * 1e3:8.2f} ms"
         if mode != "plain":
             wall_ratio = statistics.median(s[0] / p[0] for s, p in zip(samples, plain, strict=True))
             cpu_ratio = statistics.median(s[1] / p[1] for s, p in zip(samples, plain, strict=True))
@@ -114,6 +183,12 @@ def llama_step(batch: int) -> Callable[[], None] | None:
         model.zero_grad(set_to_none=True)
 
     return step
+
+
+FLOOR_TEXT = (
+    "torch's generator wrapped as ckptguard wraps it, with no fingerprint (intercept) and with"
+    " only the layer's parameter version counters (versions)"
+)
 
 
 # ------------------------------------------------------------------------------ timm ViT-tiny
@@ -247,6 +322,8 @@ def main() -> None:
         results = interleave(step, ["plain", "guard", "strict"], rounds)
         name = f"transformers Llama 4 x 128, seq 64, batch {batch}"
         report(name, results, {"guard": goal, "strict": strict_goal}, regions=4)
+        results = interleave(step, ["plain", *FLOOR, "guard"], rounds)
+        report(f"  the floor at batch {batch}: {FLOOR_TEXT}", results, {}, regions=4)
 
     step = vit_step()
     if step is None:
