@@ -65,6 +65,13 @@ class ObjectFP(NamedTuple):
     type: type
 
 
+def of_type(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    """``isinstance`` by the object's own type: ``isinstance`` asks for ``__class__``, which
+    an object's ``__getattribute__`` (user code: transformers' configs, proxies) answers, and
+    the guard reads state without running user code."""
+    return issubclass(type(value), kinds)
+
+
 def tensor_fp(t: Any) -> Any:
     if t is None:
         return None
@@ -106,7 +113,7 @@ def readable(value: Any) -> Any:
 def _shallow_fp(value: Any) -> Any:
     if type(value) in SCALAR_TYPES:
         return value
-    if isinstance(value, torch.Tensor):
+    if of_type(value, torch.Tensor):
         return tensor_fp(value)
     return (OBJECT, id(value), type(value))
 
@@ -116,7 +123,7 @@ def value_fp(value: Any) -> Any:
     kind = type(value)
     if kind in SCALAR_TYPES or value is MISSING or value is SKIPPED:
         return value
-    if isinstance(value, torch.Tensor):
+    if of_type(value, torch.Tensor):
         return tensor_fp(value)
     if kind is list or kind is tuple:
         if len(value) <= SMALL_CONTAINER:
@@ -140,7 +147,7 @@ def nested_tensors(value: Any, limit: int = SMALL_CONTAINER) -> list[tuple[str, 
     found: list[tuple[str, torch.Tensor]] = []
 
     def walk(item: Any, path: str, depth: int) -> None:
-        if isinstance(item, torch.Tensor):
+        if of_type(item, torch.Tensor):
             found.append((path, item))
         elif depth < 2 and type(item) in (list, tuple) and len(item) <= limit:
             for index, element in enumerate(item):
@@ -159,7 +166,7 @@ def argument_fp(value: Any) -> Any:
     kind = type(value)
     if kind in SCALAR_TYPES:
         return value
-    if isinstance(value, torch.Tensor):
+    if of_type(value, torch.Tensor):
         return input_fp(value)
     if (kind is list or kind is tuple) and len(value) <= SMALL_CONTAINER:
         return (kind, tuple([value_fp(v) for v in value]))

@@ -33,6 +33,7 @@ from ckptguard._fingerprint import (
     MISSING,
     SCALAR_TYPES,
     SKIPPED,
+    of_type,
     value_fp,
 )
 
@@ -278,7 +279,7 @@ def through_properties(root: Any, chain: tuple) -> list[tuple]:
     ``config._attn_implementation_internal``. A property is never evaluated (it runs code)."""
     value = root
     for index, name in enumerate(chain[1:], start=1):
-        if value is MISSING or value is SKIPPED or isinstance(value, (torch.Tensor, type)):
+        if value is MISSING or value is SKIPPED or of_type(value, (torch.Tensor, type)):
             break
         found = static_attribute(value, name)
         if found is not SKIPPED:
@@ -317,11 +318,11 @@ def _is_library_module(value: types.ModuleType) -> bool:
 
 def _follow_target(value: Any) -> types.FunctionType | None:
     """The user function a value leads to (functions, methods, partials), if any."""
-    if isinstance(value, (staticmethod, classmethod)):
+    if of_type(value, (staticmethod, classmethod)):
         value = value.__func__
-    if isinstance(value, types.MethodType):
+    if of_type(value, types.MethodType):
         value = value.__func__
-    if isinstance(value, functools.partial):
+    if of_type(value, functools.partial):
         value = value.func
     func = unwrap_function(value) if callable(value) else None
     if func is None or is_library_code(func.__code__):
@@ -340,14 +341,14 @@ def _inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
     type. The reader checks the root's type ``T``, that nothing earlier shadows the attribute
     and the value's type ``V``, and calls ``read_chain`` whenever one of them fails, so the
     result is always ``static_attribute``'s. None: no shortcut (longer chains, modules)."""
-    if len(chain) != 2 or isinstance(root, torch.nn.Module):
+    if len(chain) != 2 or of_type(root, torch.nn.Module):
         return None
     name = chain[1]
     try:
         state = object.__getattribute__(root, "__dict__")
     except AttributeError:
         state = None
-    if isinstance(root, type):
+    if of_type(root, type):
         if name in state and _read_as_stored(value):
             return ("own", type(root), type(value))
         return None
@@ -406,10 +407,10 @@ class FunctionPlan:
                 if name not in namespace and name in _BUILTINS:
                     continue
                 value = namespace.get(name, MISSING)
-                if isinstance(value, types.ModuleType):
+                if of_type(value, types.ModuleType):
                     if len(chain) == 1 or _is_library_module(value):
                         continue
-                elif len(chain) > 1 and isinstance(value, type):
+                elif len(chain) > 1 and of_type(value, type):
                     chain = chain[:2]  # a class attribute; deeper is the class's business
                 for read in through_properties(value, chain):
                     target = read_chain(value, read[1:])
@@ -470,7 +471,7 @@ def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tupl
             contents = func.__closure__[index].cell_contents
         except ValueError:
             continue
-        if type(contents) in SCALAR_TYPES or isinstance(contents, types.ModuleType):
+        if type(contents) in SCALAR_TYPES or of_type(contents, types.ModuleType):
             continue  # scalars are read whole; modules' globals are their functions' business
         for chain in through_properties(contents, (name, *attrs)):
             found.append((index, chain[1:], read_chain(contents, chain[1:])))
@@ -620,7 +621,7 @@ def class_reads(cls: type, forward: Any) -> ClassReads:
 
 
 def _is_plain_attribute(value: Any) -> bool:
-    if type(value) in SCALAR_TYPES or isinstance(value, torch.Tensor):
+    if type(value) in SCALAR_TYPES or of_type(value, torch.Tensor):
         return True
     return type(value) in (tuple, list, dict) and len(value) <= 16
 
@@ -726,7 +727,7 @@ def sample_kind(value: Any) -> str:
         return "scalar"
     if value is MISSING or value is SKIPPED:
         return "any"
-    if isinstance(value, (torch.Tensor, list, tuple, dict, set, frozenset, functools.partial)):
+    if of_type(value, (torch.Tensor, list, tuple, dict, set, frozenset, functools.partial)):
         return "any"
     return "object"
 

@@ -26,6 +26,7 @@ from ckptguard._fingerprint import (
     SCALAR_TYPES,
     arguments_fp,
     input_fp,
+    of_type,
     value_fp,
 )
 from ckptguard._plan import (
@@ -80,13 +81,13 @@ def bind(fn: Any) -> Binding:
     bound_args: list = []
     bound_kwargs: dict = {}
     while True:
-        if isinstance(fn, functools.partial):
+        if of_type(fn, functools.partial):
             bound_args[:0] = fn.args
             bound_kwargs = {**fn.keywords, **bound_kwargs} if bound_kwargs else fn.keywords
             fn = fn.func
-        elif isinstance(fn, types.MethodType):
+        elif of_type(fn, types.MethodType):
             owner = fn.__self__
-            if isinstance(owner, torch.nn.Module) and fn.__func__.__name__ in _MODULE_CALLS:
+            if of_type(owner, torch.nn.Module) and fn.__func__.__name__ in _MODULE_CALLS:
                 fn = owner
             else:
                 bound_args.insert(0, owner)
@@ -94,15 +95,15 @@ def bind(fn: Any) -> Binding:
         else:
             break
     module = function = None
-    if isinstance(fn, torch.nn.Module):
+    if of_type(fn, torch.nn.Module):
         module = fn
         forward = fn.__dict__.get("forward") or type(fn).forward
         if not isinstance(forward, types.MethodType):
             bound_args.insert(0, fn)
         function = unwrap_function(getattr(forward, "__func__", forward))
-    elif isinstance(fn, types.FunctionType):
+    elif of_type(fn, types.FunctionType):
         function = fn
-        if bound_args and isinstance(bound_args[0], torch.nn.Module):
+        if bound_args and of_type(bound_args[0], torch.nn.Module):
             owner = fn.__qualname__.rpartition(".")[0]
             for klass in type(bound_args[0]).__mro__:
                 if klass.__qualname__ == owner:  # a method of the module's class, on it
@@ -110,7 +111,7 @@ def bind(fn: Any) -> Binding:
                     break
     if function is not None and is_library_code(function.__code__):
         function = None
-    bound_values = [v for v in bound_args if not isinstance(v, torch.nn.Module)]
+    bound_values = [v for v in bound_args if not of_type(v, torch.nn.Module)]
     bound_values += bound_kwargs.values()
     return Binding(fn, bound_args, bound_kwargs, function, bound_values, module)
 
@@ -137,18 +138,18 @@ def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
                     value = cell.cell_contents
                 except ValueError:
                     continue
-                if type(value) not in SCALAR_TYPES and isinstance(value, _REACHING):
+                if type(value) not in SCALAR_TYPES and of_type(value, _REACHING):
                     pending.append(value)
-        elif isinstance(item, torch.nn.Module):
+        elif of_type(item, torch.nn.Module):
             modules.append(item)
-        elif isinstance(item, functools.partial):
+        elif of_type(item, functools.partial):
             pending.append(item.func)
             for value in (*item.args, *item.keywords.values()):
-                if type(value) not in SCALAR_TYPES and isinstance(value, _REACHING):
+                if type(value) not in SCALAR_TYPES and of_type(value, _REACHING):
                     pending.append(value)
-        elif isinstance(item, types.MethodType):
+        elif of_type(item, types.MethodType):
             owner = item.__self__
-            if isinstance(owner, torch.nn.Module):
+            if of_type(owner, torch.nn.Module):
                 pending.append(owner)
                 if item.__func__.__name__ in _MODULE_CALLS:
                     continue
@@ -250,7 +251,7 @@ def _modules_read(module: torch.nn.Module, loose: set[int]) -> Iterator[torch.nn
     for chain, _, kind in plan.chains:
         if kind == "object":
             value = read_chain(static_attribute(module, chain[0]), chain[1:])
-            if isinstance(value, torch.nn.Module):
+            if of_type(value, torch.nn.Module):
                 yield value
 
 
@@ -516,25 +517,23 @@ def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]
     then objects bound into partials and methods (modules aside: they have their own plans)."""
     tensors, others = [], []
     for value in args:
-        (tensors if isinstance(value, torch.Tensor) else others).append(value)
+        (tensors if of_type(value, torch.Tensor) else others).append(value)
     others += kwargs.values()
     others += binding.bound_values
     return tensors, others
 
 
 def _argument_labels(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
-    tensors = [
-        f"positional argument {i}" for i, v in enumerate(args) if isinstance(v, torch.Tensor)
-    ]
+    tensors = [f"positional argument {i}" for i, v in enumerate(args) if of_type(v, torch.Tensor)]
     others = [
-        f"positional argument {i}" for i, v in enumerate(args) if not isinstance(v, torch.Tensor)
+        f"positional argument {i}" for i, v in enumerate(args) if not of_type(v, torch.Tensor)
     ]
     others += [f"keyword argument {k}" for k in kwargs]
     where = "bound into the region's functools.partial or method"
     others += [
         f"bound argument {i} ({where})"
         for i, v in enumerate(binding.bound_args)
-        if not isinstance(v, torch.nn.Module)
+        if not of_type(v, torch.nn.Module)
     ]
     others += [f"bound keyword {k} ({where})" for k in binding.bound_kwargs]
     return tensors, others
@@ -567,7 +566,7 @@ def _capture_arguments(
             value = positional[position]
         else:
             continue
-        if isinstance(value, (torch.Tensor, torch.nn.Module)):
+        if of_type(value, (torch.Tensor, torch.nn.Module)):
             continue  # tensors are arguments above; modules have their own plans
         for chain in through_properties(value, (name, *attrs)):
             chains.append((".".join(chain), value, chain[1:]))

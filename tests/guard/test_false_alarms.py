@@ -335,3 +335,40 @@ def test_lazy_modules_initialised_inside_the_region(reentrant: bool) -> None:
         with ckptguard.guard():
             guarded = steps(build())
     assert grads_equal(plain, guarded)
+
+
+class Watched:
+    """A config with its own ``__getattribute__`` (transformers' configs have one), recording
+    every name looked up on it."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "looked_up", [])
+        object.__setattr__(self, "scale", 2.0)
+
+    def __getattribute__(self, name: str):
+        object.__getattribute__(self, "looked_up").append(name)
+        return object.__getattribute__(self, name)
+
+
+class WithWatchedConfig(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.config = Watched()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(self.fc(x) * self.config.scale)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_the_guard_runs_no_user_code_to_read_a_config(reentrant: bool) -> None:
+    """Reading ``self.config.scale`` must not call the config's ``__getattribute__``: only
+    the region's own code does (``isinstance`` would look up ``__class__`` through it)."""
+    module = WithWatchedConfig()
+    looked_up = object.__getattribute__(module.config, "looked_up")
+    looked_up.clear()  # torch's own __setattr__ asked for __class__ while building
+    x = torch.randn(3, 4, requires_grad=True)
+    with ckptguard.guard():
+        checkpoint(module, x, use_reentrant=reentrant).sum().backward()
+    assert set(looked_up) == {"scale"}, looked_up
