@@ -1,3 +1,3 @@
 """ckptlint: a static linter for torch.utils.checkpoint."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
