@@ -283,6 +283,20 @@ def side_effect(region: str, names: list[str], statistics_only: bool, strict: bo
     warnings.warn(message, CheckpointGuardWarning, stacklevel=3)
 
 
+def internal_error(region: str, stage: str, error: Exception) -> None:
+    """The guard failed on a region (its own bug, or state it cannot read): a warning, since
+    the user's training must go on; the region runs unguarded from here."""
+    message = (
+        f"ckptguard [internal]: could not {stage} checkpointed region {region}: "
+        f"{type(error).__name__}: {error}.\n"
+        f"  effect: this region runs without the guard from here (torch's checkpoint is not "
+        f"affected); other regions stay guarded.\n"
+        f"  how to fix: this is a ckptguard bug; please report it with this message (run with "
+        f"-W error::ckptguard.CheckpointGuardWarning for the traceback)."
+    )
+    warnings.warn(message, CheckpointGuardWarning, stacklevel=4)
+
+
 def lost_gradients(region: str, parameters: list[str], nested: list[str], raise_: bool) -> None:
     """A reentrant region whose parameters or nested tensor inputs will get no gradient."""
     parts = []

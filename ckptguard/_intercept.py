@@ -32,6 +32,7 @@ from torch.nn.parameter import is_lazy
 
 from ckptguard import _compat, _explain, _names, _plan, _report, _rng, _strict, _verify
 from ckptguard._fingerprint import MISSING, SCALAR_TYPES, nested_tensors
+from ckptguard.errors import CheckpointGuardError
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,7 @@ class Region:
         "stats",
         "found",
         "forward_done",
+        "unguarded",
         "_name",
         "__weakref__",
     )
@@ -212,6 +214,7 @@ class Region:
         self.stats: _report.RegionStats | None = None
         self.found: list = []
         self.forward_done = False
+        self.unguarded = False  # the guard failed on this region: torch runs it plainly
         self._name: str | None = None
 
     # names ------------------------------------------------------------------------------
@@ -237,27 +240,51 @@ class Region:
 
     # forward ----------------------------------------------------------------------------
 
+    def give_up(self, stage: str, error: Exception) -> None:
+        """The guard's own failure (a bug, or an object it cannot read) must not stop the
+        user's training: the region runs on unguarded, and a warning says so."""
+        observing = self.target is None and self.observer is not None and not self.forward_done
+        self.unguarded = self.forward_done = True
+        self.random_ops = self.strict_forward = self.fingerprint = None
+        if observing:
+            _observation.stop(self.observer)
+        self.observer = None
+        try:
+            name = self.name
+        except Exception:  # naming reads the same state that just failed
+            name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
+        _explain.internal_error(name, stage, error)
+
     def enter_forward(self) -> None:
         """Before the forward, only what cannot wait: a function region watches which modules
         it runs; a module region notes the state of its modules that hold buffers or assign
         attributes (known from its tree's reader)."""
-        if _compat.fsdp2_in_use():
-            self.loose = _compat.fsdp2_managed_modules()
-        if self.target is None:
-            self.observer = observer = Observer()
-            _observation.start(observer)
-        else:
-            stateful = _verify.stateful_modules(self.target, self.fn, self.reentrant, self.loose)
-            if stateful:
-                self.observer = observer = Observer()
-                for module in stateful:
-                    observer.see(module)
+        try:
+            if _compat.fsdp2_in_use():
+                self.loose = _compat.fsdp2_managed_modules()
+            if self.target is None:
+                observer = Observer()
+                _observation.start(observer)
+                self.observer = observer
+            else:
+                stateful = _verify.stateful_modules(
+                    self.target, self.fn, self.reentrant, self.loose
+                )
+                if stateful:
+                    self.observer = observer = Observer()
+                    for module in stateful:
+                        observer.see(module)
+        except Exception as error:
+            self.give_up("prepare", error)
+            return
         if self.random_ops is not None:
             self.random_ops.__enter__()
         if self.strict_forward is not None:
             self.strict_forward.__enter__()
 
     def exit_forward(self, exc: tuple) -> None:
+        if self.unguarded:
+            return
         if self.strict_forward is not None:
             self.strict_forward.__exit__(*exc)
         if self.random_ops is not None:
@@ -275,6 +302,16 @@ class Region:
 
     def finish_forward(self, args: tuple, kwargs: dict) -> None:
         """Right after the forward: fingerprint what it reached, check RNG, count it."""
+        if self.unguarded:
+            return
+        try:
+            self._finish_forward(args, kwargs)
+        except CheckpointGuardError:
+            raise
+        except Exception as error:
+            self.give_up("fingerprint", error)
+
+    def _finish_forward(self, args: tuple, kwargs: dict) -> None:
         observer = self.observer
         self.observer = None
         observed = list(observer.modules.values()) if self.target is None else []
@@ -340,7 +377,7 @@ class Region:
         """Reentrant only: with no positional tensor that requires grad, the region's output
         requires none, so its parameters and the tensors nested in its container arguments
         get no gradient. (With one, the recompute's own backward reaches nested tensors.)"""
-        if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        if self.unguarded or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return
         parameters: list[str] = []
         for module in self.modules:
@@ -362,6 +399,8 @@ class Region:
     # recompute --------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.unguarded:
+            return self.fn(*args, **kwargs)
         if self.forward_done and _options is not None:
             return self._recompute(args, kwargs)
         if self.reentrant and not self.forward_done and self.observer is None:
@@ -386,6 +425,9 @@ class Region:
             )
         except _verify.Difference as difference:
             found = difference
+        except Exception as error:
+            self.give_up("verify", error)
+            return self.fn(*args, **kwargs)
         else:
             found = None
         if found is not None:  # raised outside the except block: no internal context
@@ -452,6 +494,14 @@ class Region:
         return state
 
     def _after_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
+        try:
+            self._check_recompute(watched, strict, stopped)
+        except CheckpointGuardError:
+            raise
+        except Exception as error:
+            self.give_up("check the recompute of", error)
+
+    def _check_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
         changed: list[str] = []
         statistics_only = True
         for module, buffer_state, attrs, scalars in watched:
