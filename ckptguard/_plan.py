@@ -241,13 +241,12 @@ def static_attribute(obj: Any, name: str) -> Any:
         state = None
     if type(state) is dict and name in state:
         return state[name]
-    kind = type(obj)  # not isinstance: it would call a custom __getattribute__ for __class__
-    if issubclass(kind, torch.nn.Module):
+    if of_type(obj, torch.nn.Module):
         for registry in ("_parameters", "_buffers", "_modules"):
             table = state.get(registry) if state else None
             if table is not None and name in table:
                 return table[name]
-    for klass in obj.__mro__ if issubclass(kind, type) else kind.__mro__:
+    for klass in obj.__mro__ if of_type(obj, type) else type(obj).__mro__:
         if name in klass.__dict__:
             value = klass.__dict__[name]
             return value if _read_as_stored(value) else SKIPPED
@@ -266,7 +265,7 @@ def read_chain(value: Any, attrs: tuple) -> Any:
     for name in attrs:
         if value is MISSING or value is SKIPPED:
             return value
-        if issubclass(type(value), torch.Tensor):  # its metadata is in its fingerprint
+        if of_type(value, torch.Tensor):  # its metadata is in its fingerprint
             return value
         value = static_attribute(value, name)
     return value
