@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import re
-from bisect import bisect_right
 from collections.abc import Iterator
 
 from ckptlint.effects.reach import (
@@ -27,7 +26,7 @@ from ckptlint.effects.reach import (
     root_name,
 )
 from ckptlint.project.index import Module, Project
-from ckptlint.project.scopes import FUNCTIONS, Scope
+from ckptlint.project.scopes import FUNCTIONS, Scope, statements_at
 from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import Context, ModuleValue
 
@@ -184,33 +183,4 @@ class ChangeFinder:
         return False
 
 
-def statements_at(body: list[ast.stmt], line: int) -> list[ast.stmt]:
-    """The statements containing ``line``, outermost first, by bisecting bodies."""
-    path: list[ast.stmt] = []
-    while body:
-        index = bisect_right([s.lineno for s in body], line) - 1
-        if index < 0:
-            break
-        statement = body[index]
-        if (statement.end_lineno or statement.lineno) < line:
-            break
-        path.append(statement)
-        body = _body_containing(statement, line)
-    return path
-
-
-def _body_containing(statement: ast.stmt, line: int) -> list[ast.stmt]:
-    bodies: list[list[ast.stmt]] = []
-    for name in ("body", "orelse", "finalbody"):
-        value = getattr(statement, name, None)
-        if isinstance(value, list):
-            bodies.append(value)
-    bodies.extend(handler.body for handler in getattr(statement, "handlers", []))
-    bodies.extend(case.body for case in getattr(statement, "cases", []))
-    for body in bodies:
-        if body and body[0].lineno <= line <= (body[-1].end_lineno or body[-1].lineno):
-            return body
-    return []
-
-
-__all__ = ["ChangeFinder", "SETUP_FUNCTIONS", "root_name", "statements_at"]
+__all__ = ["ChangeFinder", "SETUP_FUNCTIONS", "root_name"]

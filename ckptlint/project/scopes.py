@@ -13,7 +13,7 @@ depth the input controls (``a + a + ...``, nested calls, nested lambdas), iterat
 from __future__ import annotations
 
 import ast
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -202,6 +202,42 @@ def build_scopes(
 def node_position(node: ast.AST) -> Position:
     """Where a node starts, for ordering bindings and uses."""
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def nested_bodies(statement: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists a compound statement holds: body, else, finally, each except
+    handler's and each match case's, in that order."""
+    bodies: list[list[ast.stmt]] = []
+    for name in ("body", "orelse", "finalbody"):
+        value = getattr(statement, name, None)
+        if isinstance(value, list):
+            bodies.append(value)
+    bodies.extend(handler.body for handler in getattr(statement, "handlers", []))
+    bodies.extend(case.body for case in getattr(statement, "cases", []))
+    return bodies
+
+
+def body_containing(statement: ast.stmt, line: int) -> list[ast.stmt]:
+    """The one of ``statement``'s nested bodies that spans ``line`` ([] if none does)."""
+    for body in nested_bodies(statement):
+        if body and body[0].lineno <= line <= (body[-1].end_lineno or body[-1].lineno):
+            return body
+    return []
+
+
+def statements_at(body: list[ast.stmt], line: int) -> list[ast.stmt]:
+    """The statements containing ``line``, outermost first, by bisecting bodies."""
+    path: list[ast.stmt] = []
+    while body:
+        index = bisect_right([s.lineno for s in body], line) - 1
+        if index < 0:
+            break
+        statement = body[index]
+        if (statement.end_lineno or statement.lineno) < line:
+            break
+        path.append(statement)
+        body = body_containing(statement, line)
+    return path
 
 
 def touches_lines(node: ast.AST, sorted_lines: list[int]) -> bool:

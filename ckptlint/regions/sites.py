@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, Scope
+from ckptlint.project.scopes import FUNCTIONS, Scope, nested_bodies
 from ckptlint.regions.sources import RegionSource, SourceTable
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
 from ckptlint.resolution.values import (
@@ -383,10 +383,8 @@ def classes_at_top(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:
         if isinstance(node, ast.ClassDef):
             yield node
         elif isinstance(node, (ast.If, ast.Try, ast.With)) and not isinstance(node, FUNCTIONS):
-            for field_name in ("body", "orelse", "finalbody"):
-                stack.extend(reversed(getattr(node, field_name, [])))
-            for handler in getattr(node, "handlers", []):
-                stack.extend(reversed(handler.body))
+            for body in nested_bodies(node):
+                stack.extend(reversed(body))
 
 
 def _own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:

@@ -22,6 +22,7 @@ from ckptlint.project.scopes import (
     FUNCTIONS,
     Binding,
     Scope,
+    body_containing,
     fold,
     node_position,
     parameter_defaults,
@@ -666,7 +667,7 @@ class Evaluator:
                 if inner is None:
                     return
                 scope = inner
-            body = _inner_body(found, line)
+            body = body_containing(found, line)
         if found is not None and not isinstance(found, (*FUNCTIONS, ast.ClassDef)):
             yield found, scope
 
@@ -863,20 +864,6 @@ def _span(node: ast.AST | None) -> tuple[int, int] | None:
     if node is None:
         return None
     return node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
-
-
-def _inner_body(statement: ast.stmt, line: int) -> list[ast.stmt]:
-    for name in ("body", "orelse", "finalbody"):
-        body = getattr(statement, name, None)
-        if isinstance(body, list) and body and body[0].lineno <= line <= (body[-1].end_lineno or 0):
-            return body
-    for handler in getattr(statement, "handlers", []):
-        if handler.body and handler.body[0].lineno <= line <= (handler.body[-1].end_lineno or 0):
-            return handler.body
-    for case in getattr(statement, "cases", []):
-        if case.body and case.body[0].lineno <= line <= (case.body[-1].end_lineno or 0):
-            return case.body
-    return []
 
 
 def _made_for(values: Values, binding: Binding) -> Values:

@@ -8,9 +8,14 @@ from dataclasses import dataclass
 
 from ckptlint.analysis import ProjectAnalysis
 from ckptlint.core import Finding
-from ckptlint.effects.changes import statements_at
 from ckptlint.effects.reach import MUTATING_METHODS, assigned_targets, header_nodes
-from ckptlint.project.scopes import COMPREHENSIONS, Binding, Scope
+from ckptlint.project.scopes import (
+    COMPREHENSIONS,
+    Binding,
+    Scope,
+    nested_bodies,
+    statements_at,
+)
 from ckptlint.regions.sites import callee_label
 from ckptlint.resolution.values import FunctionValue, PartialValue, Values
 from ckptlint.rules.base import FileContext, Rule
@@ -253,14 +258,7 @@ def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
     if isinstance(owner.node, COMPREHENSIONS):
         inside = owner.node.lineno <= call.lineno <= (owner.node.end_lineno or 0)
         return owner.node if inside else None
-    if not isinstance(owner.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None
-    path = statements_at(owner.node.body, call.lineno)
-    for statement in reversed(path):
-        if not isinstance(statement, (ast.For, ast.AsyncFor, ast.While)):
-            continue
-        if not statement.body or call.lineno < statement.body[0].lineno:
-            continue  # the call is in the loop's header
+    for statement in _loops_around(owner, call):
         end = statement.end_lineno or statement.lineno
         rebound = [
             binding
@@ -270,6 +268,17 @@ def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
         if rebound and not _same_constant_first(rebound, call) and not _runs_backward(statement):
             return statement
     return None
+
+
+def _loops_around(owner: Scope, call: ast.Call) -> Iterator[ast.For | ast.AsyncFor | ast.While]:
+    """The loops of a function's body whose body holds ``call``, innermost first."""
+    if not isinstance(owner.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return
+    for statement in reversed(statements_at(owner.node.body, call.lineno)):
+        if not isinstance(statement, (ast.For, ast.AsyncFor, ast.While)):
+            continue
+        if statement.body and statement.body[0].lineno <= call.lineno:  # not in the header
+            yield statement
 
 
 # The part of an object a read or a change touches: ("attr", name), ("key", constant or None
@@ -301,15 +310,7 @@ def _changing_loop(owner: Scope, name: str, read: Part, call: ast.Call) -> tuple
     place, the part of ``name`` the region reads, to a value computed from names the loop
     binds (a value that cannot differ between iterations changes nothing the recompute
     sees); None when there is none or the loop also runs the backward."""
-    if not isinstance(owner.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None
-    for statement in reversed(statements_at(owner.node.body, call.lineno)):
-        if not isinstance(statement, (ast.For, ast.AsyncFor, ast.While)):
-            continue
-        if not statement.body or call.lineno < statement.body[0].lineno:
-            continue
-        if _runs_backward(statement):
-            return None
+    for statement in _loops_around(owner, call):
         end = statement.end_lineno or statement.lineno
         varying = {
             other
@@ -318,7 +319,7 @@ def _changing_loop(owner: Scope, name: str, read: Part, call: ast.Call) -> tuple
         }
         for part, value, line in _in_place_changes(statement, name):
             if _overlaps(part, read) and (value is None or _uses_any(value, varying)):
-                return statement, line
+                return None if _runs_backward(statement) else (statement, line)
     return None
 
 
@@ -379,14 +380,9 @@ def _statements_run_in(loop: ast.AST) -> Iterator[ast.stmt]:
     while stack:
         statement = stack.pop()
         yield statement
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        for field in ("body", "orelse", "finalbody"):
-            stack.extend(reversed(getattr(statement, field, [])))
-        for handler in getattr(statement, "handlers", []):
-            stack.extend(reversed(handler.body))
-        for case in getattr(statement, "cases", []):
-            stack.extend(reversed(case.body))
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for body in nested_bodies(statement):
+                stack.extend(reversed(body))
 
 
 def _is_definition(binding: Binding) -> bool:
