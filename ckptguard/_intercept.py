@@ -431,7 +431,11 @@ class Region:
         else:
             found = None
         if found is not None:  # raised outside the except block: no internal context
-            self._mismatch(found)
+            self._report(
+                _explain.mismatch_error(
+                    self.name, found.kind, found.name, found.where, found.old, found.new
+                )
+            )
         if self.watch or self.strict_forward is not None or self.stats is not None:
             return self._recompute_observed(args, kwargs, _compat.resolve())
         state = _local.__dict__
@@ -443,10 +447,8 @@ class Region:
         finally:
             state["depth"] -= 1
 
-    def _mismatch(self, found: _verify.Difference) -> None:
-        error = _explain.mismatch_error(
-            self.name, found.kind, found.name, found.where, found.old, found.new
-        )
+    def _report(self, error: CheckpointGuardError) -> None:
+        """Raise (or warn) a recompute's error, kept to explain torch's own error after it."""
         self.found.append((error.kind, error.details))
         _explain.report(error, self.options.on_mismatch)
 
@@ -516,11 +518,9 @@ class Region:
             found = strict.difference(stopped)
             if found is not None:
                 what, difference = found
-                error = _explain.values_error(
-                    self.name, what, difference, strict.first_diverging_op()
+                self._report(
+                    _explain.values_error(self.name, what, difference, strict.first_diverging_op())
                 )
-                self.found.append((error.kind, error.details))
-                _explain.report(error, self.options.on_mismatch)
         if changed:
             _explain.side_effect(self.name, changed, statistics_only, self.options.strict)
 

@@ -23,13 +23,16 @@ import ckptguard
 VARIANTS = pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
 
 
-def _module_step(module: nn.Module, reentrant: bool, *extra):
+def _module_step(module: nn.Module, reentrant: bool, *extra, through_function: bool = False):
+    """A step checkpointing ``module`` itself, or a function that calls it (a function
+    region: the guard observes the modules it runs)."""
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    region = (lambda *inputs: module(*inputs)) if through_function else module
 
     def step(change):
         module.zero_grad(set_to_none=True)
         x.grad = None
-        out = checkpoint(module, x, *extra, use_reentrant=reentrant)
+        out = checkpoint(region, x, *extra, use_reentrant=reentrant)
         if change is not None:
             change()
         out.sum().backward()
@@ -664,20 +667,7 @@ def test_contents_of_a_container_changed(reentrant, region, container, change, s
         module.tail = nn.Sequential(*saved["tail"])
         module.scales = nn.ParameterList(saved["scales"])
 
-    if region == "module":
-        step = _module_step(module, reentrant)
-    else:
-        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)
-
-        def step(change):
-            module.zero_grad(set_to_none=True)
-            x.grad = None
-            out = checkpoint(lambda h: module(h), x, use_reentrant=reentrant)
-            if change is not None:
-                change()
-            out.sum().backward()
-            return grads_of(module, x)
-
+    step = _module_step(module, reentrant, through_function=region == "function")
     if reentrant or container == "tail":
         error = silently_wrong_then_named(
             step, lambda: change(module, replacement), undo, "attribute", f"Stacked.{container}"
