@@ -372,3 +372,61 @@ def test_the_guard_runs_no_user_code_to_read_a_config(reentrant: bool) -> None:
     with ckptguard.guard():
         checkpoint(module, x, use_reentrant=reentrant).sum().backward()
     assert set(looked_up) == {"scale"}, looked_up
+
+
+class Growing(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList([nn.Linear(4, 4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = torch.sin(block(x))
+        return x
+
+
+class Tracker:
+    """A closure object whose attribute the region assigns before it reads it: an output of
+    the region, which its recompute assigns again before reading, not an input."""
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+@pytest.mark.parametrize("region", ["module", "function"])
+def test_changes_between_steps_and_outputs_of_the_region(reentrant: bool, region: str) -> None:
+    """A layer appended to a ModuleList between two steps (not between a forward and its
+    backward) stays silent; so does an attribute of a closure object that each region
+    assigns, then reads (the second region's forward changes it before the first one's
+    recompute, which assigns it again)."""
+    tracker = Tracker()
+
+    def steps(module: Growing) -> list:
+        def tracked(h: torch.Tensor) -> torch.Tensor:
+            tracker.scale = float(h.detach().abs().mean())
+            return module(h) * tracker.scale
+
+        grads = []
+        for step in range(3):
+            if step == 2:
+                torch.manual_seed(1)
+                module.blocks.append(nn.Linear(4, 4))
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(step), requires_grad=True)
+            if region == "module":
+                out = checkpoint(module, x, use_reentrant=reentrant)
+            else:
+                first = checkpoint(tracked, x, use_reentrant=reentrant)
+                out = checkpoint(tracked, first * 2, use_reentrant=reentrant)
+            out.sum().backward()
+            grads += grads_of(module, x)
+            module.zero_grad(set_to_none=True)
+        return grads
+
+    plain = steps(Growing())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ckptguard.CheckpointGuardWarning)
+        with ckptguard.guard():
+            guarded = steps(Growing())
+    assert grads_equal(plain, guarded)
