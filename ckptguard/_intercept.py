@@ -156,6 +156,14 @@ def _buffer_changed(before: tuple, tensor: Any) -> bool:
         return copy.shape != tensor.shape or not torch.equal(copy, tensor)
 
 
+def _rebound(old: Any, new: Any) -> bool:
+    """Whether a watched attribute (a scalar the forward changed) changed in the recompute:
+    by value while it holds a scalar, else by identity (``!=`` on a tensor is elementwise)."""
+    if type(new) in SCALAR_TYPES:
+        return type(old) not in SCALAR_TYPES or new != old
+    return new is not old
+
+
 def _stored_scalars(module: torch.nn.Module) -> frozenset:
     return _plan.class_reads(type(module), _plan.forward_of(module)).stored
 
@@ -358,7 +366,13 @@ class Region:
             names = tuple(
                 n for n, old in buffer_state.items() if _buffer_changed(old, buffers.get(n))
             )
-            attrs = tuple(n for n, v in scalars.items() if state.get(n) != v)
+            # a scalar the forward changed (a counter); one it replaced by an object (a
+            # cache) is not watched, as it is not on the following steps
+            attrs = tuple(
+                n
+                for n, v in scalars.items()
+                if type(new := state.get(n, MISSING)) in SCALAR_TYPES and new != v
+            )
             if names:
                 written[id(module)] = frozenset(names)
             if names or attrs:
@@ -492,7 +506,9 @@ class Region:
                 continue
             values = module.__dict__
             buffer_state = _buffer_state(module._buffers, buffers)
-            state.append((module, buffer_state, attrs, tuple(values.get(a) for a in attrs)))
+            state.append(
+                (module, buffer_state, attrs, tuple(values.get(a, MISSING) for a in attrs))
+            )
         return state
 
     def _after_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
@@ -510,7 +526,11 @@ class Region:
             table, values = module._buffers, module.__dict__
             prefix = self.name_module(module)
             buffers = [n for n, old in buffer_state.items() if _buffer_changed(old, table.get(n))]
-            attributes = [n for n, a in zip(attrs, scalars, strict=True) if values.get(n) != a]
+            attributes = [
+                n
+                for n, a in zip(attrs, scalars, strict=True)
+                if _rebound(a, values.get(n, MISSING))
+            ]
             if buffers or attributes:
                 changed += [f"{prefix}.{n}" for n in (*buffers, *attributes)]
                 statistics_only &= not attributes and _only_statistics(module, buffers)

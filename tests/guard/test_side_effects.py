@@ -112,3 +112,30 @@ def test_no_side_effect_no_warning(reentrant: bool) -> None:
         warnings.simplefilter("error", ckptguard.CheckpointGuardWarning)
         with ckptguard.guard(strict=True):
             _step(module, reentrant)
+
+
+class Caching(nn.Module):
+    """Stores its input in an attribute that held None: the recompute stores an equal tensor
+    again, which is no side effect (and ``!=`` on tensors is elementwise)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(8, 8)
+        self.last = None
+
+    def forward(self, x):
+        self.last = x.detach()
+        return torch.tanh(self.fc(self.last)) + x
+
+
+@VARIANTS
+def test_an_attribute_caching_a_tensor_is_no_side_effect(reentrant: bool) -> None:
+    plain_module = Caching()
+    plain = [_step(plain_module, reentrant) for _ in range(2)]
+    module = Caching()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ckptguard.CheckpointGuardWarning)
+        with ckptguard.guard():
+            guarded = [_step(module, reentrant) for _ in range(2)]
+    assert all(grads_equal(a, b) for a, b in zip(plain, guarded, strict=True))
