@@ -65,8 +65,9 @@ def _describe_value(value: Any) -> str:
         return f"tensor{where} {value.dtype}{device} (version {value.version})"
     if isinstance(value, LooseTensorFP):
         return f"tensor {tuple(value.shape)} {value.dtype} on {value.device}"
-    if isinstance(value, ObjectFP):
-        return f"{value.type.__qualname__} object at {value.ident:#x}"
+    if isinstance(value, ObjectFP):  # its type is unknown where it was read by identity
+        kind = f"{value.type.__qualname__} object" if value.type is not None else "an object"
+        return f"{kind} at {value.ident:#x}"
     if isinstance(value, types.CodeType):
         return f"code of {getattr(value, 'co_qualname', value.co_name)}"
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type):
@@ -80,25 +81,25 @@ def _describe_value(value: Any) -> str:
 def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
     """Refine a tensor mismatch into (kind, what happened)."""
     if not isinstance(old, (TensorFP, LooseTensorFP)) or type(old) is not type(new):
-        return "tensor", "set, removed or replaced"
+        return "tensor", "was set, removed or replaced"
     if old.dtype != new.dtype or old.device != new.device:
         if old.device is None or old.device == new.device:
-            return "placement", f"cast from {old.dtype} to {new.dtype}"
+            return "placement", f"was cast from {old.dtype} to {new.dtype}"
         return "placement", (
-            f"moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
+            f"was moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
         )
     if isinstance(old, LooseTensorFP):
-        return "tensor", f"reshaped from {tuple(old.shape)} to {tuple(new.shape)}"
+        return "tensor", f"was reshaped from {tuple(old.shape)} to {tuple(new.shape)}"
     if old.ident != new.ident and old.ident != 0:
-        return "tensor", "replaced by a different tensor object"
+        return "tensor", "was replaced by a different tensor object"
     if old.shape is not None and old.shape != new.shape:
-        return "tensor", f"resized from {tuple(old.shape)} to {tuple(new.shape)}"
+        return "tensor", f"was resized from {tuple(old.shape)} to {tuple(new.shape)}"
     if old.version != new.version:
         return "tensor", (
-            f"modified in place (version counter {old.version} -> {new.version}, e.g. an "
+            f"was modified in place (version counter {old.version} -> {new.version}, e.g. an "
             "optimizer step or a .copy_/.add_)"
         )
-    return "tensor", "its storage was swapped (.data = ... or set_())"
+    return "tensor", "had its storage swapped (.data = ... or set_())"
 
 
 def _refine(kind: str, old: Any, new: Any) -> tuple[str, str]:
@@ -106,8 +107,9 @@ def _refine(kind: str, old: Any, new: Any) -> tuple[str, str]:
     if isinstance(old_r, (TensorFP, LooseTensorFP)) or isinstance(new_r, (TensorFP, LooseTensorFP)):
         return _tensor_change(old_r, new_r)
     if isinstance(old_r, ObjectFP) and isinstance(new_r, ObjectFP):
-        if "Module" in {k.__name__ for k in old_r.type.__mro__}:
-            return kind, "replaced by another module"
+        known = [t for t in (old_r.type, new_r.type) if t is not None]
+        if known and all("Module" in {k.__name__ for k in t.__mro__} for t in known):
+            return kind, "was replaced by another module"
         return kind, "now refers to another object"
     return kind, "changed"
 
@@ -149,7 +151,7 @@ def mismatch_error(
     message = (
         f"ckptguard [{kind}]: checkpointed region {region} would be recomputed differently "
         f"from its forward pass.\n"
-        f"  what changed: {name} ({where}) {'was ' if change != 'changed' else ''}{change}\n"
+        f"  what changed: {name} ({where}) {change}\n"
         f"  forward saw:  {old_text}\n"
         f"  now:          {new_text}\n"
         f"  effect: backward reruns the region with the new state, so its gradients belong to a "

@@ -521,11 +521,14 @@ def rebuild_function_plan(func: types.FunctionType) -> FunctionPlan:
     return plan
 
 
-def cell_fp(func: types.FunctionType, index: int) -> Any:
+def cell_fp(func: types.FunctionType, index: int, by_identity: bool) -> Any:
+    """A closure cell's contents as the reader reads them (its id where the plan reads the
+    object by identity), MISSING while the cell is empty."""
     try:
-        return value_fp(func.__closure__[index].cell_contents)
-    except ValueError:  # an empty cell
+        contents = func.__closure__[index].cell_contents
+    except ValueError:
         return MISSING
+    return id(contents) if by_identity else value_fp(contents)
 
 
 # ---------------------------------------------------------------------------- module plans

@@ -159,6 +159,7 @@ class RegionReader:
         "shape",
         "tensor_positions",
         "raw_positions",
+        "identity_positions",
         "stateful",
         "safe",
         "top_hooks",
@@ -196,6 +197,7 @@ class RegionReader:
         shape: list[Any] = []
         tensor_positions: dict[tuple[int, str], int] = {}
         raw: list[int] = []  # positions holding a value as it is, not its fingerprint
+        identity: list[int] = []  # positions holding an object's id (an int, not a value)
 
         for index, (label, getter) in enumerate(torch_state):
             namespace[f"ts{index}"] = getter
@@ -223,6 +225,7 @@ class RegionReader:
                 shape_positions.append(len(items) + 2)
                 shape.append(plan.code)
             hooks = _hooks_of(f"s{i}", top_hooks and i == 0)
+            identity.append(len(items) + 1)
             items += [f's{i}["training"]', f"id(f{i})", code, hooks]
             labels += [
                 (i, "training", "training", None),
@@ -243,6 +246,8 @@ class RegionReader:
                 else:
                     table = {"dict": "s", "_parameters": "p", "_buffers": "b"}.get(source[0], "m")
                     expression = f"{table}{i}.get({source[1]!r}, MISSING)"
+                if kind == "object":
+                    identity.append(len(items))
                 items.append(_convert(_module_chain(expression, chain), kind))
                 labels.append((i, "attribute", ".".join(chain), None))
             tables = ("s", "p", "b", "m")
@@ -289,19 +294,27 @@ class RegionReader:
                 shape_positions.append(first + chain_index)
                 shape.append(ident)
             values = [f"{name}.__code__"]
+            read: list[tuple[str, str]] = []  # (expression, kind) of globals and closures
             for number, (chain, kind, spec) in enumerate(chains):
                 expression, inline = _global_chain(
                     f"G{position}", chain, spec, f"I{position}_{number}"
                 )
                 namespace.update(inline)
-                values.append(_convert(expression, kind))
+                read.append((expression, kind))
             for c, kind in enumerate(cells):
-                if kind == "empty" or safe:
-                    values.append(f"cell_fp({name}, {c})")
+                if kind == "empty" or safe:  # safe: an empty cell reads as MISSING
+                    by_identity = kind == "object"
+                    read.append((f"cell_fp({name}, {c}, {by_identity})", "as read"))
+                    if by_identity:
+                        identity.append(len(items) + len(values) + len(read) - 1)
                 else:
-                    values.append(_convert(f"{name}.__closure__[{c}].cell_contents", kind))
+                    read.append((f"{name}.__closure__[{c}].cell_contents", kind))
             for c, attrs, kind in cell_chains:
-                values.append(_convert(f"read_chain(cell_contents({name}, {c}), {attrs!r})", kind))
+                read.append((f"read_chain(cell_contents({name}, {c}), {attrs!r})", kind))
+            for expression, kind in read:
+                if kind == "object":
+                    identity.append(len(items) + len(values))
+                values.append(expression if kind == "as read" else _convert(expression, kind))
             if defaults[0] == "scalars":  # the tuple itself: immutable, compared by value
                 raw.append(len(items) + len(values))
                 values.append(f"{name}.__defaults__")
@@ -318,6 +331,7 @@ class RegionReader:
         self.shape = tuple(shape)
         self.tensor_positions = tensor_positions
         self.raw_positions = frozenset(raw)
+        self.identity_positions = frozenset(identity)
         self._shape_of = operator.itemgetter(*shape_positions) if shape_positions else None
         body = ",\n        ".join(items)
         lines.append(f"    return (\n        {body},\n    )")

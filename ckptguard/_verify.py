@@ -436,8 +436,7 @@ def _explain_values(fingerprint: RegionFingerprint, values: tuple, name_module: 
         if old is new or _equal(old, new):
             continue
         owner, kind, name, where = reader.labels[position]
-        if position in reader.raw_positions:
-            old, new = value_fp(old), value_fp(new)
+        old, new = _shown(reader, position, old), _shown(reader, position, new)
         if kind == "shape":
             if name in _CONTENTS and isinstance(modules[owner], _CONTAINERS):
                 _raise_contents(modules[owner], name, old, new, name_module)
@@ -506,10 +505,22 @@ def _explain_reshaped(fingerprint: RegionFingerprint, index: int, name_module: A
 def _module_values(reader: RegionReader, values: tuple, index: int) -> dict[tuple, Any]:
     """{(kind, name): value} of one module's positions, its shape aside."""
     return {
-        (kind, name): value
-        for (owner, kind, name, _), value in zip(reader.labels, values, strict=True)
+        (kind, name): _shown(reader, position, value)
+        for position, ((owner, kind, name, _), value) in enumerate(
+            zip(reader.labels, values, strict=True)
+        )
         if owner == index and kind != "shape"
     }
+
+
+def _shown(reader: RegionReader, position: int, value: Any) -> Any:
+    """A read value as a fingerprint: an id read for identity becomes an object fingerprint
+    of unknown type (an int attribute read by value stays an int)."""
+    if position in reader.identity_positions:
+        return (OBJECT, value, None)
+    if position in reader.raw_positions:
+        return value_fp(value)
+    return value
 
 
 def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
@@ -617,11 +628,11 @@ def _raise_module(
         attribute = names[index]
         old, new = _hooks_text(before[index]), _hooks_text(after[index])
     name = f"{name_module(module)}.{attribute}"
-    if kind == "attribute" and type(old) is int and type(new) is int:
+    if kind == "attribute" and type(new) is tuple and new[0] is OBJECT:
         # read by identity: say what the attribute holds now
         chain = tuple(attribute.split("."))
         current = read_chain(static_attribute(module, chain[0]), chain[1:])
-        old, new = (OBJECT, old, type(current)), (OBJECT, new, type(current))
+        new = (OBJECT, new[1], type(current))
     raise Difference(kind, name, where, old, new)
 
 

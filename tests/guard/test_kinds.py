@@ -299,3 +299,84 @@ def test_decorated_forward_is_seen_through() -> None:
     assert info.value.kind == "global" and "OFFSET" in str(info.value)
     line = Decorated.forward.__wrapped__.__code__.co_firstlineno
     assert info.value.region == f"Decorated.forward ({__file__}:{line})"
+
+
+def _tanh(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x)
+
+
+class Table:
+    def __len__(self) -> int:
+        return 1
+
+
+class Repeated(nn.Module):
+    """An int attribute (read by value), an object attribute and a global function (both read
+    by identity)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.repeats = 2
+        self.table = Table()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.repeats):
+            x = _tanh(self.fc(x))
+        return x * len(self.table)
+
+
+def _rebind_activation(_: Repeated) -> None:
+    globals()["_tanh"] = torch.sigmoid
+
+
+@pytest.mark.parametrize(
+    ("change", "what_changed", "forward_saw", "now"),
+    [
+        (
+            lambda m: setattr(m, "repeats", 3),
+            "Repeated.repeats (read by Repeated's code) changed",
+            "2",
+            "3",
+        ),
+        (
+            lambda m: setattr(m, "table", ["k"]),
+            "Repeated.table (read by Repeated's code) now refers to another object",
+            "an object at 0x",
+            "list object at 0x",
+        ),
+        (
+            _rebind_activation,
+            "_tanh (global of test_kinds, read by Repeated.forward) now refers to another object",
+            "an object at 0x",
+            "an object at 0x",
+        ),
+        (
+            lambda m: m.fc.weight.detach().add_(1),
+            "Repeated.fc.weight (parameter or buffer of Linear) was modified in place (version "
+            "counter 1 -> 2, e.g. an optimizer step or a .copy_/.add_)",
+            "tensor",
+            "tensor",
+        ),
+    ],
+    ids=["int_by_value", "object_by_identity", "global_function", "tensor"],
+)
+def test_what_changed_reads_as_one_sentence(change, what_changed, forward_saw, now) -> None:
+    """Values read by identity are described as objects (an int attribute read by value is
+    not an object id), and each change is a predicate of its own ("was ..." or "now ...")."""
+    model = Repeated()
+    x = torch.randn(3, 4, requires_grad=True)
+    ckptguard.enable()
+    try:
+        with pytest.raises(CheckpointMismatchError) as info:
+            checkpoint(model, x, use_reentrant=False)
+            out = checkpoint(model, x, use_reentrant=False)
+            change(model)
+            out.sum().backward()
+    finally:
+        globals()["_tanh"] = torch.tanh
+    lines = str(info.value).splitlines()
+    assert lines[1] == f"  what changed: {what_changed}", lines[1]
+    assert info.value.details["old"].startswith(forward_saw), info.value.details
+    assert info.value.details["new"].startswith(now), info.value.details
