@@ -97,6 +97,13 @@ def input_fp(t: Any) -> Any:
     return (TENSOR, 0, t._version, ptr, t.dtype, t.device, t.shape)
 
 
+def script_tensors(module: torch.jit.ScriptModule) -> tuple:
+    """A TorchScript module's parameters and buffers by name, as a dict fingerprint (read
+    through torch's own accessors: its state lives in C++, not in its ``__dict__``)."""
+    named = (*module.named_parameters(), *module.named_buffers())
+    return (dict, tuple([(name, tensor_fp(tensor)) for name, tensor in named]))
+
+
 def readable(value: Any) -> Any:
     """The named view of a tensor or object fingerprint, else ``value`` itself."""
     if type(value) is tuple and value:

@@ -648,21 +648,27 @@ class ModulePlan:
         "class_dicts",
         "loose",
         "functions",
-        "labels",
         "stores_scalars",
+        "opaque",
         "__weakref__",
     )
 
     def __init__(self, module: torch.nn.Module, loose: bool):
+        self.cls = type(module)
+        self.loose = loose
+        self.opaque = of_type(module, torch.jit.ScriptModule)
+        if self.opaque:  # TorchScript: no Python code to read, no hooks; its tensors count
+            self.shape, self.forward, self.code = (), 0, None
+            self.params = self.buffers = self.chains = self.functions = ()
+            self.class_dicts, self.stores_scalars = [], False
+            return
         state = module.__dict__
         forward = forward_of(module)
         reads = class_reads(type(module), forward)
-        self.cls = type(module)
         self.shape = module_shape(module)
         self.forward = id(forward)  # an id: a forward closing over its module must not pin it
         # the forward's code when it is a plain function (read directly), else None
         self.code = forward.__code__ if isinstance(forward, types.FunctionType) else None
-        self.loose = loose
         self.functions = reads.functions
         self.stores_scalars = bool(reads.stored)
         chains = set(reads.self_chains)
@@ -689,15 +695,6 @@ class ModulePlan:
                 if sample is not SKIPPED:  # SKIPPED: a property whose getter is not readable
                     resolved[read] = (read, source, sample_kind(sample))
         self.chains = tuple(resolved.values())
-        labels = [
-            ("training", "training"),
-            ("function", "forward"),
-            ("function", "forward.__code__"),
-        ]
-        labels.append(("hook", "hooks"))
-        labels += [("tensor", name) for name in (*self.params, *self.buffers)]
-        labels += [("attribute", ".".join(chain)) for chain, _, _ in self.chains]
-        self.labels = tuple(labels)
 
     def _source_of(self, module: torch.nn.Module, name: str) -> tuple | None:
         """Where ``getattr`` finds ``name`` now: ("dict"|"_parameters"|"_buffers"|"_modules",
@@ -715,10 +712,6 @@ class ModulePlan:
                 self.class_dicts.append(klass.__dict__)
                 return ("class", len(self.class_dicts) - 1, name)
         return ("dict", name)  # not there yet: read it from the instance if it appears
-
-    def check(self) -> tuple:
-        """What the module must still look like for this plan to describe it."""
-        return (self.shape, self.forward, self.code)
 
 
 def sample_kind(value: Any) -> str:

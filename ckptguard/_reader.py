@@ -29,6 +29,7 @@ from ckptguard._fingerprint import (
     SKIPPED,
     TENSOR,
     loose_tensor_fp,
+    script_tensors,
     tensor_fp,
     value_fp,
 )
@@ -49,6 +50,7 @@ _NAMESPACE = {
     "OGA": object.__getattribute__,
     "value_fp": value_fp,
     "tensor_fp": tensor_fp,
+    "script_tensors": script_tensors,
     "loose_tensor_fp": loose_tensor_fp,
     "read_chain": read_chain,
     "cell_fp": cell_fp,
@@ -212,6 +214,10 @@ class RegionReader:
         labels.append((HOOKS, "hook", None, "global module hooks, run by every module"))
 
         for i, (plan, module) in enumerate(zip(module_plans, modules, strict=True)):
+            if plan.opaque:  # TorchScript: its training flag and tensors, through torch
+                items += [f"mods[{i}].training", f"script_tensors(mods[{i}])"]
+                labels += [(i, "training", "training", None), (i, "tensor", "", None)]
+                continue
             namespace[f"C{i}"] = plan.cls
             lines.append(f"    s{i} = mods[{i}].__dict__")
             lines.append(f'    p{i} = s{i}["_parameters"]')

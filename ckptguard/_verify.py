@@ -240,6 +240,8 @@ def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
             continue
         seen.add(id(module))
         out.append(module)
+        if module_plan(module, id(module) in loose).opaque:
+            continue  # its plan holds the tensors of its own children
         pending.extend(reversed([c for c in module._modules.values() if c is not None]))
         pending.extend(m for m in _modules_read(module, loose) if id(m) not in seen)
     return out
@@ -627,7 +629,7 @@ def _raise_module(
         index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
         attribute = names[index]
         old, new = _hooks_text(before[index]), _hooks_text(after[index])
-    name = f"{name_module(module)}.{attribute}"
+    name = f"{name_module(module)}.{attribute}" if attribute else name_module(module)
     if kind == "attribute" and type(new) is tuple and new[0] is OBJECT:
         # read by identity: say what the attribute holds now
         chain = tuple(attribute.split("."))

@@ -380,3 +380,38 @@ def test_what_changed_reads_as_one_sentence(change, what_changed, forward_saw, n
     assert lines[1] == f"  what changed: {what_changed}", lines[1]
     assert info.value.details["old"].startswith(forward_saw), info.value.details
     assert info.value.details["new"].startswith(now), info.value.details
+
+
+class WithScripted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inner = torch.jit.script(nn.Sequential(nn.Linear(4, 4), nn.Tanh()))
+        self.out = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.inner(x))
+
+
+@pytest.mark.filterwarnings("error::ckptguard.CheckpointGuardWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_torchscript_submodules_are_read_through_their_tensors() -> None:
+    """A TorchScript module keeps its state in C++ (no Python ``__dict__`` tables, no Python
+    code to read): its plan is its training flag and its tensors by name. Reentrant only:
+    torch's non-reentrant early stop cannot cross the TorchScript interpreter, plain torch
+    fails there."""
+    x = torch.randn(3, 4, requires_grad=True)
+    plain = WithScripted()
+    honest = _step(plain, x, True)
+    model = WithScripted()
+    ckptguard.enable()
+    assert grads_equal(_step(model, x, True), honest)
+
+    def bump(module: WithScripted) -> None:
+        with torch.no_grad():
+            module.inner[0].weight.add_(1.0)
+
+    with pytest.raises(CheckpointMismatchError) as info:
+        _step(model, x, True, bump)
+    assert info.value.kind == "tensor"
+    assert info.value.details["name"] == "WithScripted.inner['0.weight']"
