@@ -253,7 +253,7 @@ class OpLog(TorchDispatchMode):
     each output), which op made each tensor and which tensors hold uninitialised memory;
     values are read back once, by ``finish``."""
 
-    def __init__(self, op_values: bool, keep_frames: bool) -> None:
+    def __init__(self, op_values: bool, keep_frames: bool, level: int) -> None:
         super().__init__()
         self.ops: list[tuple] = []
         self.frames: list[tuple[str, int] | None] = []
@@ -262,17 +262,8 @@ class OpLog(TorchDispatchMode):
         self.op_values = op_values
         self.keep_frames = keep_frames
         self.framework = _compat.fsdp2_in_use()  # FSDP's own ops are looked for only then
-        self.level = 0  # how many strict passes run on this thread, this one included
+        self.level = level  # how many strict passes run on this thread, this one included
         self._sums: list = []  # per op: a checksum tensor per output (None: shape only)
-
-    def __enter__(self) -> OpLog:
-        entered = super().__enter__()
-        _passes.depth = self.level = _passes.__dict__.get("depth", 0) + 1
-        return entered
-
-    def __exit__(self, *exc: Any) -> None:
-        _passes.depth -= 1
-        super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -281,6 +272,8 @@ class OpLog(TorchDispatchMode):
             if type(out) is torch.Tensor:  # a view is made by what made its base
                 source = args[0] if args and func.is_view else None
                 self.producers[id(out)] = self.producers.get(id(source))
+                if self.uninitialised:
+                    self.uninitialised.pop(id(out), None)
             return out
         index = len(self.ops)
         # values of an op inside a nested region are this log's only evidence of them: that
@@ -293,6 +286,8 @@ class OpLog(TorchDispatchMode):
                 self.producers[id(leaf)] = index
                 if not with_values:
                     self.uninitialised[id(leaf)] = leaf._version
+                elif self.uninitialised:  # an id reused after an uninitialised tensor died
+                    self.uninitialised.pop(id(leaf), None)
                 outputs.append((leaf.shape, leaf.dtype))
                 sums.append(checksums(leaf, False) if values else None)
             else:
@@ -320,13 +315,18 @@ class OpLog(TorchDispatchMode):
 
 class SavedTensors:
     """Wraps the innermost saved-tensor hooks (torch's checkpoint hooks) to checksum each
-    tensor saved for backward, then hands it on unchanged."""
+    tensor saved for backward, then hands it on unchanged. With a log (a recompute), it also
+    notes which op made each one, and the tensors it saved while they held uninitialised
+    memory."""
 
-    def __init__(self, log: OpLog) -> None:
+    def __init__(self, log: OpLog | None) -> None:
         self.log = log
         self.signatures: list[tuple] = []
         self.ids: list[int] = []
         self.producers: list[int] = []  # per saved tensor: the op that made or saved it
+        # position -> (weak reference, version, op that made it) of a tensor saved unfilled
+        self.unfilled: dict[int, tuple[weakref.ref, int, int]] = {}
+        self.stop_frame: tuple[str, int] | None = None  # where torch stopped the recompute
         self._metas: list[tuple] = []
         self._sums: list = []
         self._hooks: Any = None
@@ -339,7 +339,10 @@ class SavedTensors:
             pack_inner, unpack = top
 
         log, metas, sums, ids = self.log, self._metas, self._sums, self.ids
-        uninitialised, producers, made_by = log.uninitialised, self.producers, log.producers
+        producers, unfilled = self.producers, self.unfilled
+        uninitialised = log.uninitialised if log is not None else {}
+        made_by = log.producers if log is not None else {}
+        stop = _compat.resolve().stop_recomputation_error
 
         checked: dict[int, tuple] = {}  # id -> (weak reference, version, its checksums)
 
@@ -355,12 +358,19 @@ class SavedTensors:
                 found = None if garbage else checksums(tensor, saved=True)
                 checked[ident] = (weakref.ref(tensor), version, found)
                 sums.append(found)
+                if garbage and tensor.numel():
+                    unfilled[len(ids)] = (checked[ident][0], version, made_by[ident])
             ids.append(ident)
-            # a tensor made before this pass (parameter, input) is saved by the op about to
-            # run: if it differs, that op is the first whose output does
-            made = made_by.get(ident)
-            producers.append(made if made is not None else len(log.ops))
-            return pack_inner(tensor)
+            if log is not None:
+                # a tensor made before this pass (parameter, input) is saved by the op about
+                # to run: if it differs, that op is the first whose output does
+                made = made_by.get(ident)
+                producers.append(made if made is not None else len(log.ops))
+            try:
+                return pack_inner(tensor)
+            except stop:
+                self.stop_frame = _user_frame()
+                raise
 
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
         self._hooks.__enter__()
@@ -378,16 +388,23 @@ class SavedTensors:
 
 class _StrictPass:
     """What strict mode records during one pass over a region (its forward or a recompute):
-    the ops it ran, the tensors it saved for backward (non-reentrant) and its outputs."""
+    the ops it ran (``logged``), the tensors it saved for backward (non-reentrant) and its
+    outputs."""
 
-    def __init__(self, reentrant: bool, keep_frames: bool) -> None:
+    def __init__(self, reentrant: bool, keep_frames: bool, logged: bool) -> None:
         self.reentrant = reentrant
-        self.log = OpLog(op_values=reentrant, keep_frames=keep_frames)
-        self.saved = SavedTensors(self.log)
+        self.keep_frames = keep_frames
+        self.logged = logged
+        self.log: OpLog | None = None
+        self.saved = SavedTensors(None)
         self.outputs: list[tuple] = []
 
     def __enter__(self) -> _StrictPass:
-        self.log.__enter__()
+        level = _passes.depth = _passes.__dict__.get("depth", 0) + 1
+        if self.logged:
+            self.log = OpLog(self.reentrant, self.keep_frames, level)
+            self.saved.log = self.log
+            self.log.__enter__()
         if not self.reentrant:
             self.saved.__enter__()
         return self
@@ -395,19 +412,25 @@ class _StrictPass:
     def __exit__(self, *exc: Any) -> None:
         if not self.reentrant:
             self.saved.__exit__(*exc)
-        self.log.__exit__(*exc)
+        if self.log is not None:
+            self.log.__exit__(*exc)
+        _passes.depth -= 1
         self.saved.finish()
-        self.log.finish()
+        if self.log is not None:
+            self.log.finish()
 
     def record_outputs(self, out: Any) -> None:
         self.outputs = signatures([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
 
 
 class StrictForward(_StrictPass):
-    """Everything strict mode records while the region's forward runs."""
+    """Everything strict mode records while the region's forward runs. A non-reentrant
+    forward logs no ops: the tensors it saves are the evidence, and the recompute's log
+    names the ops that made them (a per-op log of the forward would double strict mode's
+    cost)."""
 
     def __init__(self, reentrant: bool) -> None:
-        super().__init__(reentrant, keep_frames=False)
+        super().__init__(reentrant, keep_frames=False, logged=reentrant)
         self.state_positions: set[int] = set()  # saved tensors that are updated module state
 
     def mark_state(self, state_ids: set[int]) -> None:
@@ -419,7 +442,7 @@ class StrictRecompute(_StrictPass):
     """The recompute's side: the same records, compared with the forward's at the end."""
 
     def __init__(self, forward: StrictForward) -> None:
-        super().__init__(forward.reentrant, keep_frames=True)
+        super().__init__(forward.reentrant, keep_frames=True, logged=True)
         self.forward = forward
 
     def difference(self, stopped_early: bool) -> tuple[str, dict[str, Any]] | None:
@@ -445,21 +468,46 @@ class StrictRecompute(_StrictPass):
                 return pending
         return None
 
-    def _pending_write(self) -> tuple[str, dict[str, Any]] | None:
-        """torch stopped the recompute while an op saved its inputs, before it ran; if that op
-        writes into one of them (RReLU's noise), the saved tensor misses the write."""
-        ops = self.forward.log.ops
-        index = len(self.log.ops)
-        if index < len(ops) and ops[index][2]:
-            summary = (
-                f"{ops[index][0]} never ran in the recompute (torch stopped early once every "
-                f"saved tensor was recomputed, while this op saved its inputs); it writes into "
-                f"one of them, so the tensor backward uses misses that write"
-            )
-            return f"op #{index} {ops[index][0]}", {"summary": summary, "relative": math.inf}
+    def _unfilled(self) -> tuple[int, int] | None:
+        """(position, op that made it) of a tensor the early-stopped recompute saved while it
+        held uninitialised memory and that nothing wrote before torch stopped: the op that
+        saved it fills it after saving (RReLU's noise) and never ran, so backward reads the
+        tensor unfilled."""
+        for position, (ref, version, made) in sorted(self.saved.unfilled.items()):
+            tensor = ref()
+            if tensor is not None and tensor._version == version:
+                return position, made
         return None
 
+    def _pending_write(self) -> tuple[str, dict[str, Any]] | None:
+        found = self._unfilled()
+        if found is None:
+            return None
+        position, made = found
+        summary = (
+            f"torch stopped the recompute early (once every saved tensor was recomputed) while "
+            f"an op was saving this tensor, which {self.log.ops[made][0]} (op #{made}) made "
+            f"uninitialised and nothing had filled yet: the op that saves it fills it afterwards "
+            f"(as RReLU fills its noise), which the forward did and the recompute never reached, "
+            f"so backward reads it unfilled"
+        )
+        what = f"tensor saved for backward #{position} of the region"
+        return what, {"summary": summary, "relative": math.inf}
+
     def first_diverging_op(self) -> dict[str, Any] | None:
+        if self.forward.log is None:  # non-reentrant: the saved tensors are the evidence
+            unfilled = self._unfilled()
+            if unfilled is None:
+                return self._first_differing_saved()
+            name = self.log.ops[unfilled[1]][0]
+            return {
+                "index": unfilled[1],
+                "op": name,
+                "frame": _frame_text(self.saved.stop_frame),
+                "forward": f"{name} -> a tensor an op saved for backward, then filled",
+                "recompute": f"{name} -> the same tensor, saved unfilled: torch stopped before "
+                "the op that fills it ran",
+            }
         old_ops, new_ops = self.forward.log.ops, self.log.ops
         for index in range(max(len(old_ops), len(new_ops))):
             old = old_ops[index] if index < len(old_ops) else None
@@ -471,7 +519,7 @@ class StrictRecompute(_StrictPass):
                 break
             if old is None or not _same_op(old, new):
                 return _op_entry(index, old, new, self._frame(index))
-        return None if self.forward.reentrant else self._first_differing_saved()
+        return None
 
     def _frame(self, index: int) -> str:
         return _frame_text(self.log.frames[index] if index < len(self.log.frames) else None)
@@ -493,9 +541,21 @@ class StrictRecompute(_StrictPass):
             return None
         index, old, new = found
         name = self.log.ops[index][0]
-        shown = (old[:2] + old[3:5],), (new[:2] + new[3:5],)
-        before, after = (name, shown[0], False), (name, shown[1], False)
-        return _op_entry(index, before, after, self._frame(index), "weighted sum")
+        return {
+            "index": index,
+            "op": name,
+            "frame": self._frame(index),
+            "forward": f"{name} saved for backward {_signature_text(old)}",
+            "recompute": f"{name} saved for backward {_signature_text(new)}",
+        }
+
+
+def _signature_text(signature: tuple) -> str:
+    shape, dtype = signature[:2]
+    text = f"{list(shape)} {str(dtype).replace('torch.', '')}"
+    if len(signature) > 3:
+        text += f" weighted sum={signature[3]!r} sum of squares={signature[4]!r}"
+    return text
 
 
 def _same_op(old: tuple, new: tuple) -> bool:
@@ -517,7 +577,8 @@ def _same_op(old: tuple, new: tuple) -> bool:
     return True
 
 
-def _describe_op(op: tuple | None, total: str) -> str:
+def _describe_op(op: tuple | None) -> str:
+    """An op and its outputs, with their signatures where logged: (sum, sum of squares)."""
     if op is None:
         return "<no such op>"
     name, outputs, _ = op
@@ -526,22 +587,18 @@ def _describe_op(op: tuple | None, total: str) -> str:
         if isinstance(output, tuple):
             text = f"{list(output[0])} {str(output[1]).replace('torch.', '')}"
             if len(output) == 4:
-                text += f" {total}={output[2]!r} sum of squares={output[3]!r}"
+                text += f" sum={output[2]!r} sum of squares={output[3]!r}"
             shown.append(text)
         else:
             shown.append(str(output))
     return f"{name} -> ({', '.join(shown)})"
 
 
-def _op_entry(
-    index: int, old: tuple | None, new: tuple | None, frame: str, total: str = "sum"
-) -> dict[str, Any]:
-    """``total``: what the first value of an output's signature is (an op's output: its sum;
-    a saved tensor: its weighted sum)."""
+def _op_entry(index: int, old: tuple | None, new: tuple | None, frame: str) -> dict[str, Any]:
     return {
         "index": index,
         "op": (new or old)[0],
         "frame": frame,
-        "forward": _describe_op(old, total),
-        "recompute": _describe_op(new, total),
+        "forward": _describe_op(old),
+        "recompute": _describe_op(new),
     }
