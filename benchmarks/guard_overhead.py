@@ -118,14 +118,21 @@ def _floor(read_versions: bool) -> Iterator[None]:
 
 
 def interleave(step: Callable[[], None], modes: list[str], rounds: int) -> dict[str, list]:
-    for mode in modes:  # warm-up: builds the guard's plans and readers, fills torch's caches
+    return interleave_trials({mode: (step, mode) for mode in modes}, rounds)
+
+
+def interleave_trials(trials: dict[str, tuple[Callable[[], None], str]], rounds: int) -> dict:
+    """{label: [(wall, cpu), ...]} of each (step, mode) trial, every trial once per round in a
+    rotating order, after two warm-up runs each (they build the guard's plans and readers)."""
+    labels = list(trials)
+    for label in labels:
         for _ in range(2):
-            timed(step, mode)
-    results: dict[str, list] = {mode: [] for mode in modes}
+            timed(*trials[label])
+    results: dict[str, list] = {label: [] for label in labels}
     for index in range(rounds):
-        shift = index % len(modes)
-        for mode in modes[shift:] + modes[:shift]:
-            results[mode].append(timed(step, mode))
+        shift = index % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            results[label].append(timed(*trials[label]))
     return results
 
 
@@ -333,17 +340,24 @@ def main() -> None:
         report("timm vit_tiny_patch16_224, batch 2", results, {})
 
     print("depth sweep: checkpoint_sequential, one SmallBlock(64) per segment, input [4, 16, 64]")
+    depths = (8, 16, 32, 64)
+    # every depth in every round, so that the machine's drift reaches all of them alike
+    steps = {depth: depth_step(depth) for depth in depths}
+    trials = {
+        f"{mode} {depth}": (steps[depth], mode) for depth in depths for mode in ("plain", "guard")
+    }
+    sweep = interleave_trials(trials, max(8, rounds // 2))
     per_region = {}
-    for depth in (8, 16, 32, 64):
-        step = depth_step(depth)
-        results = interleave(step, ["plain", "guard"], max(8, rounds // 2))
+    for depth in depths:
+        step = steps[depth]
+        guard, plain_runs = sweep[f"guard {depth}"], sweep[f"plain {depth}"]
         regions = depth - 1  # checkpoint_sequential runs its last segment without checkpoint
         cost = statistics.median(
-            (g[1] - p[1]) / regions for g, p in zip(results["guard"], results["plain"], strict=True)
+            (g[1] - p[1]) / regions for g, p in zip(guard, plain_runs, strict=True)
         )
         per_region[depth] = cost
         modules, values = counted_work(step)
-        plain = statistics.median(s[1] for s in results["plain"])
+        plain = statistics.median(s[1] for s in plain_runs)
         print(
             f"  depth {depth:>2}: plain cpu {plain * 1e3:7.2f} ms, guard cost per region "
             f"{cost * 1e6:7.1f} us (cpu, median of paired differences); per region "

@@ -300,27 +300,25 @@ class RegionReader:
                 shape_positions.append(first + chain_index)
                 shape.append(ident)
             values = [f"{name}.__code__"]
-            read: list[tuple[str, str]] = []  # (expression, kind) of globals and closures
+            # (expression, kind of value, whether the expression already fingerprints it)
+            read: list[tuple[str, str, bool]] = []
             for number, (chain, kind, spec) in enumerate(chains):
                 expression, inline = _global_chain(
                     f"G{position}", chain, spec, f"I{position}_{number}"
                 )
                 namespace.update(inline)
-                read.append((expression, kind))
+                read.append((expression, kind, False))
             for c, kind in enumerate(cells):
                 if kind == "empty" or safe:  # safe: an empty cell reads as MISSING
-                    by_identity = kind == "object"
-                    read.append((f"cell_fp({name}, {c}, {by_identity})", "as read"))
-                    if by_identity:
-                        identity.append(len(items) + len(values) + len(read) - 1)
+                    read.append((f"cell_fp({name}, {c}, {kind == 'object'})", kind, True))
                 else:
-                    read.append((f"{name}.__closure__[{c}].cell_contents", kind))
+                    read.append((f"{name}.__closure__[{c}].cell_contents", kind, False))
             for c, attrs, kind in cell_chains:
-                read.append((f"read_chain(cell_contents({name}, {c}), {attrs!r})", kind))
-            for expression, kind in read:
+                read.append((f"read_chain(cell_contents({name}, {c}), {attrs!r})", kind, False))
+            for expression, kind, converted in read:
                 if kind == "object":
                     identity.append(len(items) + len(values))
-                values.append(expression if kind == "as read" else _convert(expression, kind))
+                values.append(expression if converted else _convert(expression, kind))
             if defaults[0] == "scalars":  # the tuple itself: immutable, compared by value
                 raw.append(len(items) + len(values))
                 values.append(f"{name}.__defaults__")
