@@ -232,7 +232,8 @@ class RegionReader:
                 shape.append(plan.code)
             hooks = _hooks_of(f"s{i}", top_hooks and i == 0)
             identity.append(len(items) + 1)
-            items += [f's{i}["training"]', f"id(f{i})", code, hooks]
+            # a wrapper module (torch.compile's) keeps its flag in the module it wraps
+            items += [f's{i}.get("training", MISSING)', f"id(f{i})", code, hooks]
             labels += [
                 (i, "training", "training", None),
                 (i, "function", "forward", None),

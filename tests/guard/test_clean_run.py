@@ -210,6 +210,39 @@ def test_torch_compile_passes_through() -> None:
     assert torch.equal(x.grad, expected)
 
 
+class CompiledInside(nn.Module):
+    """A block compiled on its own inside a checkpointed module: torch.compile's wrapper keeps
+    no training flag of its own (a property over the module it wraps)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = torch.compile(Block(), backend="eager")
+        self.head = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(x))
+
+
+@pytest.mark.filterwarnings("error::ckptguard.CheckpointGuardWarning")
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_a_compiled_submodule_is_read_through_its_wrapper(reentrant: bool) -> None:
+    torch.manual_seed(0)
+    plain = CompiledInside()
+    model = CompiledInside()
+    model.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 16, requires_grad=True)
+    torch.manual_seed(1)
+    bound_before_enable(plain, x, use_reentrant=reentrant).sum().backward()
+    ckptguard.enable()
+    torch.manual_seed(1)
+    bound_before_enable(model, x, use_reentrant=reentrant).sum().backward()
+    assert grads_equal(grads_of(plain), grads_of(model))
+    _attribute_change_is_caught(
+        lambda t: bound_before_enable(model, t, use_reentrant=reentrant),
+        model.block._orig_mod,
+    )
+
+
 def test_reentrant_without_grad_inputs_warns_with_parameter_names() -> None:
     block = Block()
     x = torch.randn(2, 16)  # no input requires grad: the block's parameters get no gradient
