@@ -271,17 +271,25 @@ def read_chain(value: Any, attrs: tuple) -> Any:
     return value
 
 
-def through_properties(root: Any, chain: tuple) -> list[tuple]:
-    """``chain`` (a root name, then attributes) as it is, or, where it passes a property of
-    the object it has reached, the attribute chains the property's getter reads from its
-    ``self`` in its place: ``config._attn_implementation`` is read as
-    ``config._attn_implementation_internal``. A property is never evaluated (it runs code)."""
+def chains_through_code(root: Any, chain: tuple) -> list[tuple]:
+    """``chain`` (a root name, then attributes) as the code it passes reads it, that code never
+    run (it may have side effects):
+
+    - where it passes a property of the object it has reached, the attribute chains the
+      getter reads from its ``self`` replace it: ``config._attn_implementation`` is read as
+      ``config._attn_implementation_internal``;
+    - where it ends at a method of the object it has reached (``self.hook.post_forward(...)``),
+      the chain itself (which method) and what the method, and the methods it calls on its
+      ``self``, read from that object (``self.hook.factor``).
+    """
     value = root
     for index, name in enumerate(chain[1:], start=1):
         if value is MISSING or value is SKIPPED or of_type(value, (torch.Tensor, type)):
             break
         found = static_attribute(value, name)
         if found is not SKIPPED:
+            if index == len(chain) - 1 and _is_method_of(value, name, found):
+                return [chain, *_method_reads(value, found, chain[:index])]
             value = found
             continue
         getter = _property_getter(type(value), name)
@@ -296,6 +304,36 @@ def through_properties(root: Any, chain: tuple) -> list[tuple]:
         }
         return sorted(expanded)
     return [chain]
+
+
+# module methods whose reads the module's own plan covers (a module in the region's tree)
+_MODULE_ENTRY_POINTS = frozenset({"forward", "__call__", "_call_impl", "_wrapped_call_impl"})
+
+
+def _is_method_of(owner: Any, name: str, found: Any) -> bool:
+    """Whether ``owner.name`` is a user-code method found on its class (called, it gets
+    ``owner`` as ``self``), not a function stored on the instance."""
+    if type(found) is not types.FunctionType or is_library_code(found.__code__):
+        return False
+    if of_type(owner, torch.nn.Module) and name in _MODULE_ENTRY_POINTS:
+        return False
+    try:
+        return name not in object.__getattribute__(owner, "__dict__")
+    except AttributeError:  # no instance dict (__slots__): found on the class
+        return True
+
+
+def _method_reads(owner: Any, method: types.FunctionType, path: tuple) -> list[tuple]:
+    """Chains from ``path`` (which reaches ``owner``) to what ``method`` reads from its self,
+    the attributes it assigns aside (its outputs)."""
+    reads = class_reads(type(owner), method)
+    return sorted(
+        {
+            (*path, *attrs)[: MAX_CHAIN + 1]
+            for attrs in reads.self_chains
+            if attrs[0] not in reads.stored
+        }
+    )
 
 
 def _property_getter(cls: type, name: str) -> types.FunctionType | None:
@@ -411,7 +449,7 @@ class FunctionPlan:
                         continue
                 elif len(chain) > 1 and of_type(value, type):
                     chain = chain[:2]  # a class attribute; deeper is the class's business
-                for read in through_properties(value, chain):
+                for read in chains_through_code(value, chain):
                     target = read_chain(value, read[1:])
                     kind = sample_kind(target)
                     chains.append((read, kind, _inline_spec(value, read, target)))
@@ -472,7 +510,7 @@ def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tupl
             continue
         if type(contents) in SCALAR_TYPES or of_type(contents, types.ModuleType):
             continue  # scalars are read whole; modules' globals are their functions' business
-        for chain in through_properties(contents, (name, *attrs)):
+        for chain in chains_through_code(contents, (name, *attrs)):
             found.append((index, chain[1:], read_chain(contents, chain[1:])))
     return found
 
@@ -690,7 +728,7 @@ class ModulePlan:
             if source is None:
                 continue  # a property: not evaluated, its getter's own reads are chains
             root = static_attribute(module, chain[0])
-            for read in through_properties(root, chain):
+            for read in chains_through_code(root, chain):
                 sample = read_chain(root, read[1:])
                 if sample is not SKIPPED:  # SKIPPED: a property whose getter is not readable
                     resolved[read] = (read, source, sample_kind(sample))

@@ -30,6 +30,7 @@ from ckptguard._fingerprint import (
     value_fp,
 )
 from ckptguard._plan import (
+    chains_through_code,
     code_reads,
     function_plan,
     is_library_code,
@@ -37,7 +38,6 @@ from ckptguard._plan import (
     read_chain,
     rebuild_function_plan,
     static_attribute,
-    through_properties,
     unwrap_function,
 )
 from ckptguard._reader import (
@@ -581,7 +581,7 @@ def _capture_arguments(
             continue
         if of_type(value, (torch.Tensor, torch.nn.Module)):
             continue  # tensors are arguments above; modules have their own plans
-        for chain in through_properties(value, (name, *attrs)):
+        for chain in chains_through_code(value, (name, *attrs)):
             chains.append((".".join(chain), value, chain[1:]))
     fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
 

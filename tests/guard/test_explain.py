@@ -45,20 +45,23 @@ def test_error_names_the_change_the_guard_saw() -> None:
 
 
 class Cache:
-    """State the guard cannot name: a tensor kept inside an object and reached via a method."""
+    """State the guard cannot name: a tensor kept inside an object and read by a function
+    the object is passed to (the guard follows a region's own reads of its arguments and the
+    methods it calls on them, not what other functions read from their arguments)."""
 
     def __init__(self) -> None:
         self._keys = torch.randn(2, 4)
-
-    def keys(self) -> torch.Tensor:
-        return self._keys
 
     def grow(self) -> None:
         self._keys = torch.cat([self._keys, torch.randn(1, 4)])
 
 
+def _keys_of(cache: Cache) -> torch.Tensor:
+    return cache._keys
+
+
 def _attend(x: torch.Tensor, cache: Cache) -> torch.Tensor:
-    scores = torch.tanh(x) @ cache.keys().T
+    scores = torch.tanh(x) @ _keys_of(cache).T
     return scores.softmax(-1).sum(-1)
 
 

@@ -679,3 +679,63 @@ def test_contents_of_a_container_changed(reentrant, region, container, change, s
         error = info.value
         assert error.kind == "attribute" and f"Stacked.{container}" in str(error)
     assert shown in str(error)
+
+
+class Rescaler:
+    """A plain object whose method reads its own state (accelerate's module hooks, custom
+    callables): the state behind a method call."""
+
+    def __init__(self) -> None:
+        self.factor = 1.0
+        self.calls = 0
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1  # assigned by the method: its output, not an input
+        return self._scaled(x)
+
+    def _scaled(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+
+class Hooked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+        self.rescaler = Rescaler()
+
+    def forward(self, x):
+        return torch.sin(self.rescaler.apply(self.fc(x)))
+
+
+@VARIANTS
+def test_state_read_by_a_method_of_a_held_object(reentrant: bool) -> None:
+    """``self.rescaler.apply(...)``: what ``apply`` and the methods it calls on its ``self``
+    read (``factor``) is fingerprinted; what it assigns (``calls``) is its output."""
+    module = Hooked()
+    silently_wrong_then_named(
+        _module_step(module, reentrant),
+        lambda: setattr(module.rescaler, "factor", 3.0),
+        lambda: setattr(module.rescaler, "factor", 1.0),
+        "attribute",
+        "Hooked.rescaler.factor",
+    )
+
+
+def _method_region(rescaler: Rescaler):
+    def region(x):
+        return torch.sin(rescaler.apply(x))
+
+    return region
+
+
+@VARIANTS
+def test_state_read_by_a_method_of_an_object_in_closure(reentrant: bool) -> None:
+    rescaler = Rescaler()
+    silently_wrong_then_named(
+        _function_step(_method_region(rescaler), reentrant),
+        lambda: setattr(rescaler, "factor", 3.0),
+        lambda: setattr(rescaler, "factor", 1.0),
+        "closure",
+        "rescaler.factor",
+    )
