@@ -18,6 +18,13 @@ from torch.nn.parallel import DistributedDataParallel
 import ckptguard
 
 
+def say(line: str) -> None:
+    """One write per line: both ranks share the pipe, and an unbuffered print writes its
+    text and its newline separately, so two ranks' lines could run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -31,7 +38,7 @@ def main() -> None:
     ddp = DistributedDataParallel(model)
     example = torch.randn(8, 32, 16)
     plan = ckptguard.plan(ddp, example, budget=0.5)
-    print(f"rank {rank}: plan {json.dumps(plan.choices, sort_keys=True)}", flush=True)
+    say(f"rank {rank}: plan {json.dumps(plan.choices, sort_keys=True)}")
     plan.apply(ddp)
     torch.manual_seed(1 + rank)
     for _ in range(2):
@@ -41,7 +48,7 @@ def main() -> None:
     gathered = [torch.empty_like(grads) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, grads)
     if all(torch.equal(gathered[0], g) for g in gathered):
-        print(f"rank {rank}: ok", flush=True)
+        say(f"rank {rank}: ok")
     dist.destroy_process_group()
 
 
