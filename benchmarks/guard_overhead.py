@@ -10,9 +10,11 @@ Configurations:
   (goals: guard <= 1 % of the step at batch 4, <= 3 % at batch 1; strict <= 1.5x at batch 4),
   with each mode's CPU time per region (median of the paired differences to the plain step);
   then the floor of any guard at the same hook point: torch's generator wrapped with nothing to
-  fingerprint, and with only the parameters' version counters, against the guard;
+  fingerprint, and with only the parameters' version counters, against the guard; and where
+  the guard's time goes: one region's read timed right after a plain step and again cached;
 * timm ViT-tiny (vit_tiny_patch16_224, random weights), batch 2, timm's own checkpointing;
-* a depth sweep: 8/16/32/64 blocks under ``checkpoint_sequential`` (one block per segment):
+* a depth sweep: 8/16/32/64 blocks under ``checkpoint_sequential`` (one block per segment,
+  64/depth steps per trial, so every depth's trial runs about as many regions):
   the guard's cost per region must stay flat (+-20 %); it also prints the counted work per
   region (modules and values fingerprinted), which must not grow with depth;
 * 8 blocks x hidden 512 (the original configurations), batch 32 x seq 128 and batch 1 x seq 16.
@@ -234,37 +236,69 @@ class SmallBlock(nn.Module):
         return x + self.down(F.gelu(self.up(self.norm(x)))) * self.scale
 
 
-def depth_step(depth: int) -> Callable[[], None]:
+def depth_step(depth: int, repeats: int = 1) -> Callable[[], None]:
+    """``repeats`` training steps: the sweep gives every depth about as many regions per
+    trial, so that the machine's noise weighs alike on each depth's cost per region."""
     torch.manual_seed(0)
     sequence = nn.Sequential(*(SmallBlock() for _ in range(depth)))
     x = torch.randn(4, 16, 64, requires_grad=True)
 
     def step() -> None:
-        checkpoint_sequential(sequence, depth, x, use_reentrant=False).square().mean().backward()
-        sequence.zero_grad(set_to_none=True)
-        x.grad = None
+        for _ in range(repeats):
+            out = checkpoint_sequential(sequence, depth, x, use_reentrant=False)
+            out.square().mean().backward()
+            sequence.zero_grad(set_to_none=True)
+            x.grad = None
 
     return step
 
 
-def counted_work(step: Callable[[], None]) -> tuple[float, float]:
-    """Modules and values fingerprinted per region, averaged over one guarded step."""
-    counts: list[tuple[int, int]] = []
+def fingerprints_of(step: Callable[[], None]) -> list:
+    """The fingerprints one guarded step takes, one per region."""
+    taken: list = []
     original = _verify.capture
 
-    def counting(*args, **kwargs):
+    def keeping(*args, **kwargs):
         fingerprint = original(*args, **kwargs)
-        counts.append((len(fingerprint.reader.module_plans), len(fingerprint.values)))
+        taken.append(fingerprint)
         return fingerprint
 
-    _verify.capture = counting
+    _verify.capture = keeping
     try:
         timed(step, "guard")
     finally:
         _verify.capture = original
+    return taken
+
+
+def counted_work(step: Callable[[], None]) -> tuple[float, float]:
+    """Modules and values fingerprinted per region, averaged over one guarded step."""
+    taken = fingerprints_of(step)
     return (
-        statistics.mean(c[0] for c in counts),
-        statistics.mean(c[1] for c in counts),
+        statistics.mean(len(f.reader.module_plans) for f in taken),
+        statistics.mean(len(f.values) for f in taken),
+    )
+
+
+def read_cost(step: Callable[[], None], rounds: int) -> None:
+    """Where the guard's time goes: one region's read (what it does after the forward and
+    again before the recompute) timed right after a plain training step, whose kernels have
+    pushed the reader's objects out of the CPU caches, and again at once, with them cached."""
+    fingerprint = fingerprints_of(step)[0]
+    reader, own = fingerprint.reader, frozenset()
+    functions = sum(label[:2] == ("function", "function") for label in reader.labels)
+    after_step, cached = [], []
+    for _ in range(rounds):
+        timed(step, "plain")
+        for samples in (after_step, cached):
+            start = time.perf_counter()
+            reader.read(fingerprint.modules, fingerprint.roots, own)
+            samples.append(time.perf_counter() - start)
+    print(
+        f"  one region's read ({len(fingerprint.values)} values from "
+        f"{len(fingerprint.modules)} modules and {functions} functions):"
+        f" {statistics.median(after_step) * 1e6:.1f} us right after a plain step,"
+        f" {statistics.median(cached) * 1e6:.1f} us cached [{rounds} rounds, medians]"
     )
 
 
@@ -331,6 +365,7 @@ def main() -> None:
         report(name, results, {"guard": goal, "strict": strict_goal}, regions=4)
         results = interleave(step, ["plain", *FLOOR, "guard"], rounds)
         report(f"  the floor at batch {batch}: {FLOOR_TEXT}", results, {}, regions=4)
+        read_cost(step, rounds)
 
     step = vit_step()
     if step is None:
@@ -342,24 +377,27 @@ def main() -> None:
     print("depth sweep: checkpoint_sequential, one SmallBlock(64) per segment, input [4, 16, 64]")
     depths = (8, 16, 32, 64)
     # every depth in every round, so that the machine's drift reaches all of them alike
-    steps = {depth: depth_step(depth) for depth in depths}
+    repeats = {depth: max(depths) // depth for depth in depths}
+    steps = {depth: depth_step(depth, repeats[depth]) for depth in depths}
     trials = {
         f"{mode} {depth}": (steps[depth], mode) for depth in depths for mode in ("plain", "guard")
     }
-    sweep = interleave_trials(trials, max(8, rounds // 2))
+    sweep = interleave_trials(trials, max(8, rounds))
     per_region = {}
     for depth in depths:
         step = steps[depth]
         guard, plain_runs = sweep[f"guard {depth}"], sweep[f"plain {depth}"]
-        regions = depth - 1  # checkpoint_sequential runs its last segment without checkpoint
+        # checkpoint_sequential runs its last segment without checkpoint
+        regions = (depth - 1) * repeats[depth]
         cost = statistics.median(
             (g[1] - p[1]) / regions for g, p in zip(guard, plain_runs, strict=True)
         )
         per_region[depth] = cost
         modules, values = counted_work(step)
-        plain = statistics.median(s[1] for s in plain_runs)
+        plain = statistics.median(s[1] for s in plain_runs) / repeats[depth]
         print(
-            f"  depth {depth:>2}: plain cpu {plain * 1e3:7.2f} ms, guard cost per region "
+            f"  depth {depth:>2}: plain cpu {plain * 1e3:7.2f} ms per step ({repeats[depth]} steps"
+            f" per trial), guard cost per region "
             f"{cost * 1e6:7.1f} us (cpu, median of paired differences); per region "
             f"{modules:.1f} modules and {values:.1f} values fingerprinted"
         )
