@@ -237,13 +237,14 @@ class Region:
         root = self.naming_root()
         path = _names.module_path(root, module)
         if self.root is None and root is not None and path:
-            return f"{type(root).__name__}.{path}"
-        return path if path else type(module).__name__
+            return f"{_names.class_name(root)}.{path}"
+        return path if path else _names.class_name(module)
 
     @property
     def name(self) -> str:
         if self._name is None:
-            self._name = _names.region_name(self.fn, self.naming_root(), self.modules)
+            root = self.root() if self.root is not None else None  # found, not assumed
+            self._name = _names.region_name(self.fn, root, self.modules)
         return self._name
 
     # forward ----------------------------------------------------------------------------

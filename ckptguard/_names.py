@@ -16,7 +16,13 @@ from typing import Any
 import torch
 
 from ckptguard import _compat
-from ckptguard._plan import code_location, forward_of, function_name, unwrap_function
+from ckptguard._plan import (
+    code_location,
+    forward_of,
+    function_name,
+    is_library_code,
+    unwrap_function,
+)
 
 _paths: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> (root ref, path)
 # id of a region's first module -> (weak reference to it, weak reference to its model)
@@ -74,16 +80,19 @@ def module_path(root: torch.nn.Module | None, module: torch.nn.Module) -> str | 
     return found
 
 
-def describe_function(fn: Any) -> str:
-    """Qualified name and file:line of the function a checkpoint region runs."""
+def class_name(module: torch.nn.Module) -> str:
+    """A module's class name; a TorchScript module's is that of the module it compiled (its
+    own class is torch's wrapper, ``RecursiveScriptModule``)."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return getattr(module, "original_name", None) or type(module).__name__
+    return type(module).__name__
+
+
+def _region_target(fn: Any) -> Any:
+    """The module, or else the innermost function, that a region's callable runs."""
     target = fn
     while isinstance(target, functools.partial):
         target = target.func
-    if isinstance(target, torch.nn.Module):
-        forward = forward_of(target)
-        source = unwrap_function(forward) or getattr(forward, "__func__", forward)
-        code = getattr(source, "__code__", None)
-        return f"{type(target).__qualname__}.forward, {code_location(code)}"
     if isinstance(target, types.MethodType):
         owner = target.__self__
         if isinstance(owner, torch.nn.Module) and target.__func__.__name__ in (
@@ -91,9 +100,23 @@ def describe_function(fn: Any) -> str:
             "_wrapped_call_impl",
             "_call_impl",
         ):
-            return describe_function(owner)
+            return owner
         target = target.__func__
-    target = unwrap_function(target) or target
+    if isinstance(target, torch.nn.Module):
+        return target
+    return unwrap_function(target) or target
+
+
+def describe_function(fn: Any) -> str:
+    """Qualified name and file:line of the function a checkpoint region runs."""
+    target = _region_target(fn)
+    if isinstance(target, torch.jit.ScriptModule):
+        return f"{class_name(target)}.forward, TorchScript"
+    if isinstance(target, torch.nn.Module):
+        forward = forward_of(target)
+        source = unwrap_function(forward) or getattr(forward, "__func__", forward)
+        code = getattr(source, "__code__", None)
+        return f"{type(target).__qualname__}.forward, {code_location(code)}"
     return f"{function_name(target)}, {code_location(getattr(target, '__code__', None))}"
 
 
@@ -103,21 +126,25 @@ def region_name(fn: Any, root: torch.nn.Module | None, modules: list) -> str:
     plain = function.replace(", ", " (", 1) + ")"
     if not modules:
         return plain
+    # outside a model, a module's class names a region only when the function is library
+    # code (checkpoint_sequential's closure); the user's own function names it better
+    code = getattr(_region_target(fn), "__code__", None)
+    by_class = code is None or is_library_code(code)
     top: list[str] = []
     for module in modules:
         path = module_path(root, module)
         if path is None:
-            if not top:
-                top.append(type(module).__name__)
+            if not top and by_class:
+                top.append(class_name(module))
             continue
         if path == "":
-            top = [type(module).__name__]
+            top = [class_name(module)]
             break
         if not any(path.startswith(t + ".") or path == t for t in top):
             top.append(path)
     if not top:
         return plain
     shown = top[0] if len(top) == 1 else f"{top[0]}..{top[-1]} ({len(top)} modules)"
-    if shown == type(modules[0]).__name__ and function.startswith(shown + "."):
+    if shown == class_name(modules[0]) and function.startswith(shown + "."):
         return plain
     return f"{shown} ({function})"

@@ -301,6 +301,29 @@ def test_decorated_forward_is_seen_through() -> None:
     assert info.value.region == f"Decorated.forward ({__file__}:{line})"
 
 
+LINEAR = nn.Linear(4, 4)
+
+
+def _user_region(x: torch.Tensor) -> torch.Tensor:
+    return LINEAR(x) * 2
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
+def test_a_function_region_outside_a_model_is_named_by_its_function(reentrant: bool) -> None:
+    """No model on the stack: the user's function names the region, not the class of the
+    first module it ran (``Linear (_user_region, ...)`` read as a Linear region)."""
+    x = torch.randn(2, 4, requires_grad=True)
+    with ckptguard.guard():
+        out = checkpoint(_user_region, x, use_reentrant=reentrant)
+        with torch.no_grad():
+            LINEAR.weight.add_(1.0)
+        with pytest.raises(CheckpointMismatchError) as info:
+            out.sum().backward()
+    line = _user_region.__code__.co_firstlineno
+    assert info.value.region == f"_user_region ({__file__}:{line})"
+    assert info.value.details["name"] == "Linear.weight"
+
+
 def _tanh(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x)
 
@@ -415,3 +438,16 @@ def test_torchscript_submodules_are_read_through_their_tensors() -> None:
         _step(model, x, True, bump)
     assert info.value.kind == "tensor"
     assert info.value.details["name"] == "WithScripted.inner['0.weight']"
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_a_torchscript_region_is_named_by_its_original_class() -> None:
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(4, 4), nn.Tanh()))
+    x = torch.randn(3, 4, requires_grad=True)
+    with ckptguard.guard():
+        out = checkpoint(scripted, x, use_reentrant=True)
+        with torch.no_grad():
+            scripted[0].weight.add_(1.0)
+        with pytest.raises(CheckpointMismatchError) as info:
+            out.sum().backward()
+    assert info.value.region == "Sequential.forward (TorchScript)"
