@@ -227,8 +227,12 @@ class Region:
 
     # names ------------------------------------------------------------------------------
 
+    def found_root(self) -> torch.nn.Module | None:
+        """The model found on the stack at the forward, if it still lives."""
+        return self.root() if self.root is not None else None
+
     def naming_root(self) -> torch.nn.Module | None:
-        root = self.root() if self.root is not None else None
+        root = self.found_root()
         if root is not None:
             return root
         return self.modules[0] if self.modules else None
@@ -243,8 +247,7 @@ class Region:
     @property
     def name(self) -> str:
         if self._name is None:
-            root = self.root() if self.root is not None else None  # found, not assumed
-            self._name = _names.region_name(self.fn, root, self.modules)
+            self._name = _names.region_name(self.fn, self.found_root(), self.modules)
         return self._name
 
     # forward ----------------------------------------------------------------------------

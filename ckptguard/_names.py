@@ -107,9 +107,8 @@ def _region_target(fn: Any) -> Any:
     return unwrap_function(target) or target
 
 
-def describe_function(fn: Any) -> str:
-    """Qualified name and file:line of the function a checkpoint region runs."""
-    target = _region_target(fn)
+def _describe(target: Any) -> str:
+    """Qualified name and file:line of what a region runs (see ``_region_target``)."""
     if isinstance(target, torch.jit.ScriptModule):
         return f"{class_name(target)}.forward, TorchScript"
     if isinstance(target, torch.nn.Module):
@@ -122,13 +121,14 @@ def describe_function(fn: Any) -> str:
 
 def region_name(fn: Any, root: torch.nn.Module | None, modules: list) -> str:
     """``blocks.7 (Block.forward, file:line)``; a segment running several blocks names them."""
-    function = describe_function(fn)
+    target = _region_target(fn)
+    function = _describe(target)
     plain = function.replace(", ", " (", 1) + ")"
     if not modules:
         return plain
     # outside a model, a module's class names a region only when the function is library
     # code (checkpoint_sequential's closure); the user's own function names it better
-    code = getattr(_region_target(fn), "__code__", None)
+    code = getattr(target, "__code__", None)
     by_class = code is None or is_library_code(code)
     top: list[str] = []
     for module in modules:
