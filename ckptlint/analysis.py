@@ -196,6 +196,8 @@ class ProjectAnalysis:
             node = scope.node
             if not isinstance(node, FUNCTIONS) or scope.parent is None:
                 continue
+            if not touches_lines(node, lines):  # no candidate line: no return of a source
+                continue
             returns = [
                 n for n in own_nodes(node.body) if isinstance(n, ast.Return) and n.value is not None
             ]

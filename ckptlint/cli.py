@@ -1,43 +1,75 @@
-"""The ``ckptlint`` command: discover → lint the files together → fix → report.
+"""The ``ckptlint`` command: find the project → lint the files named → fix → report.
 
-Every path given is accounted for in the report: findings, "All checks passed!", a CKP901
-(cannot parse or analyse) or CKP902 (cannot access) finding, or an internal error naming
-the file. No exception from one file stops the run.
+Each named path belongs to a project (``config.project_root``): the analysis knows every
+Python file of that project, and the paths decide only which files are reported. Every path
+given is accounted for in the report: findings, "All checks passed!", a CKP901 (cannot parse
+or analyse) or CKP902 (cannot access) finding, or an internal error naming the file. No
+exception from one file stops the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ckptlint import __version__, report
-from ckptlint.config import ConfigError, RuleSelection, Settings, load_settings, parse_code_list
+from ckptlint.config import (
+    ConfigError,
+    ProjectRoot,
+    RuleSelection,
+    Settings,
+    load_settings,
+    parse_code_list,
+    project_root,
+)
 from ckptlint.core import Finding
 from ckptlint.discovery import SourceFile, discover
-from ckptlint.engine import FileResult, Linter, LintTarget, digest
-from ckptlint.project.cache import FOLDER, RunCache
+from ckptlint.engine import Engine, FileResult
+from ckptlint.project import cache
 from ckptlint.report import Problem
 from ckptlint.rules import RULES_BY_CODE
 from ckptlint.source import CannotRead, read_bytes
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = "-"
+CLEAN = "clean"
 
 
 class UsageError(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (and a suggestion) instead of the usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        suggestion = _suggestion(message, self._option_string_actions)
+        raise UsageError(message + suggestion)
+
+
+def _suggestion(message: str, options: dict) -> str:
+    for word in message.replace(",", " ").split():
+        if word.startswith("-") and word not in options:
+            close = difflib.get_close_matches(word.split("=")[0], list(options), n=1)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ckptlint",
         description="Find misuse of torch.utils.checkpoint: missing use_reentrant, regions "
-        "too small to pay off, and recomputes that can see a different world than the forward.",
+        "too small to pay off, and recomputes that can see a different world than the forward. "
+        f"`ckptlint {CLEAN}` deletes the cache. Exit status: 0 no findings, 1 findings, 2 a "
+        "usage or internal error.",
+        allow_abbrev=False,
     )
     parser.add_argument(
         "paths", nargs="*", metavar="PATH", help="files or folders (default: .); - reads stdin"
@@ -49,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CODES",
         help="comma-separated codes or prefixes to report (replaces the configuration's "
         "select and ignore)",
+    )
+    parser.add_argument(
+        "--extend-select",
+        action="append",
+        default=[],
+        metavar="CODES",
+        help="comma-separated codes or prefixes to report in addition to those selected",
     )
     parser.add_argument(
         "--ignore",
@@ -92,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also lint files that .gitignore files exclude",
     )
     parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="read [tool.ckptlint] from this pyproject.toml instead of the nearest one",
+    )
+    parser.add_argument(
         "--isolated",
         action="store_true",
         help="ignore every configuration file (pyproject.toml), as ruff's --isolated does",
@@ -101,6 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--show-rules", action="store_true", help="list every rule (text or --format json)"
     )
     parser.add_argument(
+        "--show-settings",
+        action="store_true",
+        help="print the project root, the settings and the cache each path is linted with",
+    )
+    parser.add_argument(
+        "--show-files", action="store_true", help="print the files that would be linted"
+    )
+    parser.add_argument(
         "--exit-zero", action="store_true", help="exit 0 even when there are findings"
     )
     parser.add_argument(
@@ -108,15 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
         "-j",
         type=_positive_int,
         metavar="N",
-        help="worker processes (default: one per CPU)",
+        help="worker processes (default: one per CPU for large projects; never more than the "
+        "CPUs or the files)",
     )
-    parser.add_argument(
-        "--no-cache", action="store_true", help="neither read nor write the results cache"
-    )
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     parser.add_argument(
         "--cache-dir",
         metavar="DIR",
-        help=f"where the results cache lives (default: {FOLDER} next to the configuration)",
+        help=f"where the cache lives (default: {cache.FOLDER} at the project root)",
     )
     parser.add_argument("--version", action="version", version=f"ckptlint {__version__}")
     return parser
@@ -143,8 +194,8 @@ def entry() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = build_parser().parse_args(argv)
     try:
+        arguments = build_parser().parse_args(argv)
         return run(arguments)
     except (UsageError, ConfigError) as error:
         print(f"ckptlint: error: {error}", file=sys.stderr)
@@ -167,6 +218,7 @@ class FileOutcome:
     problems: tuple[Problem, ...] = ()
     diff: str = ""
     fixed_bytes: bytes | None = None  # standard input's fixed text (for stdout)
+    hidden_fixes: int = 0  # unsafe fixes left out for want of --unsafe-fixes
 
 
 def run(arguments: argparse.Namespace) -> int:
@@ -178,37 +230,63 @@ def run(arguments: argparse.Namespace) -> int:
         print(report.explain(code), end="")
         return EXIT_CLEAN
     if arguments.show_rules:
+        if arguments.format not in ("text", "json"):
+            raise UsageError("--show-rules prints text or json only")
         sys.stdout.write(report.rule_list(arguments.format))
         return EXIT_CLEAN
     if arguments.statistics and arguments.format not in ("text", "json"):
         raise UsageError("--statistics prints text or json only")
+    if arguments.config and arguments.isolated:
+        raise UsageError("--config and --isolated cannot be used together")
+    if arguments.paths[:1] == [CLEAN]:
+        return _clean(arguments, arguments.paths[1:] or ["."])
 
     paths = arguments.paths or ([STDIN] if arguments.stdin_filename else ["."])
     from_stdin = STDIN in paths
     if from_stdin and len(paths) > 1:
         raise UsageError("- (standard input) cannot be combined with other paths")
-    start = Path(arguments.stdin_filename or ".") if from_stdin else Path(paths[0])
-    settings = _settings(arguments, start)
+    named = [arguments.stdin_filename or STDIN] if from_stdin else paths
+    projects = [
+        _Project(root, _settings(arguments, root), group)
+        for root, group in _by_root(arguments, named)
+    ]
+    if arguments.show_settings:
+        sys.stdout.write("".join(p.describe(arguments) for p in projects))
+        return EXIT_CLEAN
     mode = "diff" if arguments.diff else "fix" if arguments.fix else "lint"
-    job = _Job(Linter(settings), mode, arguments.unsafe_fixes)
-
     if from_stdin:
-        outcomes = [_lint_stdin(job, arguments.stdin_filename)]
+        (project,) = projects
+        outcomes = [_lint_stdin(project, arguments, mode)]
     else:
-        cache = None
-        if not arguments.no_cache:
-            folder = Path(arguments.cache_dir) if arguments.cache_dir else settings.root / FOLDER
-            cache = RunCache.for_run(folder, [os.path.abspath(p) for p in paths], settings)
-        outcomes = _run_all(job, discover(paths, settings), arguments.jobs, cache)
+        files_of = {id(p): discover(p.paths, p.settings) for p in projects}
+        if arguments.show_files:
+            for project in projects:
+                for file in files_of[id(project)]:
+                    if file.error is None:
+                        sys.stdout.write(f"{file.path}\n")
+            return EXIT_CLEAN
+        outcomes = []
+        for project in projects:
+            outcomes.extend(_lint_project(project, files_of[id(project)], arguments, mode))
+    return _finish(outcomes, arguments, mode, from_stdin)
 
+
+def _finish(
+    outcomes: list[FileOutcome], arguments: argparse.Namespace, mode: str, from_stdin: bool
+) -> int:
     problems = [problem for outcome in outcomes for problem in outcome.problems]
     for problem in problems:
         sys.stderr.write(report.problem_line(problem))
     internal_error = any(problem.internal for problem in problems)
+    if not outcomes:
+        sys.stderr.write("ckptlint: warning: no Python file found under the given path(s)\n")
+    hidden = sum(outcome.hidden_fixes for outcome in outcomes)
 
     if mode == "diff":
         diffs = "".join(outcome.diff for outcome in outcomes)
         sys.stdout.write(diffs)
+        if hidden and not diffs:
+            sys.stderr.write(report.hidden_fixes_line(hidden))
         return EXIT_ERROR if internal_error else (EXIT_FINDINGS if diffs else EXIT_CLEAN)
     if from_stdin and mode == "fix":
         (outcome,) = outcomes
@@ -218,9 +296,11 @@ def run(arguments: argparse.Namespace) -> int:
     findings = [(o.result.path, f) for o in outcomes for f in o.result.findings]
     fixed = sum(outcome.fixed for outcome in outcomes)
     text = _render(findings, problems, fixed, arguments)
+    if mode == "fix" and hidden and arguments.format == "text" and not arguments.quiet:
+        text += report.hidden_fixes_line(hidden)
     if arguments.output_file:
-        with open(arguments.output_file, "w", encoding="utf-8") as output:
-            output.write(text)
+        with open(arguments.output_file, "w", encoding="utf-8", errors="surrogateescape") as out:
+            out.write(text)
     else:  # with fixed standard input on stdout, the report goes to stderr (as in ruff)
         (sys.stderr if from_stdin and mode == "fix" else sys.stdout).write(text)
     if internal_error:
@@ -230,16 +310,135 @@ def run(arguments: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def _settings(arguments: argparse.Namespace, start: Path) -> Settings:
-    settings = Settings() if arguments.isolated else load_settings(start)
+# -- projects --------------------------------------------------------------------------------
+@dataclass
+class _Project:
+    """The named paths of one project, with its settings."""
+
+    root: ProjectRoot
+    settings: Settings
+    paths: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    def engine(self, arguments: argparse.Namespace, named: Sequence[str]) -> Engine:
+        """An engine that knows every file of the project and the files named."""
+        known = [f.path for f in discover([str(self.root.folder)], self.settings) if not f.error]
+        return Engine(self.settings, [*known, *named], self.store(arguments), arguments.jobs)
+
+    def store(self, arguments: argparse.Namespace) -> cache.Store | None:
+        if arguments.no_cache:
+            return None
+        opened = cache.Store.open(self.cache_folder(arguments), self.analysis_key)
+        return opened if isinstance(opened, cache.Store) else None
+
+    def cache_folder(self, arguments: argparse.Namespace) -> Path:
+        if arguments.cache_dir:
+            return Path(arguments.cache_dir).absolute()
+        return self.root.folder / cache.FOLDER
+
+    @property
+    def analysis_key(self) -> str:
+        return cache.analysis_key([str(self.root.folder), self.settings.analysis_identity])
+
+    def describe(self, arguments: argparse.Namespace) -> str:
+        """``--show-settings``: what the paths are linted with, one setting a line."""
+        settings = self.settings
+        if arguments.no_cache:
+            cache_state = "off (--no-cache)"
+        else:
+            opened = cache.Store.open(self.cache_folder(arguments), self.analysis_key)
+            cache_state = str(opened.part) if isinstance(opened, cache.Store) else f"off: {opened}"
+        how = {
+            "pyproject": f"the folder of {self.root.pyproject} ([tool.ckptlint])",
+            "git": "the git work tree (no pyproject.toml with [tool.ckptlint] above the paths)",
+            "paths": "the common folder of the paths (no [tool.ckptlint], no git work tree)",
+        }[self.root.reason]
+        rows = [
+            ("paths", " ".join(self.paths)),
+            ("project root", f"{self.root.folder}  ({how})"),
+            ("configuration", str(settings.config_file or "none")),
+            ("select", ", ".join(settings.select)),
+            ("ignore", ", ".join(settings.ignore) or "none"),
+            ("command line select", _codes(settings.command_line.select)),
+            ("command line extend-select", _codes(settings.command_line.extend_select)),
+            ("command line ignore", _codes(settings.command_line.ignore)),
+            ("selected rules", ", ".join(c for c in RULES_BY_CODE if settings.is_selected(c))),
+            ("exclude", ", ".join(settings.exclude) or "none"),
+            (
+                "per-file-ignores",
+                "; ".join(f"{p} = {', '.join(c)}" for p, c in settings.per_file_ignores) or "none",
+            ),
+            (
+                "extend-checkpoint-functions",
+                ", ".join(map(str, settings.extend_checkpoint_functions)) or "none",
+            ),
+            ("respect-gitignore", str(settings.respect_gitignore).lower()),
+            ("cache", cache_state),
+            ("jobs", str(arguments.jobs or "one per CPU for large projects")),
+        ]
+        width = max(len(key) for key, _ in rows)
+        return "".join(f"{key:<{width}} = {value}\n" for key, value in rows) + "\n"
+
+
+def _codes(codes: tuple[str, ...] | None) -> str:
+    return "not given" if not codes else ", ".join(codes)
+
+
+def _by_root(
+    arguments: argparse.Namespace, paths: list[str]
+) -> list[tuple[ProjectRoot, list[str]]]:
+    """The named paths grouped by project, in the order first named."""
+    if arguments.config:
+        config = Path(arguments.config)
+        if not config.is_file():
+            raise UsageError(f"--config {arguments.config}: no such file")
+        root = ProjectRoot(config.absolute().parent, "pyproject", config.absolute())
+        return [(root, paths)]
+    groups: dict[Path, tuple[ProjectRoot, list[str]]] = {}
+    loose: list[str] = []
+    for path in paths:
+        found = project_root(Path(path), isolated=arguments.isolated)
+        if found is None:
+            loose.append(path)
+        else:
+            groups.setdefault(found.folder, (found, []))[1].append(path)
+    if loose:
+        folders = [
+            os.path.abspath(p if os.path.isdir(p) else os.path.dirname(p) or ".") for p in loose
+        ]
+        root = ProjectRoot(Path(os.path.commonpath(folders)), "paths")
+        groups.setdefault(root.folder, (root, []))[1].extend(loose)
+    return list(groups.values())
+
+
+def _settings(arguments: argparse.Namespace, root: ProjectRoot) -> Settings:
+    settings = Settings(root=root.folder) if arguments.isolated else load_settings(root)
     command_line = RuleSelection(
         select=parse_code_list(arguments.select, "--select") if arguments.select else None,
+        extend_select=parse_code_list(arguments.extend_select, "--extend-select"),
         ignore=parse_code_list(arguments.ignore, "--ignore"),
     )
     settings = replace(settings, command_line=command_line)
     if arguments.respect_gitignore is not None:
         settings = replace(settings, respect_gitignore=arguments.respect_gitignore)
     return settings
+
+
+def _clean(arguments: argparse.Namespace, paths: list[str]) -> int:
+    """``ckptlint clean [PATH ...]``: delete the cache of each path's project."""
+    for root, _ in _by_root(arguments, paths):
+        folder = (
+            Path(arguments.cache_dir).absolute()
+            if arguments.cache_dir
+            else root.folder / cache.FOLDER
+        )
+        if cache.clean(folder):
+            print(f"Removed {folder}")
+        elif os.path.lexists(folder):
+            print(
+                f"ckptlint: warning: {folder} is not a ckptlint cache; left alone", file=sys.stderr
+            )
+    return EXIT_CLEAN
 
 
 def _render(
@@ -262,35 +461,103 @@ def _render(
     return text
 
 
-@dataclass(frozen=True)
-class _Job:
-    """What the run does with its files: lint them, and fix or diff them."""
+# -- linting and fixing ------------------------------------------------------------------------
+def _lint_project(
+    project: _Project, files: list[SourceFile], arguments: argparse.Namespace, mode: str
+) -> list[FileOutcome]:
+    """Lint a project's named files in one run, then fix the files that have applicable
+    fixes, each from its exact bytes."""
+    outcomes = {f.path: FileOutcome(_inaccessible(f, project.settings)) for f in files if f.error}
+    accessible = [f.path for f in files if f.error is None]
+    engine = project.engine(arguments, accessible)
+    try:
+        results = engine.lint(accessible)
+    except Exception as error:  # a bug of ours in the run itself: name it, lose nothing else
+        message = f"{type(error).__name__}: {error}"
+        results = [FileResult(path, [], internal_error=message) for path in accessible]
+    for note in engine.notes:
+        sys.stderr.write(f"ckptlint: warning: {note}\n")
+    for result in results:
+        outcomes[result.path] = _outcome(result)
+    if mode != "lint":
+        fixer = _Fixer(engine, mode, arguments.unsafe_fixes)
+        for result in results:
+            if any(f.fixable for f in result.findings):
+                outcomes[result.path] = fixer.fix_file(result)
+    return [outcomes[f.path] for f in files]
 
-    linter: Linter
-    mode: str  # "lint", "fix" or "diff"
+
+def _inaccessible(file: SourceFile, settings: Settings) -> FileResult:
+    """The CKP902 of a path that cannot be linted (missing, an unreadable folder)."""
+    code = "CKP902"
+    if not settings.is_selected(code) or settings.is_ignored_in(code, file.path):
+        return FileResult(file.path, [])
+    finding = Finding(1, 1, code, file.error or "cannot be accessed", end_line=1, end_column=1)
+    return FileResult(file.path, [finding])
+
+
+def _outcome(result: FileResult) -> FileOutcome:
+    if result.internal_error is None:
+        return FileOutcome(result)
+    return FileOutcome(
+        result, problems=(Problem(result.path, result.internal_error, internal=True),)
+    )
+
+
+def _lint_stdin(project: _Project, arguments: argparse.Namespace, mode: str) -> FileOutcome:
+    """Standard input, linted (and fixed, without writing any file) as the file it names."""
+    data = sys.stdin.buffer.read()
+    path = arguments.stdin_filename or STDIN
+    if arguments.stdin_filename and project.settings.is_excluded(path):
+        return FileOutcome(FileResult(path, []), fixed_bytes=data)
+    engine = project.engine(arguments, [path])
+    if mode == "lint":
+        (result,) = engine.lint([path], {path: data})
+        return _outcome(result)
+    return _Fixer(engine, mode, arguments.unsafe_fixes).fix(data, path, write=False)
+
+
+@dataclass(frozen=True)
+class _Fixer:
+    """Fixes files (``mode`` "fix") or shows their fixes (``mode`` "diff")."""
+
+    engine: Engine
+    mode: str
     unsafe_fixes: bool
 
     def fix_file(self, result: FileResult) -> FileOutcome:
-        """Fix a linted file: its findings are reused when its bytes are unchanged."""
         try:
             data = read_bytes(result.path)
         except CannotRead as error:
             return FileOutcome(result, problems=(Problem(result.path, f"not fixed: {error}"),))
-        reuse = result.findings if result.digest == digest(data) else None
-        return self.fix(data, result.path, write=self.mode == "fix", findings=reuse)
+        try:
+            return self.fix(data, result.path, write=self.mode == "fix")
+        except Exception as error:  # a bug of ours outside the fix phase's own guard
+            problem = Problem(result.path, f"{type(error).__name__}: {error}", internal=True)
+            return FileOutcome(result, problems=(problem,))
 
-    def fix(
-        self, data: bytes, path: str, *, write: bool, findings: list[Finding] | None = None
-    ) -> FileOutcome:
+    def findings(self, data: bytes, path: str, *, fixes: bool) -> list[Finding]:
+        """The findings of exactly ``data`` as the file ``path``."""
+        (result,) = self.engine.lint([path], {path: data}, fixes=fixes)
+        if result.internal_error is not None:
+            raise RuntimeError(result.internal_error)
+        return result.findings
+
+    def fix(self, data: bytes, path: str, *, write: bool) -> FileOutcome:
         """Fix ``data`` (the file's bytes as read): write the result to ``path``, or (not
         writing, standard input) hand the fixed bytes back for stdout."""
         from ckptlint.fixes import FixFailed, fix_source, unified_diff, write_if_unchanged
 
         keep = not write and self.mode == "fix"  # only standard input's text goes back
         try:
-            fix = fix_source(self.linter, data, path, unsafe=self.unsafe_fixes, findings=findings)
+            fix = fix_source(
+                lambda text, fixes: self.findings(text, path, fixes=fixes),
+                data,
+                path,
+                unsafe=self.unsafe_fixes,
+            )
         except Exception as error:  # a bug of ours: name the file, keep its findings
-            result = self.linter.lint_bytes(data, path)
+            (result,) = self.engine.lint([path], {path: data})
             problem = Problem(path, f"fix phase: {type(error).__name__}: {error}", internal=True)
             return FileOutcome(result, problems=(problem,), fixed_bytes=data if keep else None)
         problems = tuple(
@@ -300,6 +567,7 @@ class _Job:
             FileResult(path, fix.findings_before),
             problems=problems,
             fixed_bytes=data if keep else None,
+            hidden_fixes=fix.hidden,
         )
         if fix.after is None:
             return unchanged
@@ -316,56 +584,5 @@ class _Job:
             fix.applied,
             problems,
             fixed_bytes=fix.after if keep else None,
+            hidden_fixes=fix.hidden,
         )
-
-
-def _outcome(result: FileResult) -> FileOutcome:
-    if result.internal_error is None:
-        return FileOutcome(result)
-    return FileOutcome(
-        result, problems=(Problem(result.path, result.internal_error, internal=True),)
-    )
-
-
-def _lint_stdin(job: _Job, filename: str | None) -> FileOutcome:
-    """Standard input, linted (and fixed, without writing any file) as the file ``filename``."""
-    data = sys.stdin.buffer.read()
-    path = filename or STDIN
-    if filename and job.linter.settings.is_excluded(filename):
-        return FileOutcome(FileResult(path, []), fixed_bytes=data)
-    if job.mode == "lint":
-        return _outcome(job.linter.lint_bytes(data, path))
-    return job.fix(data, path, write=False)
-
-
-def _run_all(
-    job: _Job, files: list[SourceFile], jobs: int | None, cache: RunCache | None = None
-) -> list[FileOutcome]:
-    """Lint every file in one run (regions cross files), then fix the files that have
-    applicable fixes, each on its own."""
-    linter = job.linter
-    outcomes = {f.path: FileOutcome(linter.inaccessible(f.path, f.error)) for f in files if f.error}
-    accessible = [f for f in files if f.error is None]
-    try:
-        targets = (LintTarget(f.path, f.explicit) for f in accessible)
-        results = linter.lint_files(targets, jobs, cache)
-    except Exception as error:  # a bug of ours in the run itself: name it, lose nothing else
-        message = f"{type(error).__name__}: {error}"
-        results = [FileResult(f.path, [], internal_error=message) for f in accessible]
-    for result in results:
-        outcomes[result.path] = _outcome(result)
-    if job.mode != "lint":
-        from ckptlint.fixes import is_applicable  # libcst: only when fixing
-
-        for result in results:
-            if any(is_applicable(f, job.unsafe_fixes) for f in result.findings):
-                outcomes[result.path] = _guarded(job, result)
-    return [outcomes[f.path] for f in files]
-
-
-def _guarded(job: _Job, result: FileResult) -> FileOutcome:
-    try:
-        return job.fix_file(result)
-    except Exception as error:  # a bug of ours outside the fix phase's own guard
-        problem = Problem(result.path, f"{type(error).__name__}: {error}", internal=True)
-        return FileOutcome(result, problems=(problem,))

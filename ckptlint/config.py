@@ -47,6 +47,7 @@ class RuleSelection:
     """The command line's ``--select`` (None when not given) and ``--ignore``."""
 
     select: tuple[str, ...] | None = None
+    extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
 
 
@@ -61,6 +62,12 @@ class Settings:
     respect_gitignore: bool = True
     command_line: RuleSelection = RuleSelection()
     root: Path = field(default_factory=Path.cwd)
+    config_file: Path | None = None
+
+    @property
+    def analysis_identity(self) -> object:
+        """What, besides the files, decides the analysis's results (the cache keys by it)."""
+        return [repr(item) for item in self.extend_checkpoint_functions]
 
     def is_selected(self, code: str) -> bool:
         """The configuration's layer, then the command line's (see the module docstring)."""
@@ -72,6 +79,9 @@ class Settings:
             else:
                 selected = 0 if enabled else -1
             enabled = selected > _longest_prefix(ignore, code)
+        extended = _longest_prefix(self.command_line.extend_select, code)
+        if extended > _longest_prefix(self.command_line.ignore, code):
+            enabled = True
         return enabled
 
     def is_ignored_in(self, code: str, path: str) -> bool:
@@ -148,16 +158,53 @@ def _read_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot read configuration: {error}") from None
 
 
-def load_settings(start: Path) -> Settings:
-    pyproject = find_pyproject(start)
+@dataclass(frozen=True)
+class ProjectRoot:
+    """The folder a run treats as the project: every Python file under it is known to the
+    analysis, whichever of them a run reports on. ``reason`` says how it was found."""
+
+    folder: Path
+    reason: str  # "pyproject", "git" or "paths"
+    pyproject: Path | None = None
+
+
+def project_root(path: Path, *, isolated: bool = False) -> ProjectRoot | None:
+    """The folder of the nearest pyproject.toml with [tool.ckptlint] at or above ``path``
+    (unless ``isolated``), else the git work tree holding it; None when there is neither
+    (the caller takes the common folder of such paths)."""
+    if not isolated:
+        pyproject = find_pyproject(path)
+        if pyproject is not None:
+            return ProjectRoot(pyproject.parent, "pyproject", pyproject)
+    start = path.absolute()
+    for folder in [start, *start.parents] if _is_folder(start) else start.parents:
+        if _exists(folder / ".git"):
+            return ProjectRoot(folder, "git")
+    return None
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def load_settings(root: ProjectRoot) -> Settings:
+    """The settings of a project: its [tool.ckptlint] table, when it has one."""
+    pyproject = root.pyproject
     if pyproject is None:
-        return Settings()
-    table = _read_toml(pyproject)["tool"]["ckptlint"]
-    where = f"{pyproject}: [tool.ckptlint]"
+        return Settings(root=root.folder)
+    content = _read_toml(pyproject)
+    if pyproject.name == "pyproject.toml":
+        table = content.get("tool", {}).get("ckptlint", {})
+        where = f"{pyproject}: [tool.ckptlint]"
+    else:  # a file of ckptlint's own (``--config ckptlint.toml``): its top level
+        table, where = content, str(pyproject)
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown option(s): {', '.join(unknown)}")
-    settings = Settings(root=pyproject.parent)
+    settings = Settings(root=pyproject.parent, config_file=pyproject)
     if "select" in table:
         settings = replace(settings, select=_codes(table["select"], f"{where} select"))
     if "ignore" in table:

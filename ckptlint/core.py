@@ -5,8 +5,10 @@ A leaf of the package: it imports nothing of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
+
+Applicability = Literal["safe", "unsafe"]
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,16 @@ class Fix:
     """
 
     edit: AddKeyword | ReplaceText
-    applicability: Literal["safe", "unsafe"]
+    applicability: Applicability
 
 
 @dataclass(frozen=True, order=True)
 class Finding:
-    """One reported problem. Lines and columns are 1-based; columns count characters."""
+    """One reported problem. Lines and columns are 1-based; columns count characters.
+
+    ``fix`` is computed from the exact text being linted and never stored; ``fixable`` (the
+    fix's applicability) is what a stored finding keeps, so reports mark it ``[*]``.
+    """
 
     line: int
     column: int
@@ -55,3 +61,12 @@ class Finding:
     end_line: int = field(compare=False)
     end_column: int = field(compare=False)
     fix: Fix | None = field(default=None, compare=False)
+    fixable: Applicability | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.fix is not None and self.fixable is None:
+            object.__setattr__(self, "fixable", self.fix.applicability)
+
+    def without_fix(self) -> Finding:
+        """The finding as it is stored: its fix's applicability, not its edit."""
+        return self if self.fix is None else replace(self, fix=None)

@@ -1,15 +1,27 @@
-"""Linting a project: read → prefilter → parse → project analysis → rules → suppressions.
+"""Linting a project: one entry point, ``Engine.lint``, for the CLI, standard input and the
+flake8 plugin alike.
 
-``Linter.lint_files`` lints the files of a run together, so a region defined in one file and
-checkpointed in another is seen whole. ``Linter.lint_text`` lints one text as if it were the
-file at ``path`` (tests, editors, the fix phase); the files around that path are still read
-when the analysis follows an import into them. The flake8 plugin calls ``analyze`` on the
-tree flake8 parsed, so both report the same findings at the same places.
+The engine always knows the whole project (every Python file of it); the files a run names
+decide only what it reports. That is what makes every entry point give one answer: the
+findings of a file are the same from a run over the whole tree, from the file named alone,
+from pre-commit's chunks, from flake8 and from standard input.
 
-Nothing raised while linting a file leaves this module: a file that cannot be read is
-CKP902, one that cannot be decoded, parsed or analysed (nesting too deep for the parser or
-the analysis) is CKP901, and anything else is a bug of ours, reported as the file's
-``internal_error`` while the run goes on.
+A run, for the project's files as it finds them (``Snapshot``):
+
+1. **Discovery** of the project's own region sources, round by round from the sources
+   torch and the libraries define: the files whose text can name a source
+   (``Prefilter``) are analysed for the names other files reach a source through
+   (``ProjectAnalysis.exports``: wrappers, layer subclasses, attributes holding a partial),
+   and files naming a new one are analysed next, until no new name appears.
+2. **Findings** of every reported file that discovery analysed, with the words it ended with.
+
+Each file's exports, and each file's findings, are computed on their own (a fresh analysis
+over the shared parsed modules), so they depend on nothing but the project's files and the
+words: not on what else the run named, nor in what order, nor in how many processes. Each is
+stored with the ``Dependencies`` it read, and an earlier run's result is reused while those
+hold (see ``project.cache``). Nothing raised while linting a file leaves this module: a file
+that cannot be read is CKP902, one that cannot be decoded, parsed or analysed is CKP901, and
+anything else is a bug of ours, reported as the file's ``internal_error``.
 """
 
 from __future__ import annotations
@@ -18,23 +30,27 @@ import ast
 import contextlib
 import gc
 import hashlib
+import itertools
 import multiprocessing
 import os
 import warnings
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from functools import cached_property
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ckptlint.analysis import Exports, ProjectAnalysis, names_any, with_local_aliases
+from ckptlint.analysis import ProjectAnalysis, with_local_aliases
 from ckptlint.config import Settings
 from ckptlint.core import Finding
 from ckptlint.lazy_tree import LazyTreeMismatch, check_unparsed_bodies
 from ckptlint.noqa import file_exemption, is_suppressed
-from ckptlint.project.cache import CachedRun, FileState, RunCache
-from ckptlint.project.index import Module, Project
+from ckptlint.project import cache
+from ckptlint.project.dependencies import Dependencies, ScanKey
+from ckptlint.project.files import MISSING, Snapshot, StoredFile, digest_of
+from ckptlint.project.index import Module, Project, scan
 from ckptlint.project.layout import Layout
+from ckptlint.project.search import matches
 from ckptlint.regions.sources import SourceTable, configured_source
 from ckptlint.rules import ALL_RULES
 from ckptlint.rules.base import FileContext
@@ -45,39 +61,181 @@ from ckptlint.source import (
     Prefilter,
     UnreadableSource,
     decode,
-    parse,
-    read_bytes,
+    lines_with_words,
     split_lines,
 )
 
 TOO_DEEP = "too deeply nested to analyse"
+ALL_CODES = frozenset(rule.code for rule in ALL_RULES)
+# Below this many files to analyse per process, a worker costs more than it saves.
+FILES_PER_PROCESS = 40
 
 
-def analyze(module: Module, analysis: ProjectAnalysis, selected: frozenset[str]) -> list[Finding]:
-    """Findings of the selected rules on one module, before any suppression."""
+# -- results ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FileResult:
+    """A file's findings (selection and suppressions applied, unless asked not to)."""
+
+    path: str
+    findings: list[Finding]
+    internal_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Words:
+    """The words of interest: names that reach a region source when called (``calls``), and
+    classes deriving from a layer source (``classes``)."""
+
+    calls: frozenset[str]
+    classes: frozenset[str] = frozenset()
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.calls | self.classes
+
+    @cached_property
+    def digest(self) -> str:
+        text = "\0".join(sorted(self.calls)) + "\1" + "\0".join(sorted(self.classes))
+        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One file's part in a discovery round: the names it exports, or why it has none."""
+
+    path: str
+    digest: str
+    words: str  # the digest of the round's words
+    calls: frozenset[str]
+    classes: frozenset[str]
+    error: Finding | None  # CKP901: the file cannot be decoded or parsed
+    internal_error: str | None  # a bug of ours
+    dependencies: Dependencies
+
+
+@dataclass(frozen=True)
+class Analysed:
+    """One file's findings, before selection and suppressions."""
+
+    path: str
+    findings: tuple[Finding, ...]
+    internal_error: str | None
+    dependencies: Dependencies
+
+
+# -- the work, wherever it runs --------------------------------------------------------------
+class Analyser:
+    """A process's share of the analysis: the parsed project, and the computations on it."""
+
+    def __init__(
+        self, table: SourceTable, layout: Layout, files: Snapshot, paths: Sequence[str]
+    ) -> None:
+        self.table = table
+        self.words = Words(table.words)
+        self.project = Project(layout, files, paths, self.words.names, aliaser=self._aliases)
+
+    def use(self, words: Words) -> None:
+        self.words = words
+        self.project.set_words(words.names)
+
+    def seed_scans(self, scans: Mapping[ScanKey, tuple[str, ...]]) -> None:
+        self.project.seed_scans(scans)
+
+    def _analysis(self, project: Project) -> ProjectAnalysis:
+        analysis = ProjectAnalysis(project, self.table)
+        if self.words.classes:
+            analysis.learn_layer_classes(self.words.classes)
+        return analysis
+
+    def _aliases(self, module: Module, base: Project) -> Module:
+        return with_local_aliases(self._analysis(base), module)
+
+    def exports(self, path: str) -> Exported:
+        return self._retrying(lambda: self._exports(path))
+
+    def findings(self, path: str, fixes: bool) -> Analysed:
+        return self._retrying(lambda: self._findings(path, fixes))
+
+    def _retrying(self, compute: Callable[[], Any]) -> Any:
+        """``compute``, again with a file parsed in full when a lazy split misread it."""
+        for _ in range(3):
+            try:
+                return compute()
+            except LazyTreeMismatch as mismatch:
+                self.project.reparse_in_full(mismatch.path)
+        return compute()
+
+    def _exports(self, path: str) -> Exported:
+        project = self.project
+        calls: frozenset[str] = frozenset()
+        classes: frozenset[str] = frozenset()
+        error = internal_error = None
+        with project.recording() as dependencies:
+            try:
+                module = project.module_at(path)
+                if module is None:
+                    error = _finding(UnreadableFile.code, project.error(path))
+                else:
+                    exported = self._analysis(project).exports(module)
+                    calls, classes = exported.calls, exported.classes
+            except LazyTreeMismatch:
+                raise
+            except (RecursionError, MemoryError, SyntaxError):
+                pass  # reported with the file's findings
+            except Exception as bug:  # a bug of ours must not stop the run
+                internal_error = f"{type(bug).__name__}: {bug}"
+        digest = project.files.digest(path)
+        return Exported(
+            path, digest, self.words.digest, calls, classes, error, internal_error, dependencies
+        )
+
+    def _findings(self, path: str, fixes: bool) -> Analysed:
+        project = self.project
+        with project.recording() as dependencies:
+            try:
+                module = project.module_at(path)
+                if module is None:
+                    found = [_finding(UnreadableFile.code, project.error(path))]
+                else:
+                    found = analyze_safely(module, self._analysis(project))
+            except LazyTreeMismatch:
+                raise
+            except (RecursionError, MemoryError):
+                found = [_too_deep(project, path)]
+            except Exception as error:  # a bug of ours must not stop the run
+                return Analysed(path, (), f"{type(error).__name__}: {error}", dependencies)
+        if not fixes:
+            found = [f.without_fix() for f in found]
+        return Analysed(path, tuple(found), None, dependencies)
+
+
+def analyze(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
+    """Every rule's findings on one module, before selection and suppressions."""
     context = FileContext(module, analysis)
-    findings = [
-        finding for rule in ALL_RULES if rule.code in selected for finding in rule.check(context)
-    ]
-    return sorted(set(findings))
+    return sorted({finding for rule in ALL_RULES for finding in rule.check(context)})
 
 
-def analyze_safely(
-    module: Module, analysis: ProjectAnalysis, selected: frozenset[str]
-) -> list[Finding]:
+def analyze_safely(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
     """``analyze``, then the syntax of the bodies no rule read; input nested too deeply, or
     a syntax error in a body parsed late, is one CKP901 finding."""
     try:
-        findings = analyze(module, analysis, selected)
+        found = analyze(module, analysis)
         check_unparsed_bodies(module.tree, module.text, f"<{module.path}>")
     except SyntaxError as error:  # in a lazily parsed body
-        unreadable = UnreadableSource(
-            f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
-        )
-        return [_finding(UnreadableFile.code, unreadable)]
+        where = UnreadableSource(f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1)
+        return [_finding(UnreadableFile.code, where)]
     except (RecursionError, MemoryError):
         return [too_deep_finding(module.tree)]
-    return findings
+    return found
+
+
+def _too_deep(project: Project, path: str) -> Finding:
+    module = project.module_at(path)
+    return (
+        too_deep_finding(module.tree)
+        if module is not None
+        else _finding(UnreadableFile.code, UnreadableSource(f"cannot parse file: {TOO_DEEP}"))
+    )
 
 
 def too_deep_finding(tree: ast.AST) -> Finding:
@@ -97,37 +255,184 @@ def too_deep_finding(tree: ast.AST) -> Finding:
 
 
 @dataclass(frozen=True)
-class FileResult:
-    """A file's findings (selection and suppressions applied). ``digest`` identifies the
-    bytes they were found in (the fix phase reuses them when the file is unchanged)."""
+class ExportsTask:
+    """Compute the exports of ``paths`` for a discovery round's ``words``."""
 
-    path: str
-    findings: list[Finding]
-    internal_error: str | None = None
-    digest: str | None = None
+    words: Words
+    paths: tuple[str, ...]
 
-
-def digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    def run(self, analyser: Analyser) -> list[Exported]:
+        analyser.use(self.words)
+        return [analyser.exports(path) for path in self.paths]
 
 
 @dataclass(frozen=True)
-class LintTarget:
-    """A file to lint; ``explicit`` when named on the command line (always parsed)."""
+class FindingsTask:
+    """Compute the findings of ``paths`` for the project's final ``words``."""
 
-    path: str
-    explicit: bool = True
+    words: Words
+    paths: tuple[str, ...]
+    fixes: bool = False
+
+    def run(self, analyser: Analyser) -> list[Analysed]:
+        analyser.use(self.words)
+        return [analyser.findings(path, self.fixes) for path in self.paths]
 
 
-class Linter:
-    """Lints files under one set of settings."""
+Task = ExportsTask | FindingsTask
 
-    def __init__(self, settings: Settings) -> None:
+
+class _Workers:
+    """The processes a run shares its work among (forked: they inherit the bytes read), and
+    the process itself, which takes back the share of a worker that dies."""
+
+    def __init__(self, local: Analyser, count: int) -> None:
+        self.local = local
+        self.notes: list[str] = []
+        self._workers: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
+        if count > 1 and "fork" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("fork")
+            for _ in range(count):
+                ours, theirs = context.Pipe()
+                process = context.Process(target=_serve, args=(local, theirs), daemon=True)
+                process.start()
+                theirs.close()
+                self._workers.append((process, ours))
+
+    @property
+    def size(self) -> int:
+        return max(1, len(self._workers))
+
+    def run(self, make: Callable[[tuple[str, ...]], Task], paths: Sequence[str]) -> list[Any]:
+        """``make(share)`` is the task of one share of ``paths``; results in ``paths`` order."""
+        if not paths:
+            return []
+        if not self._workers:
+            return make(tuple(paths)).run(self.local)
+        shares = [tuple(paths[i :: len(self._workers)]) for i in range(len(self._workers))]
+        sent = []
+        for (process, connection), share in zip(self._workers, shares, strict=True):
+            if share:
+                try:
+                    connection.send(make(share))
+                    sent.append((process, connection, share))
+                except OSError:
+                    sent.append((process, None, share))
+        by_path: dict[str, Any] = {}
+        for process, connection, share in sent:
+            try:
+                if connection is None:
+                    raise EOFError
+                kind, payload = connection.recv()
+            except (EOFError, OSError):
+                process.join(timeout=1)
+                self.notes.append(_dead_worker(process, len(share)))
+                payload, kind = make(share).run(self.local), "ok"
+                self._workers = [w for w in self._workers if w[0] is not process]
+            if kind == "error":
+                raise RuntimeError(payload)
+            for result in payload:
+                by_path[result.path] = result
+        return [by_path[path] for path in paths]
+
+    def close(self) -> None:
+        for process, connection in self._workers:
+            with contextlib.suppress(OSError):
+                connection.send(None)
+            connection.close()
+            process.join(timeout=5)
+
+
+def _dead_worker(process: multiprocessing.process.BaseProcess, files: int) -> str:
+    code = process.exitcode
+    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    return (
+        f"a worker process died ({how}); its {files} file{'s' if files != 1 else ''}"
+        " were analysed again in the main process"
+    )
+
+
+def _serve(analyser: Analyser, connection: Connection) -> None:
+    """A worker's loop: run the tasks the coordinator sends."""
+    gc.disable()
+    while True:
+        task = connection.recv()
+        if task is None:
+            return
+        try:
+            connection.send(("ok", task.run(analyser)))
+        except Exception as error:  # reported by the coordinator, never a silent hang
+            connection.send(("error", f"{type(error).__name__}: {error}"))
+
+
+def worker_count(jobs: int | None, files: int) -> int:
+    """Processes for ``files`` files: never more than the CPUs or the files; by default one
+    per ``FILES_PER_PROCESS`` files, as a worker costs more than it saves below that."""
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    limit = max(1, min(available or 1, files))
+    if jobs is not None:
+        return min(jobs, limit)
+    return max(1, min(limit, files // FILES_PER_PROCESS))
+
+
+# -- a run's view of the project -------------------------------------------------------------
+@dataclass(frozen=True)
+class Round:
+    """One discovery round: its new words, and the files it analysed: those its new words
+    bring in (``pending``, by the prefilter), and those analysed before that name one of
+    them (``reprocess``)."""
+
+    new: Words
+    pending: tuple[str, ...]
+    reprocess: tuple[str, ...]
+
+
+@dataclass
+class _State:
+    """What a run knows of the project: its files, the discovery, the searches run so far.
+
+    ``changed``: the files whose bytes differ from those the ``earlier`` discovery (the
+    stored one, or the disk state an override differs from) was made of.
+    """
+
+    paths: list[str]
+    snapshot: Snapshot
+    layout: Layout
+    changed: set[str]
+    scans: dict[ScanKey, tuple[str, ...]]
+    words: Words
+    rounds: list[Round] = field(default_factory=list)
+    exported: dict[tuple[str, str], Exported] = field(default_factory=dict)
+    analysed: set[str] = field(default_factory=set)  # files discovery analysed
+    errors: dict[str, Finding] = field(default_factory=dict)  # CKP901 of those
+    internal_errors: dict[str, str] = field(default_factory=dict)
+    _analyser: Analyser | None = None
+
+    def analyser(self, table: SourceTable) -> Analyser:
+        """This process's analyser of the project (kept: it holds the parsed modules)."""
+        if self._analyser is None:
+            self._analyser = Analyser(table, self.layout, self.snapshot, self.paths)
+        self._analyser.seed_scans(self.scans)
+        return self._analyser
+
+
+class Engine:
+    """Lints files of one project: ``paths`` are all its Python files."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        paths: Iterable[str],
+        store: cache.Store | None = None,
+        jobs: int | None = None,
+    ) -> None:
         self.settings = settings
-        # Names the last run over files found to reach a region source (project wrappers,
-        # layer subclasses...): linting one text afterwards (the fix phase) looks for them too.
-        self.discovered_words: frozenset[str] = frozenset()
-        self._neighbours: Project | None = None  # analyze_tree's modules, kept between files
+        self.paths = sorted(dict.fromkeys(os.path.abspath(p) for p in paths))
+        self.store = store
+        self.jobs = jobs
+        self.notes: list[str] = []  # what the user should know (a worker died...)
+        self._disk: _State | None = None
+        self._workers: _Workers | None = None
 
     @cached_property
     def table(self) -> SourceTable:
@@ -140,465 +445,436 @@ class Linter:
         return SourceTable.build(extra)
 
     @cached_property
-    def prefilter(self) -> Prefilter:
-        return Prefilter(self.table.words)
-
-    @cached_property
     def selected(self) -> frozenset[str]:
-        return frozenset(rule.code for rule in ALL_RULES if self.settings.is_selected(rule.code))
+        return frozenset(code for code in ALL_CODES if self.settings.is_selected(code))
 
-    # -- a run over files ------------------------------------------------------------------
-    def lint_files(
+    # -- the entry point ------------------------------------------------------------------
+    def lint(
         self,
-        targets: Iterable[LintTarget],
-        jobs: int | None = None,
-        cache: RunCache | None = None,
+        reported: Sequence[str],
+        overrides: Mapping[str, bytes] | None = None,
+        *,
+        suppress: bool = True,
+        fixes: bool = False,
     ) -> list[FileResult]:
-        """Lint files together; results in the order given. ``jobs``: worker processes
-        (default: one per CPU when there are enough candidate files to pay for them);
-        ``cache``: reuse the results of the last such run while they still hold."""
-        targets = list(targets)
-        if cache is not None:
-            reused = self._reuse(cache, targets)
-            if reused is not None:
-                return reused
-        # The analysis allocates millions of objects and frees almost none before the end:
-        # the cycle collector would scan them over and over (measured: 16 % of the time).
+        """The findings of ``reported`` (in that order, as spelled), the project's files read
+        from disk except those ``overrides`` gives. ``suppress``: apply ``# noqa`` comments
+        (the flake8 plugin applies flake8's own); ``fixes``: findings carry their fixes,
+        computed from the exact bytes (never taken from the cache)."""
         collecting = gc.isenabled()
-        gc.disable()
+        gc.disable()  # millions of objects, almost none freed before the end (16 % of the time)
         try:
-            # Python's parser warns about the code it reads (invalid escape sequences): not
-            # ours to print, and under ``-W error`` it would turn into a false CKP901.
             with warnings.catch_warnings():
+                # Python's parser warns about the code it reads (invalid escape sequences):
+                # not ours to print, and under ``-W error`` it would be a false CKP901.
                 warnings.simplefilter("ignore")
-                try:
-                    return self._lint_files(targets, jobs, cache, lazy=True)
-                except LazyTreeMismatch:  # a lazy split misread a file: parse all in full
-                    return self._lint_files(targets, jobs, cache, lazy=False)
+                state = self._state_for(overrides or {})
+                absolute = [os.path.abspath(path) for path in reported]
+                analysed = self._analysed(state, list(dict.fromkeys(absolute)), fixes)
+                return [
+                    self._result(state, path, shown, analysed.get(path), suppress)
+                    for path, shown in zip(absolute, reported, strict=True)
+                ]
         finally:
+            if self._workers is not None:
+                self.notes.extend(self._workers.notes)
+                self._workers.close()
+                self._workers = None
             if collecting:
                 gc.enable()
 
-    def _lint_files(
-        self, targets: list[LintTarget], jobs: int | None, cache: RunCache | None, *, lazy: bool
-    ) -> list[FileResult]:
-        data: dict[str, bytes] = {}
-        stats: dict[str, os.stat_result] = {}
-        unreadable: dict[str, Finding] = {}
-        for target in targets:
-            try:
-                stats[target.path] = os.stat(target.path)
-                data[target.path] = read_bytes(target.path)
-            except CannotRead as error:
-                unreadable[target.path] = _finding(InaccessiblePath.code, error)
-            except OSError as error:
-                reason = f"cannot read file: {error.strerror or error}"
-                unreadable[target.path] = _finding(InaccessiblePath.code, CannotRead(reason))
-        paths = [t.path for t in targets if t.path in data]
-        explicit = {t.path for t in targets if t.explicit}
-        pending = [p for p in paths if p in explicit or self.prefilter.passes(data[p])]
-        sessions = _start_sessions(self, paths, data, lazy, _processes(jobs, len(pending)))
+    def _result(
+        self, state: _State, path: str, shown: str, analysed: Analysed | None, suppress: bool
+    ) -> FileResult:
+        digest = state.snapshot.digest(path)
+        if digest == MISSING:
+            findings = [_finding(InaccessiblePath.code, CannotRead("no such file"))]
+        elif digest.startswith("!"):
+            findings = [self._unreadable(state, path)]
+        elif path in state.internal_errors:
+            return FileResult(shown, [], state.internal_errors[path])
+        elif path in state.errors:
+            findings = [state.errors[path]]
+        elif analysed is None:
+            findings = []  # its text cannot reach a region source
+        elif analysed.internal_error is not None:
+            return FileResult(shown, [], analysed.internal_error)
+        else:
+            findings = list(analysed.findings)
+        return FileResult(shown, self._keep(state, path, findings, suppress))
+
+    def _unreadable(self, state: _State, path: str) -> Finding:
         try:
-            words = self._discover(sessions, paths, data, pending)
-            results = {r.path: r for session in sessions for r in session.call("results")}
-            read: set[str] = set()
-            missing: set[str] = set()
-            for session in sessions:
-                session_read, session_missing = session.call("footprint")
-                read |= session_read
-                missing |= session_missing
-        finally:
-            for session in sessions:
-                session.close()
-        self.discovered_words = words - self.table.words
-        ordered = []
-        for target in targets:
-            path = target.path
-            if path in unreadable:
-                ordered.append(FileResult(path, self._keep(path, [unreadable[path]], [])))
-            else:
-                found = results.get(path) or FileResult(path, [])
-                ordered.append(replace(found, digest=digest(data[path])))
-        if cache is not None and not unreadable:
-            states = {
-                r.path: FileState(
-                    stats[r.path].st_size,
-                    stats[r.path].st_mtime_ns,
-                    r.digest or "",
-                    r.findings,
-                    r.internal_error,
-                )
-                for r in ordered
-            }
-            cache.store(CachedRun(states, read, missing, words))
-        return ordered
-
-    def _reuse(self, cache: RunCache, targets: list[LintTarget]) -> list[FileResult] | None:
-        """The cached results, when every file changed since is one the run never read,
-        that names none of its words and provides none of the modules it missed."""
-        cached = cache.load()
-        if cached is None:
-            return None
-        prefilter = Prefilter(cached.words)
-        layout = Layout(t.path for t in targets)
-        results = []
-        refreshed = False
-        for target in targets:
-            path = target.path
-            state = cached.files.get(path)
-            try:
-                status = os.stat(path)
-                if state and (state.size, state.mtime_ns) == (status.st_size, status.st_mtime_ns):
-                    results.append(
-                        FileResult(path, state.findings, state.internal_error, state.digest)
-                    )
-                    continue
-                data = read_bytes(path)
-            except (OSError, UnreadableSource):
-                return None  # the run reports it
-            content = digest(data)
-            if state is None or state.digest != content:
-                if (
-                    target.explicit
-                    or os.path.abspath(path) in cached.loaded
-                    or prefilter.passes(data)
-                    or layout.module_name(path) in cached.missing
-                ):
-                    return None
-                state = FileState(status.st_size, status.st_mtime_ns, content)
-            cached.files[path] = replace(state, size=status.st_size, mtime_ns=status.st_mtime_ns)
-            refreshed = True
-            results.append(FileResult(path, state.findings, state.internal_error, content))
-        given = {t.path for t in targets}
-        if any(os.path.abspath(p) in cached.loaded for p in cached.files if p not in given):
-            return None  # a file the analysis read is gone
-        if refreshed:
-            cached.files = {p: s for p, s in cached.files.items() if p in given}
-            cache.store(cached)
-        self.discovered_words = cached.words - self.table.words
-        return results
-
-    def _discover(
-        self,
-        sessions: list[_SessionHandle],
-        paths: list[str],
-        data: dict[str, bytes],
-        pending: list[str],
-    ) -> frozenset[str]:
-        """Deal candidate files to the sessions, round by round, until no file exports a
-        new name reaching a source; the words of interest in the end."""
-        assigned: set[str] = set()
-        words = self.table.words
-        new = Exports(frozenset(), frozenset())
-        while True:
-            exports = _grow(sessions, pending, new)
-            assigned.update(pending)
-            new = Exports(exports.calls - words, exports.classes - words)
-            if not new.names:
-                return words
-            words = words | new.names
-            prefilter = Prefilter(new.names)
-            pending = [p for p in paths if p not in assigned and prefilter.passes(data[p])]
-
-    def session(self, targets: list[LintTarget]) -> Session:
-        """One in-process session over ``targets``, its discovery done: the sites, regions
-        and reaches it holds are what a run reports from (benchmarks read them)."""
-        data = {t.path: read_bytes(t.path) for t in targets}
-        paths = list(data)
-        explicit = {t.path for t in targets if t.explicit}
-        pending = [p for p in paths if p in explicit or self.prefilter.passes(data[p])]
-        handle = _SessionHandle(Session(self, paths, data, lazy=True))
-        self._discover([handle], paths, data, pending)
-        assert handle.session is not None
-        return handle.session
-
-    def inaccessible(self, path: str, reason: str) -> FileResult:
-        """The CKP902 result of a path that cannot be linted (missing, unreadable folder)."""
-        finding = Finding(1, 1, InaccessiblePath.code, reason, end_line=1, end_column=1)
-        return FileResult(path, self._keep(path, [finding], lines=[]))
-
-    # -- one file --------------------------------------------------------------------------
-    def lint_path(self, path: str, *, always_parse: bool = False) -> FileResult:
-        """Lint one file; a file found by walking folders is skipped by the prefilter."""
-        return self.lint_files([LintTarget(path, explicit=always_parse)], jobs=1)[0]
-
-    def lint_bytes(self, data: bytes, path: str) -> FileResult:
-        """Lint a file's content (read from disk or standard input) under its path."""
-        try:
-            try:
-                text = decode(data)
-            except UnreadableSource as error:
-                findings = self._keep(path, [_finding(UnreadableFile.code, error)], [])
-                return FileResult(path, findings, digest=digest(data))
-            return FileResult(path, self.lint_text(text, path), digest=digest(data))
-        except Exception as error:  # a bug of ours must not stop the run
-            return FileResult(path, [], internal_error=f"{type(error).__name__}: {error}")
-
-    def lint_text(self, text: str, path: str) -> list[Finding]:
-        """Findings for ``text`` as the file ``path`` (selection and suppressions applied)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                return self._lint_text(text, path, lazy=True)
-            except LazyTreeMismatch:
-                return self._lint_text(text, path, lazy=False)
-
-    def _lint_text(self, text: str, path: str, *, lazy: bool) -> list[Finding]:
-        project = Project(Layout([path]), self.table.words | self.discovered_words, lazy=lazy)
-        try:
-            parsed = parse(text, path, project.words if lazy else None)
+            state.snapshot.data(path)
+        except CannotRead as error:
+            return _finding(InaccessiblePath.code, error)
         except UnreadableSource as error:
-            return self._keep(path, [_finding(UnreadableFile.code, error)], split_lines(text))
-        except (RecursionError, MemoryError):
-            error = UnreadableSource(f"cannot parse file: {TOO_DEEP}")
-            return self._keep(path, [_finding(UnreadableFile.code, error)], split_lines(text))
-        module = project.adopt(path, text, parsed.tree, parsed.lines)
-        return self._keep(path, self._analyze_alone(project, module), module.lines)
+            return _finding(UnreadableFile.code, error)
+        raise AssertionError("an unreadable file was read")  # pragma: no cover
 
-    def analyze_tree(self, tree: ast.Module, lines: list[str], path: str) -> list[Finding]:
-        """Findings of every selected rule on a tree its caller parsed (the flake8 plugin),
-        before suppressions (the caller applies its own). The modules read to follow
-        regions stay loaded for the next file (flake8 hands over one file at a time)."""
-        words = self.table.words | self.discovered_words
-        project = self._neighbours
-        if project is None or project.words != words:
-            project = self._neighbours = Project(Layout(), words)
-        project.layout.add(path)
-        module = project.adopt(path, "".join(lines), tree, lines)
+    def _keep(
+        self, state: _State, path: str, findings: list[Finding], suppress: bool
+    ) -> list[Finding]:
+        """Drop unselected and per-file-ignored findings, and (``suppress``) those a
+        ``# noqa`` comment or a file-level exemption covers."""
+        findings = [
+            f
+            for f in findings
+            if f.code in self.selected and not self.settings.is_ignored_in(f.code, path)
+        ]
+        if not suppress or not findings:
+            return findings
         try:
-            return self._analyze_alone(project, module)
-        except LazyTreeMismatch:  # a neighbour's lazy split misread it: parse them in full
-            project = self._neighbours = Project(Layout([path]), words, lazy=False)
-            return self._analyze_alone(project, project.adopt(path, module.text, tree, lines))
+            text = decode(state.snapshot.data(path))
+        except UnreadableSource:
+            return findings
+        exemption = file_exemption(text)
+        lines = split_lines(text)
+        return [
+            f
+            for f in findings
+            if not (exemption is not None and exemption.covers(f.code))
+            and not (0 < f.line <= len(lines) and is_suppressed(lines[f.line - 1], f.code))
+        ]
 
-    def _analyze_alone(self, project: Project, module: Module) -> list[Finding]:
-        """One module, its neighbours read from disk when the analysis follows an import."""
-        analysis = ProjectAnalysis(project, self.table)
-        if self.discovered_words:  # a subclass of a project's layer class is a layer too
-            analysis.learn_layer_classes(self.discovered_words)
-        try:
-            with_local_aliases(analysis, module)
-        except (RecursionError, MemoryError):
-            return [too_deep_finding(module.tree)]
-        module = project.module_at(module.path) or module
-        return _exempt(module, analyze_safely(module, analysis, self.selected))
-
-    def _keep(self, path: str, findings: list[Finding], lines: list[str]) -> list[Finding]:
-        """Drop unselected, per-file-ignored and ``# noqa``-suppressed findings."""
-        kept = []
-        for finding in findings:
-            if finding.code not in self.selected or self.settings.is_ignored_in(finding.code, path):
-                continue
-            if 0 < finding.line <= len(lines) and is_suppressed(
-                lines[finding.line - 1], finding.code
-            ):
-                continue
-            kept.append(finding)
-        return kept
-
-
-def _exempt(module: Module, findings: list[Finding]) -> list[Finding]:
-    """Drop what the file's ``# flake8: noqa`` / ``# ckptlint: noqa[: codes]`` exempts."""
-    exemption = file_exemption(module.text)
-    if exemption is None:
-        return findings
-    return [f for f in findings if not exemption.covers(f.code)]
-
-
-class Session:
-    """One process's share of a run: its own project index over all the run's files, the
-    candidate files it was given, and what it found in them."""
-
-    def __init__(
-        self, linter: Linter, paths: list[str], data: dict[str, bytes], lazy: bool
-    ) -> None:
-        self.linter = linter
-        self.data = data
-        self.project = Project(Layout(paths), linter.table.words, lazy=lazy)
-        self.analysis = ProjectAnalysis(self.project, linter.table)
-        self.owned: list[str] = []
-        self.unreadable: dict[str, Finding] = {}
-        self.too_deep: set[str] = set()
-
-    def grow(self, paths: list[str], new: Exports) -> Exports:
-        """Take new words and new candidate files; return the names that the modules they
-        change export (see ``ProjectAnalysis.exports``). New wrapper names make the modules
-        using them scoped again; new layer classes only make classes naming them as a base
-        looked at again."""
-        project = self.project
-        changed: list[str] = []
-        if new.names:
-            project.words = project.words | new.names
-        if new.classes:
-            self.analysis.learn_layer_classes(new.classes)
-            changed += [p for p in self.owned if self._names(p, new.classes)]
-        if new.calls:
-            rescoped = [p for p in self.owned if self._names(p, new.calls)]
-            for path in rescoped:
-                project.rescope(project.module_at(path), project.words)  # type: ignore[arg-type]
-            if rescoped:
-                self.analysis.reset()
-            changed += rescoped
+    # -- findings ---------------------------------------------------------------------------
+    def _analysed(self, state: _State, paths: list[str], fixes: bool) -> dict[str, Analysed]:
+        """The findings of the files discovery analysed among ``paths``: stored, or computed."""
+        found: dict[str, Analysed] = {}
+        missing = []
         for path in paths:
-            if self._load(path):
-                self.owned.append(path)
-                changed.append(path)
-        calls: set[str] = set()
-        classes: set[str] = set()
-        for path in dict.fromkeys(changed):
-            module = project.module_at(path)
-            if module is None or path in self.too_deep:
+            if path not in state.analysed or path in state.errors:
                 continue
-            try:
-                module = with_local_aliases(self.analysis, module)
-                exported = self.analysis.exports(module)
-            except (RecursionError, MemoryError):
-                self.too_deep.add(path)  # reported when results are asked for
+            if path in state.internal_errors:
                 continue
-            except SyntaxError:
-                continue  # in a lazily parsed body: reported with the results
-            calls |= exported.calls
-            classes |= exported.classes
-        return Exports(frozenset(calls), frozenset(classes))
-
-    def _names(self, path: str, words: frozenset[str]) -> bool:
-        module = self.project.module_at(path)
-        return module is not None and names_any(module, words)
-
-    def footprint(self) -> tuple[set[str], set[str]]:
-        """What the results depend on: the files read, the module names not found."""
-        return self.project.read_paths(), self.project.layout.missing
-
-    def results(self) -> list[FileResult]:
-        linter = self.linter
-        found = []
-        for path, finding in self.unreadable.items():
-            found.append(FileResult(path, linter._keep(path, [finding], [])))
-        for path in self.owned:
-            module = self.project.module_at(path)
-            assert module is not None
-            try:
-                if path in self.too_deep:
-                    findings = [too_deep_finding(module.tree)]
-                else:
-                    findings = analyze_safely(module, self.analysis, linter.selected)
-                kept = linter._keep(path, _exempt(module, findings), module.lines)
-                found.append(FileResult(path, kept))
-            except LazyTreeMismatch:
-                raise
-            except Exception as error:  # a bug of ours must not stop the run
-                found.append(FileResult(path, [], f"{type(error).__name__}: {error}"))
+            stored = None if fixes else self._stored_findings(state, path)
+            if stored is not None:
+                found[path] = stored
+            else:
+                missing.append(path)
+        if missing:
+            workers = self._workers_for(state, len(missing))
+            task = partial(FindingsTask, state.words, fixes=fixes)
+            for result in workers.run(task, missing):
+                found[result.path] = result
+                if not fixes:
+                    self._store_findings(state, result)
         return found
 
-    def _load(self, path: str) -> bool:
-        """Parse a file into the project; a file that cannot be is reported as CKP901."""
+    def _stored_findings(self, state: _State, path: str) -> Analysed | None:
+        if self.store is None:
+            return None
+        name = cache.findings_name(path, state.snapshot.digest(path), state.words.digest)
+        content = self.store.read(name)
+        if content is None:
+            return None
         try:
-            text = decode(self.data[path])
-            parsed = parse(text, path, self.project.words if self.project.lazy else None)
-        except UnreadableSource as error:
-            self.unreadable[path] = _finding(UnreadableFile.code, error)
-            return False
-        except (RecursionError, MemoryError):
-            error = UnreadableSource(f"cannot parse file: {TOO_DEEP}")
-            self.unreadable[path] = _finding(UnreadableFile.code, error)
-            return False
-        self.project.adopt(path, text, parsed.tree, parsed.lines)
-        return True
+            entry = cache.decode_findings(content)
+        except (cache.Invalid, ValueError, TypeError):
+            return None
+        if not self._holds(state, entry.dependencies):
+            return None
+        return Analysed(path, entry.findings, entry.internal_error, entry.dependencies)
 
-
-class _SessionHandle:
-    """A session in this process, or one in a worker process reached through a pipe."""
-
-    def __init__(self, session: Session | None, connection: Connection | None = None) -> None:
-        self.session = session
-        self.connection = connection
-        self._reply: object = None
-
-    def send(self, method: str, *arguments: object) -> None:
-        if self.connection is None:
-            self._reply = getattr(self.session, method)(*arguments)
-        else:
-            self.connection.send((method, arguments))
-
-    def receive(self) -> Any:
-        if self.connection is None:
-            return self._reply
-        kind, payload = self.connection.recv()
-        if kind == "lazy":
-            raise LazyTreeMismatch(payload)
-        if kind == "error":
-            raise RuntimeError(payload)
-        return payload
-
-    def call(self, method: str, *arguments: object) -> Any:
-        self.send(method, *arguments)
-        return self.receive()
-
-    def close(self) -> None:
-        if self.connection is not None:
-            with contextlib.suppress(OSError):
-                self.connection.send(None)
-            self.connection.close()
-
-
-def _grow(sessions: list[_SessionHandle], paths: list[str], new: Exports) -> Exports:
-    """Deal new candidate files round robin, tell every session the new words, and collect
-    what they export (the sessions work at the same time)."""
-    shares: list[list[str]] = [paths[index :: len(sessions)] for index in range(len(sessions))]
-    for session, share in zip(sessions, shares, strict=True):
-        session.send("grow", share, new)
-    calls: set[str] = set()
-    classes: set[str] = set()
-    for session in sessions:
-        exported = session.receive()
-        calls |= exported.calls
-        classes |= exported.classes
-    return Exports(frozenset(calls), frozenset(classes))
-
-
-def _serve(session: Session, connection: Connection) -> None:
-    """A worker's loop: run the session methods the coordinator asks for."""
-    while True:
-        request = connection.recv()
-        if request is None:
+    def _store_findings(self, state: _State, result: Analysed) -> None:
+        if self.store is None:
             return
-        method, arguments = request
+        digest = state.snapshot.digest(result.path)
+        name = cache.findings_name(result.path, digest, state.words.digest)
+        entry = cache.StoredFindings(result.findings, result.internal_error, result.dependencies)
+        self.store.write(name, cache.encode_findings(entry))
+
+    def _holds(self, state: _State, dependencies: Dependencies) -> bool:
+        """Whether everything a stored result read gives the same answers now."""
+        snapshot, layout = state.snapshot, state.layout
+        for path, (digest, name) in dependencies.modules.items():
+            if snapshot.digest(path) != digest or layout.module_name(path) != name:
+                return False
+        for name, path in dependencies.resolved.items():
+            if layout.find(name) != path:
+                return False
+        for name, found in dependencies.packages.items():
+            if layout.is_project_package(name) != found:
+                return False
+        return all(self._scan(state, key) == paths for key, paths in dependencies.scans.items())
+
+    def _scan(self, state: _State, key: ScanKey) -> tuple[str, ...]:
+        found = state.scans.get(key)
+        if found is None:
+            found = state.scans[key] = scan(state.snapshot, state.paths, *key)
+        return found
+
+    # -- the project's state ----------------------------------------------------------------
+    def _state_for(self, overrides: Mapping[str, bytes]) -> _State:
+        """The project as the disk holds it (computed once an engine), or with ``overrides``
+        (standard input, the text being fixed), derived from it."""
+        disk = self._disk
+        if disk is None:
+            if self.store is None:
+                disk = self._disk_state(None)
+            else:
+                with self.store.lock():  # concurrent runs (pre-commit's chunks) compute it once
+                    disk = self._disk_state(self._load_project())
+                    self._save_project(disk)
+            self._disk = disk
+        overrides = {os.path.abspath(p): data for p, data in overrides.items()}
+        if all(disk.snapshot.digest(p) == digest_of(data) for p, data in overrides.items()):
+            return disk  # the text handed over is the file's own (flake8 read the disk)
+        snapshot = disk.snapshot.overlay(overrides)
+        paths = sorted({*disk.paths, *overrides})
+        changed = {p for p in overrides if disk.snapshot.digest(p) != snapshot.digest(p)}
+        state = _State(
+            paths,
+            snapshot,
+            Layout(paths) if len(paths) != len(disk.paths) else disk.layout,
+            changed,
+            updated_scans(disk.scans, snapshot, paths, changed),
+            Words(self.table.words),
+        )
+        self._discover(state, disk.rounds, disk.exported)
+        return state
+
+    def _disk_state(self, stored: StoredProject | None) -> _State:
+        previous = stored.files if stored is not None else {}
+        snapshot = Snapshot(previous=previous)
+        for path in self.paths:
+            snapshot.digest(path)
+        changed = {
+            p for p in self.paths if p not in previous or previous[p].digest != snapshot.digest(p)
+        }
+        scans = updated_scans(stored.scans, snapshot, self.paths, changed) if stored else {}
+        state = _State(
+            self.paths, snapshot, Layout(self.paths), changed, scans, Words(self.table.words)
+        )
+        if stored is None:
+            state.changed = set(self.paths)
+        self._discover(state, stored.rounds if stored else [], stored.exported if stored else {})
+        return state
+
+    def _discover(
+        self, state: _State, trace: list[Round], known: Mapping[tuple[str, str], Exported]
+    ) -> None:
+        """Discovery, round by round (see the module docstring). While the rounds are those of
+        the earlier ``trace``, it tells which unchanged files each analysed; an earlier
+        file's exports are reused while what they read holds."""
+        words = state.words
+        new = words
+        owned: list[str] = []
+        following = True
+        for index in itertools.count():
+            earlier = trace[index] if following and index < len(trace) else None
+            if earlier is None or earlier.new != new:
+                earlier, following = None, False
+            pending = self._pending(state, new, earlier)
+            reprocess = self._reprocess(state, owned, new, earlier) if index else ()
+            state.rounds.append(Round(new, pending, reprocess))
+            state.analysed.update(pending)
+            calls: set[str] = set()
+            classes: set[str] = set()
+            for result in self._exports(state, words, [*reprocess, *pending], known):
+                if result.error is not None:
+                    state.errors[result.path] = result.error
+                if result.internal_error is not None:
+                    state.internal_errors[result.path] = result.internal_error
+                calls |= result.calls
+                classes |= result.classes
+            owned.extend(p for p in pending if p not in state.errors)
+            added = Words(frozenset(calls) - words.names, frozenset(classes) - words.names)
+            if not added.names:
+                state.words = words
+                return
+            words = Words(words.calls | added.calls, words.classes | added.classes)
+            new = added
+
+    def _pending(self, state: _State, new: Words, earlier: Round | None) -> tuple[str, ...]:
+        """Files not analysed yet whose bytes can name one of the round's new words."""
+        prefilter = Prefilter(new.names)
+        known = set(earlier.pending) if earlier is not None else None
+        found = []
+        for path in state.paths:
+            if path in state.analysed:
+                continue
+            if known is not None and path not in state.changed:
+                if path in known:
+                    found.append(path)
+                continue
+            try:
+                if prefilter.passes(state.snapshot.data(path)):
+                    found.append(path)
+            except UnreadableSource:
+                continue
+        return tuple(found)
+
+    def _reprocess(
+        self, state: _State, owned: list[str], new: Words, earlier: Round | None
+    ) -> tuple[str, ...]:
+        """Files analysed in earlier rounds whose text names one of the round's new words."""
+        known = set(earlier.reprocess) if earlier is not None else None
+        found = []
+        for path in owned:
+            if known is not None and path not in state.changed:
+                if path in known:
+                    found.append(path)
+                continue
+            try:
+                text = decode(state.snapshot.data(path))
+            except UnreadableSource:
+                continue
+            if lines_with_words(split_lines(text), sorted(new.names)):
+                found.append(path)
+        return tuple(found)
+
+    def _exports(
+        self,
+        state: _State,
+        words: Words,
+        paths: list[str],
+        known: Mapping[tuple[str, str], Exported],
+    ) -> list[Exported]:
+        found: dict[str, Exported] = {}
+        missing = []
+        for path in paths:
+            earlier = known.get((path, words.digest))
+            if (
+                earlier is not None
+                and earlier.digest == state.snapshot.digest(path)
+                and self._holds(state, earlier.dependencies)
+            ):
+                found[path] = earlier
+            else:
+                missing.append(path)
+        if missing:
+            workers = self._workers_for(state, len(missing))
+            for result in workers.run(partial(ExportsTask, words), missing):
+                found[result.path] = result
+        results = [found[path] for path in paths]
+        for result in results:
+            state.exported[(result.path, words.digest)] = result
+        return results
+
+    def _workers_for(self, state: _State, files: int) -> _Workers:
+        """The processes of this call to ``lint``, started when there is work enough."""
+        local = state.analyser(self.table)
+        count = worker_count(self.jobs, files)
+        workers = self._workers
+        if workers is not None and workers.local is local and (workers.size > 1 or count == 1):
+            return workers
+        if workers is not None:
+            self.notes.extend(workers.notes)
+            workers.close()
+        if count > 1:
+            state.snapshot.read_all(state.paths)  # the workers inherit the bytes read
+        self._workers = _Workers(local, count)
+        return self._workers
+
+    # -- the store ----------------------------------------------------------------------------
+    def _load_project(self) -> StoredProject | None:
+        assert self.store is not None
+        content = self.store.read("project.json")
+        if content is None:
+            return None
         try:
-            connection.send(("ok", getattr(session, method)(*arguments)))
-        except LazyTreeMismatch as error:
-            connection.send(("lazy", str(error)))
-        except Exception as error:  # reported by the coordinator, never a silent hang
-            connection.send(("error", f"{type(error).__name__}: {error}"))
+            return decode_project(content)
+        except (cache.Invalid, ValueError, TypeError, KeyError):
+            return None
+
+    def _save_project(self, state: _State) -> None:
+        assert self.store is not None
+        self.store.write("project.json", encode_project(state))
+        self.store.prune()
 
 
-def _start_sessions(
-    linter: Linter, paths: list[str], data: dict[str, bytes], lazy: bool, processes: int
-) -> list[_SessionHandle]:
-    if processes <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [_SessionHandle(Session(linter, paths, data, lazy))]
-    context = multiprocessing.get_context("fork")  # workers inherit the files already read
-    handles = []
-    for _ in range(processes):
-        ours, theirs = context.Pipe()
-        session = Session(linter, paths, data, lazy)
-        context.Process(target=_serve, args=(session, theirs), daemon=True).start()
-        theirs.close()
-        handles.append(_SessionHandle(None, ours))
-    return handles
+def updated_scans(
+    scans: Mapping[ScanKey, tuple[str, ...]],
+    snapshot: Snapshot,
+    paths: Sequence[str],
+    changed: set[str],
+) -> dict[ScanKey, tuple[str, ...]]:
+    """Searches made over other bytes, made true for these: their results are kept for the
+    files that did not change and searched again in those that did (or are new)."""
+    order = {path: index for index, path in enumerate(paths)}
+    updated = {}
+    for key, found in scans.items():
+        kept = [p for p in found if p in order and p not in changed]
+        kept.extend(p for p in changed if p in order and _matches(snapshot, p, key))
+        updated[key] = tuple(sorted(set(kept), key=order.__getitem__))
+    return updated
 
 
-# Below this many candidate files per process, a worker costs more than it saves.
-FILES_PER_PROCESS = 40
+def _matches(snapshot: Snapshot, path: str, key: ScanKey) -> bool:
+    try:
+        return matches(*key, snapshot.data(path))
+    except UnreadableSource:
+        return False
 
 
-def _processes(jobs: int | None, candidates: int) -> int:
-    if jobs is not None:
-        return jobs
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(available or 1, candidates // FILES_PER_PROCESS))
+# -- the stored project --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StoredProject:
+    files: dict[str, StoredFile]
+    scans: dict[ScanKey, tuple[str, ...]]
+    rounds: list[Round]
+    exported: dict[tuple[str, str], Exported]
 
 
-def _finding(code: str, error: UnreadableSource) -> Finding:
+def encode_project(state: _State) -> dict[str, Any]:
+    return {
+        "files": cache.encode_files(state.snapshot.stored()),
+        "scans": cache.encode_scans(state.scans),
+        "rounds": [
+            [sorted(r.new.calls), sorted(r.new.classes), list(r.pending), list(r.reprocess)]
+            for r in state.rounds
+        ],
+        "exported": [
+            [
+                e.path,
+                e.digest,
+                e.words,
+                sorted(e.calls),
+                sorted(e.classes),
+                None if e.error is None else cache.encode_finding(e.error),
+                e.internal_error,
+                cache.encode_dependencies(e.dependencies),
+            ]
+            for e in state.exported.values()
+        ],
+    }
+
+
+def decode_project(content: object) -> StoredProject:
+    if not isinstance(content, dict):
+        raise cache.Invalid
+    rounds = []
+    for entry in cache._list(content["rounds"]):
+        calls, classes, pending, reprocess = cache._list(entry)
+        new = Words(frozenset(cache._strings(calls)), frozenset(cache._strings(classes)))
+        rounds.append(Round(new, tuple(cache._strings(pending)), tuple(cache._strings(reprocess))))
+    exported = {}
+    for entry in cache._list(content["exported"]):
+        path, digest, words, calls, classes, error, internal_error, dependencies = cache._list(
+            entry
+        )
+        result = Exported(
+            cache._str(path),
+            cache._str(digest),
+            cache._str(words),
+            frozenset(cache._strings(calls)),
+            frozenset(cache._strings(classes)),
+            None if error is None else cache.decode_finding(error),
+            cache._optional_str(internal_error),
+            cache.decode_dependencies(dependencies),
+        )
+        exported[(result.path, result.words)] = result
+    return StoredProject(
+        cache.decode_files(content["files"]),
+        cache.decode_scans(content["scans"]),
+        rounds,
+        exported,
+    )
+
+
+def _finding(code: str, error: UnreadableSource | None) -> Finding:
+    error = error or UnreadableSource("cannot read file")
     return Finding(
         line=error.line,
         column=error.column,

@@ -21,14 +21,13 @@ import stat
 import tempfile
 import tokenize
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
 import libcst as cst
 
 from ckptlint.core import AddKeyword, Finding, ReplaceText
-from ckptlint.engine import Linter
 from ckptlint.source import UnreadableSource, decode, split_lines
 
 
@@ -286,7 +285,7 @@ def compile_error(data: bytes, path: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass
 class FileFix:
     """The fixes of one file: its findings before and after, and what was not applied."""
 
@@ -296,35 +295,35 @@ class FileFix:
     findings_after: list[Finding] = field(default_factory=list)
     applied: int = 0
     notes: tuple[Note, ...] = ()  # why fixes were not applied
+    hidden: int = 0  # unsafe fixes left out (no --unsafe-fixes)
 
 
-def fix_source(
-    linter: Linter,
-    data: bytes,
-    path: str,
-    *,
-    unsafe: bool,
-    findings: list[Finding] | None = None,
-) -> FileFix:
-    """Lint exactly ``data`` (or take ``findings``, found in exactly these bytes) and apply
-    the fixes found on it (the unsafe ones too if asked)."""
+# The findings of exactly these bytes (with their fixes when asked): the engine's answer for
+# the file as if it held them.
+Analyse = Callable[[bytes, bool], list[Finding]]
+
+
+def fix_source(analyse: Analyse, data: bytes, path: str, *, unsafe: bool) -> FileFix:
+    """Lint exactly ``data`` and apply the fixes found on it (the unsafe ones too if asked)."""
+    findings = analyse(data, True)
+    hidden = 0 if unsafe else sum(1 for f in findings if f.fixable == "unsafe")
+    stored = [f.without_fix() for f in findings]
+    fixable = [f for f in findings if is_applicable(f, unsafe) and f.fix is not None]
     try:
         text = decode(data)
     except UnreadableSource:
-        return FileFix(data, linter.lint_bytes(data, path).findings)
-    if findings is None:
-        findings = linter.lint_text(text, path)
-    fixable = [f for f in findings if is_applicable(f, unsafe)]
+        return FileFix(data, stored, hidden=hidden)
     if not fixable:
-        return FileFix(data, findings)
+        return FileFix(data, stored, hidden=hidden)
     fixed = fix_text(text, fixable)
     notes = [(f.line, f.column, f"{f.code} not fixed: {why}") for f, why in fixed.failed]
     if not fixed.applied:
-        return FileFix(data, findings, notes=tuple(notes))
+        return FileFix(data, stored, notes=tuple(notes), hidden=hidden)
     try:
         after = encode_like(fixed.text, data)
     except FixFailed as error:
-        return FileFix(data, findings, notes=(*notes, (0, 0, f"fixes not applied: {error}")))
+        notes.append((0, 0, f"fixes not applied: {error}"))
+        return FileFix(data, stored, notes=tuple(notes), hidden=hidden)
     error = compile_error(after, path)
     if error is not None:
         before_error = compile_error(data, path)
@@ -333,13 +332,14 @@ def fix_source(
             if before_error
             else f"the fixed file would not compile ({error})"
         )
-        return FileFix(data, findings, notes=(*notes, (0, 0, f"fixes not applied: {why}")))
-    remaining = linter.lint_text(fixed.text, path)
-    return FileFix(data, findings, after, remaining, len(fixed.applied), tuple(notes))
+        notes.append((0, 0, f"fixes not applied: {why}"))
+        return FileFix(data, stored, notes=tuple(notes), hidden=hidden)
+    remaining = analyse(after, False)
+    return FileFix(data, stored, after, remaining, len(fixed.applied), tuple(notes), hidden)
 
 
 def is_applicable(finding: Finding, unsafe: bool) -> bool:
-    return finding.fix is not None and (finding.fix.applicability == "safe" or unsafe)
+    return finding.fixable is not None and (finding.fixable == "safe" or unsafe)
 
 
 def unified_diff(path: str, before: bytes, after: bytes) -> str:

@@ -1,19 +1,17 @@
-"""The flake8 plugin: the same rules on the tree flake8 already parsed.
+"""The flake8 plugin: the CLI's findings, file by file, as flake8 hands the files over.
 
-flake8 runs every installed plugin on every file whatever ``--select`` says, so this module
-imports nothing heavy, and a file whose text cannot reach a checkpoint function costs one
-regular-expression scan. ``# noqa``, ``# flake8: noqa`` and per-file ignores are flake8's;
-the plugin adds what the CLI also honours: ``# noqa`` codes in any case, and
-``# ckptlint: noqa[: codes]`` (unless flake8 runs with ``--disable-noqa``).
+flake8 gives the plugin one file at a time, but a file's findings depend on the rest of its
+project (a wrapper defined in another module, a global written in another). So the plugin
+asks the same engine the CLI uses, for the same project (``config.project_root``) with the
+same settings (``[tool.ckptlint]``: select, ignore, exclude, per-file-ignores,
+extend-checkpoint-functions, plus flake8's own ``--extend-checkpoint-functions``), and the
+same cache: each flake8 process works the project out once (or reads it from the cache) and
+then answers each file. The findings are the CLI's, at the same lines and columns.
 
-flake8 hands over one file at a time. Regions are still followed into the modules they run
-(read from disk, as the CLI does); the names of a project's own wrappers and layer
-subclasses defined in other files come from the cache a CLI run wrote
-(``.ckptlint_cache/words.json``): without it, calls of those are not recognised.
-
-No exception ever reaches flake8 (which would stop the whole run and lose every other
-file's results): input nested too deeply to analyse is a CKP901 finding, and so is a bug of
-ours, with its message.
+``# noqa`` and ``# flake8: noqa`` are flake8's; the plugin adds what the CLI also honours:
+``# noqa`` codes in any case, and ``# ckptlint: noqa[: codes]`` (unless flake8 runs with
+``--disable-noqa``). No exception ever reaches flake8 (which would stop the whole run and
+lose every other file's results): a bug of ours is a CKP901 finding with its message.
 """
 
 from __future__ import annotations
@@ -22,16 +20,14 @@ import argparse
 import ast
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptlint import __version__
-from ckptlint.project.cache import project_words
-from ckptlint.regions.sources import SourceTable, configured_source
-from ckptlint.source import Prefilter
 
 if TYPE_CHECKING:
-    from ckptlint.engine import Linter
+    from ckptlint.engine import Engine
 
 Result = tuple[int, int, str, type]
 
@@ -42,10 +38,9 @@ class CheckpointChecker:
 
     extend_checkpoint_functions: tuple[str, ...] = ()
     disable_noqa = False
-    _cached: tuple[tuple[str, ...], Linter] | None = None
-    _projects: dict[str, tuple[frozenset[str], Prefilter]] = {}
-    _table_words: frozenset[str] = SourceTable.build().words
-    _prefilter = Prefilter(_table_words)
+    # Per process: each project's engine (it keeps the project it worked out), by root.
+    _engines: dict[tuple[Path, tuple[str, ...]], Engine | None] = {}
+    _roots: dict[str, Any] = {}
 
     def __init__(self, tree: ast.Module, lines: list[str], filename: str = "stdin") -> None:
         self.tree = tree
@@ -60,39 +55,37 @@ class CheckpointChecker:
             parse_from_config=True,
             comma_separated_list=True,
             help="Qualified names of your own wrappers to treat like torch's checkpoint "
-            "(ckptlint). Default: none",
+            "(ckptlint; added to [tool.ckptlint]'s). Default: none",
         )
 
     @classmethod
     def parse_options(cls, options: argparse.Namespace) -> None:
         cls.extend_checkpoint_functions = tuple(options.extend_checkpoint_functions or ())
         cls.disable_noqa = bool(getattr(options, "disable_noqa", False))
-        # The table alone (not the linter, whose import is most of the plugin's start-up):
-        # a run over files that cannot reach a checkpoint never imports the analysis.
-        extra = [configured_source(name) for name in cls.extend_checkpoint_functions]
-        cls._table_words = SourceTable.build(extra).words
-        cls._prefilter = Prefilter(cls._table_words)
+        cls._engines = {}
 
     def run(self) -> Iterator[Result]:
         try:
             results = list(self._check())
         except Exception as error:  # RecursionError and MemoryError included
-            results = [self._internal_error(error)]
+            results = [self._internal_error(str(f"{type(error).__name__}: {error}"))]
         yield from results
 
     def _check(self) -> Iterator[Result]:
+        path = self._path()
+        engine = self._engine(path)
+        if engine is None:
+            return  # excluded by the project's configuration
         text = "".join(self.lines)
-        words, prefilter = self._project_words()
-        if not prefilter.passes(text.encode(errors="surrogatepass")):
+        overrides = {} if _is_disk_text(path, text) else {path: text.encode("utf-8", "replace")}
+        (result,) = engine.lint([path], overrides, suppress=False)
+        if result.internal_error is not None:
+            yield self._internal_error(result.internal_error)
             return
         from ckptlint.noqa import file_exemption, is_suppressed
 
         exemption = None if self.disable_noqa else file_exemption(text)
-        if exemption is not None and not exemption.codes:
-            return
-        linter = self._linter()
-        linter.discovered_words = words
-        for finding in linter.analyze_tree(self.tree, self.lines, self.filename):
+        for finding in result.findings:
             if not self.disable_noqa:
                 if exemption is not None and exemption.covers(finding.code):
                     continue
@@ -101,31 +94,65 @@ class CheckpointChecker:
                     continue
             yield finding.line, finding.column - 1, f"{finding.code} {finding.message}", type(self)
 
-    def _project_words(self) -> tuple[frozenset[str], Prefilter]:
-        """The words a CLI run cached for this file's project (its wrappers, layer
-        subclasses...), and the prefilter that looks for them too; per folder, once."""
-        folder = os.path.dirname(os.path.abspath(self.filename))
-        found = self._projects.get(folder)
-        if found is None:
-            words = project_words(Path(folder))
-            prefilter = Prefilter(self._table_words | words) if words else self._prefilter
-            found = self._projects[folder] = (words, prefilter)
-        return found
+    def _path(self) -> str:
+        """The file flake8 names (standard input: a file of the working folder)."""
+        if self.filename in ("stdin", "-"):
+            return os.path.abspath("stdin.py")
+        return os.path.abspath(self.filename)
 
     @classmethod
-    def _linter(cls) -> Linter:
-        """A linter with every rule selected (flake8 selects) and the configured wrappers."""
-        from ckptlint.config import Settings
-        from ckptlint.engine import Linter
+    def _engine(cls, path: str) -> Engine | None:
+        """The engine of the file's project, made once a process; None when the project's
+        configuration excludes the file."""
+        from ckptlint.config import load_settings, project_root
+        from ckptlint.discovery import discover
+        from ckptlint.engine import Engine
+        from ckptlint.project import cache
 
-        key = cls.extend_checkpoint_functions
-        if cls._cached is None or cls._cached[0] != key:
-            cls._cached = (key, Linter(Settings(extend_checkpoint_functions=key)))
-        return cls._cached[1]
-
-    def _internal_error(self, error: Exception) -> Result:
-        message = (
-            f"CKP901 file not analysed: internal error {type(error).__name__}: {error}"
-            " (please report it to ckptlint)"
+        folder = os.path.dirname(path)
+        root = cls._roots.get(folder)
+        if root is None:
+            found = project_root(Path(folder))
+            root = cls._roots[folder] = found or _loose_root(folder)
+        settings = load_settings(root)
+        settings = replace(
+            settings,
+            extend_checkpoint_functions=(
+                *settings.extend_checkpoint_functions,
+                *cls.extend_checkpoint_functions,
+            ),
         )
-        return 1, 0, " ".join(message.split())[:500], type(self)
+        if settings.is_excluded(path):
+            return None
+        key = (root.folder, cls.extend_checkpoint_functions)
+        if key not in cls._engines:
+            known = [f.path for f in discover([str(root.folder)], settings) if not f.error]
+            identity = cache.analysis_key([str(root.folder), settings.analysis_identity])
+            store = cache.Store.open(root.folder / cache.FOLDER, identity)
+            stored = store if isinstance(store, cache.Store) else None
+            cls._engines[key] = Engine(settings, known, stored, 1)
+        return cls._engines[key]
+
+    def _internal_error(self, message: str) -> Result:
+        text = f"CKP901 file not analysed: internal error {message} (please report it to ckptlint)"
+        return 1, 0, " ".join(text.split())[:500], type(self)
+
+
+def _loose_root(folder: str) -> Any:
+    from ckptlint.config import ProjectRoot
+
+    return ProjectRoot(Path(folder), "paths")
+
+
+def _is_disk_text(path: str, text: str) -> bool:
+    """Whether flake8's text is the file's own (it reads with universal newlines)."""
+    from ckptlint.source import UnreadableSource, decode, read_bytes
+
+    try:
+        disk = decode(read_bytes(path))
+    except UnreadableSource:
+        return False
+    text = text.removeprefix("\ufeff")
+    if disk == text:
+        return True
+    return disk.replace("\r\n", "\n").replace("\r", "\n") == text.replace("\r\n", "\n")

@@ -33,6 +33,10 @@ _NOT_A_HEADER = frozenset(" \t\r\n\f#@)]}")
 class LazyTreeMismatch(Exception):
     """A lazily parsed body did not match its stub: parse the whole file instead."""
 
+    def __init__(self, filename: str, line: int) -> None:
+        super().__init__(f"{filename}:{line}")
+        self.path = filename[1:-1] if filename.startswith("<") else filename  # see parse()
+
 
 @dataclass(frozen=True)
 class _Chunk:
@@ -204,10 +208,10 @@ class _LazyBody:
         lines, chunk, filename = self._source
         statements = _parse_at(lines, chunk.start, chunk.end, filename)
         if statements is None or len(statements) != 1:
-            raise LazyTreeMismatch(f"{filename}:{chunk.start + 1}")
+            raise LazyTreeMismatch(filename, chunk.start + 1)
         (real,) = statements
         if type(real) is not self._real_type or real.end_lineno != self.end_lineno:
-            raise LazyTreeMismatch(f"{filename}:{chunk.start + 1}")
+            raise LazyTreeMismatch(filename, chunk.start + 1)
         self._parsed_body = real.body
         self._parsed_end_col_offset = real.end_col_offset
 

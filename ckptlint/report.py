@@ -39,7 +39,7 @@ class Problem:
 def as_text(report: Report) -> str:
     """``path:line:col: CODE message``; ``[*]`` marks a finding that has an autofix."""
     return "".join(
-        f"{path}:{f.line}:{f.column}: {f.code} {'[*] ' if f.fix else ''}{f.message}\n"
+        f"{path}:{f.line}:{f.column}: {f.code} {'[*] ' if f.fixable else ''}{f.message}\n"
         for path, f in report
     )
 
@@ -59,7 +59,7 @@ def text_summary(report: Report, *, unsafe_fixes: bool, fixed: int) -> str:
     if report:
         count = len(report)
         line = f"Found {count} finding{'s' if count != 1 else ''}."
-        fixable = sum(1 for _, f in report if f.fix)
+        fixable = sum(1 for _, f in report if f.fixable)
         if fixable:
             how = "--fix" if unsafe_fixes else "--fix --unsafe-fixes"
             line += f" [*] {fixable} fixable with `ckptlint {how}`."
@@ -67,6 +67,12 @@ def text_summary(report: Report, *, unsafe_fixes: bool, fixed: int) -> str:
     else:
         parts.append("All checks passed!")
     return "\n".join(parts) + "\n"
+
+
+def hidden_fixes_line(count: int) -> str:
+    """What ``--fix``/``--diff`` left out for want of ``--unsafe-fixes`` (as ruff says it)."""
+    fixes = f"{count} fix{'es' if count != 1 else ''}"
+    return f"{fixes} available with `--unsafe-fixes` (they may change behaviour).\n"
 
 
 def as_json(report: Report, problems: Sequence[Problem] = ()) -> str:
@@ -80,7 +86,7 @@ def as_json(report: Report, problems: Sequence[Problem] = ()) -> str:
             "end_column": f.end_column,
             "code": f.code,
             "message": f.message,
-            "fixable": f.fix is not None,
+            "fixable": f.fixable is not None,
         }
         for path, f in report
     ]
@@ -211,7 +217,7 @@ def _notification(problem: Problem) -> dict:
 def statistics(report: Report, output_format: str) -> str:
     """How many findings of each code, most frequent first (like ``ruff --statistics``)."""
     counts = Counter(f.code for _, f in report)
-    fixable = {f.code for _, f in report if f.fix}
+    fixable = {f.code for _, f in report if f.fixable}
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     if output_format == "json":
         entries = [

@@ -80,7 +80,7 @@ class Prefilter:
             start = data.find(word)
             while start != -1:
                 end = start + len(word)
-                if _whole_identifier(data, start, end) and (
+                if identifier_at(data, start, end) and (
                     star_import
                     or _after_dot(data, start)
                     or _in_import_list(data, start)
@@ -91,7 +91,8 @@ class Prefilter:
         return False
 
 
-def _whole_identifier(data: bytes, start: int, end: int) -> bool:
+def identifier_at(data: bytes, start: int, end: int) -> bool:
+    """Whether ``data[start:end]`` is a whole identifier, not part of a longer one."""
     before = data[start - 1 : start] if start else b""
     after = data[end : end + 1]
     return not (_IDENTIFIER_BYTE.match(before) or _IDENTIFIER_BYTE.match(after))

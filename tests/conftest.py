@@ -14,12 +14,16 @@ import pytest
 from ckptlint.cli import main
 from ckptlint.config import Settings
 from ckptlint.core import Finding
-from ckptlint.engine import Linter
+from ckptlint.engine import Engine
 
 
 def lint(source: str, **settings: object) -> list[Finding]:
-    """Findings the CLI would report for ``source`` as a file (noqa and selection applied)."""
-    return Linter(Settings(**settings)).lint_text(source, "example.py")  # type: ignore[arg-type]
+    """Findings the CLI would report for ``source`` as the only file of a project (noqa and
+    selection applied)."""
+    engine = Engine(Settings(**settings), ["example.py"])  # type: ignore[arg-type]
+    (result,) = engine.lint(["example.py"], {"example.py": source.encode()})
+    assert result.internal_error is None, result.internal_error
+    return result.findings
 
 
 def codes(source: str, **settings: object) -> list[str]:
@@ -70,6 +74,13 @@ def run_cli(*arguments: str, cwd: Path, stdin: bytes = b"") -> CliRun:
     return CliRun(code, out.decode("utf-8", "replace"), stderr.getvalue().decode(), out)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _user_cache_key(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The cache key of the tests' user lives in a folder of the test session (the cache
+    authenticates its entries with it): no test reads or writes the real one."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """An empty project folder (the tests write files and a pyproject.toml into it)."""
@@ -84,16 +95,15 @@ def lint_tree(
     import textwrap
 
     from ckptlint.discovery import discover
-    from ckptlint.engine import LintTarget
 
     for relative, source in files.items():
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(source))
     config = Settings(root=root, **settings)  # type: ignore[arg-type]
-    targets = [LintTarget(f.path, f.explicit) for f in discover([str(root)], config)]
+    paths = [f.path for f in discover([str(root)], config)]
     found = []
-    for result in Linter(config).lint_files(targets, jobs=1):
+    for result in Engine(config, paths, jobs=1).lint(paths):
         relative = Path(result.path).resolve().relative_to(root.resolve()).as_posix()
         found.extend((relative, f.line, f.column, f.code) for f in result.findings)
     return sorted(found)
@@ -102,9 +112,8 @@ def lint_tree(
 def messages_of(root: Path, files: dict[str, str], **settings: object) -> list[str]:
     """The messages of every finding of a project written as ``lint_tree`` does."""
     from ckptlint.discovery import discover
-    from ckptlint.engine import LintTarget
 
     lint_tree(root, files, **settings)
     config = Settings(root=root, **settings)  # type: ignore[arg-type]
-    targets = [LintTarget(f.path, f.explicit) for f in discover([str(root)], config)]
-    return [f.message for r in Linter(config).lint_files(targets, jobs=1) for f in r.findings]
+    paths = [f.path for f in discover([str(root)], config)]
+    return [f.message for r in Engine(config, paths, jobs=1).lint(paths) for f in r.findings]

@@ -297,10 +297,20 @@ class TestBadInput:
         assert "Traceback" not in result.stderr
 
     def test_explicit_file_with_syntax_error(self, project: Path) -> None:
-        write(project, "broken.py", "def f(:\n    pass\n")
+        write(project, "broken.py", "import torch.utils.checkpoint\ndef f(:\n    pass\n")
         result = run_cli("broken.py", cwd=project)
         assert result.returncode == 1
-        assert result.stdout.startswith("broken.py:1:7: CKP901 syntax error")
+        assert result.stdout.startswith("broken.py:2:7: CKP901 syntax error")
+
+    def test_a_file_that_cannot_reach_a_checkpoint_is_not_parsed_even_named(
+        self, project: Path
+    ) -> None:
+        """One answer: named alone or found in its folder, an unrelated file is not parsed
+        (its syntax errors are flake8's and ruff's E999)."""
+        write(project, "broken.py", "def f(:\n    pass\n")
+        for arguments in (["broken.py"], ["."]):
+            result = run_cli(*arguments, cwd=project)
+            assert (result.returncode, result.stdout) == (0, "All checks passed!\n")
 
     def test_undecodable_bytes(self, project: Path) -> None:
         write(project, "latin.py", b"import torch.utils.checkpoint\nname = '\xe9'\n")

@@ -59,10 +59,10 @@ def test_internal_errors_are_in_json_and_sarif(
     (project / "boom.py").write_text(MISSING)
     analyze = ckptlint.engine.analyze
 
-    def fail_on_boom(module, analysis, selected) -> list:  # noqa: ANN001 - a stand-in
+    def fail_on_boom(module, analysis) -> list:  # noqa: ANN001 - a stand-in
         if module.path.endswith("boom.py"):
             raise ValueError("a bug")
-        return analyze(module, analysis, selected)
+        return analyze(module, analysis)
 
     monkeypatch.setattr(ckptlint.engine, "analyze", fail_on_boom)
     result = run_cli("--format", "json", ".", cwd=project)
@@ -166,8 +166,12 @@ class TestStdin:
         )
         result = run_cli("--stdin-filename", "m.py", cwd=project, stdin=latin)
         assert result.stdout.startswith("m.py:3:10: CKP001 ")
-        broken = run_cli("--stdin-filename", "m.py", cwd=project, stdin=b"def f(:\n")
-        assert broken.returncode == 1 and broken.stdout.startswith("m.py:1:7: CKP901 ")
+        text = b"import torch.utils.checkpoint\ndef f(:\n"
+        broken = run_cli("--stdin-filename", "m.py", cwd=project, stdin=text)
+        assert broken.returncode == 1 and broken.stdout.startswith("m.py:2:7: CKP901 ")
+        # A file that cannot reach a checkpoint is not parsed, from any entry point.
+        unrelated = run_cli("--stdin-filename", "m.py", cwd=project, stdin=b"def f(:\n")
+        assert (unrelated.returncode, unrelated.stdout) == (0, "All checks passed!\n")
 
     def test_dash_with_other_paths_is_a_usage_error(self, project: Path) -> None:
         (project / "a.py").write_text(CLEAN)

@@ -84,23 +84,27 @@ def test_files_without_checkpoint_are_untouched(project: Path) -> None:
     assert result.returncode == 0 and result.stdout == ""
 
 
-def test_files_without_checkpoint_never_load_the_analysis(project: Path) -> None:
-    """flake8 runs the plugin on every file: on files that cannot reach a checkpoint it
-    costs a text scan, not the import of the analysis."""
+def test_files_that_cannot_reach_a_checkpoint_parse_nothing(project: Path) -> None:
+    """flake8 runs the plugin on every file: where no file of the project can reach a
+    checkpoint, the project's discovery is a text scan and no module is ever parsed."""
     (project / "plain.py").write_text("def checkpointing_helper():\n    return 1\n")
+    (project / "other.py").write_text("import os\n")
     script = (
-        "import sys\n"
+        "import ckptlint.project.index as index\n"
         "from flake8.main.cli import main\n"
+        "loads = []\n"
+        "original = index.Project._load\n"
+        "index.Project._load = lambda self, path: loads.append(path) or original(self, path)\n"
         "try:\n"
-        "    main(['-j', '1', '--select', 'CKP', 'plain.py'])\n"
+        "    main(['-j', '1', '--select', 'CKP', '.'])\n"
         "except SystemExit:\n"
         "    pass\n"
-        "print('ckptlint.engine' in sys.modules, 'ckptlint.flake8_plugin' in sys.modules)\n"
+        "print(len(loads))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=project, capture_output=True, text=True, timeout=120
     )
-    assert result.stdout.split() == ["False", "True"], result.stderr
+    assert result.stdout.split() == ["0"], result.stderr
 
 
 def plugin_results(source: str) -> list[tuple[int, int, str]]:
@@ -190,9 +194,11 @@ def test_a_bug_in_the_analysis_is_a_finding_not_an_exception(
     )
 
 
-def test_cross_file_wrappers_through_the_cache_a_cli_run_wrote(project: Path) -> None:
-    """flake8 sees one file: a wrapper defined in another file is known once a CLI run has
-    cached the project's words; the region itself is followed into its file either way."""
+def test_cross_file_wrappers_are_known_to_flake8_cold_and_warm(project: Path) -> None:
+    """flake8 hands over one file, yet the plugin knows the project: a wrapper defined in
+    another file is recognised with no cache at all, and again once the cache is warm, with
+    the CLI's finding at the CLI's place."""
+    (project / "pyproject.toml").write_text("[tool.ckptlint]\n")
     (project / "wrap.py").write_text(
         "from torch.utils.checkpoint import checkpoint\n\n"
         "def run(function, *args):\n"
@@ -212,8 +218,10 @@ def test_cross_file_wrappers_through_the_cache_a_cli_run_wrote(project: Path) ->
         "def forward(x):\n    return run(Block(), x)\n"
     )
     command = [sys.executable, "-m", "flake8", "--select", "CKP", "model.py"]
-    before = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
-    assert before.stdout == ""
-    run_ckptlint(".", cwd=project)
-    after = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
-    assert after.stdout.startswith("model.py:5:12: CKP301 ")
+    cold = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
+    assert cold.stdout.startswith("model.py:5:12: CKP301 "), cold.stdout + cold.stderr
+    assert (project / ".ckptlint_cache").is_dir()
+    warm = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
+    assert warm.stdout == cold.stdout
+    cli = run_ckptlint("model.py", cwd=project)
+    assert cli.stdout.splitlines()[0] == cold.stdout.splitlines()[0]

@@ -5,8 +5,11 @@ between the two. Module-level statements run once, at import; so do functions us
 import (a registry's ``register`` decorator, decorator factories), functions called only
 from constructors (a kernel handle loaded when the model is built), and writes under a test
 of the same global (``if KERNEL is None: KERNEL = load()``, a memo). None of those is a
-run-time change. Changes are searched in the global's own module and in the other modules
-the run has loaded that name it after a dot (``config.SCALE = 2``).
+run-time change. Changes are searched in the global's own module and in every other module
+of the project that may write it: through the module object (``config.SCALE = 2``) or
+through the name it imported (``from config import TABLE`` ... ``TABLE["k"] = v``). Which
+modules those are is a text search over all the project's files, so the answer does not
+depend on which files a run names.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from ckptlint.effects.reach import (
     root_name,
 )
 from ckptlint.project.index import Module, Project
-from ckptlint.project.scopes import FUNCTIONS, Scope, statements_at
+from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, node_position, statements_at
+from ckptlint.project.search import ATTRIBUTE_WRITES, CONTENT_WRITES, NAMES
 from ckptlint.resolution.evaluator import Evaluator
-from ckptlint.resolution.values import Context, ModuleValue
+from ckptlint.resolution.values import UNKNOWN, Context, ModuleValue
 
 # Functions that run while objects are built, not between a forward and its backward.
 SETUP_FUNCTIONS = frozenset(
@@ -54,9 +58,10 @@ class ChangeFinder:
         key = (module.path, name)
         if key not in self._changes:
             found = list(self._changes_in_own_module(module, name))
-            for other in self.project.loaded_modules():
-                if other is not module:
-                    found.extend(self._changes_through_attribute(other, module, name))
+            for other in self._other_modules(module, ATTRIBUTE_WRITES, name):
+                found.extend(self._changes_through_attribute(other, module, name))
+            for other in self._other_modules(module, CONTENT_WRITES, name):
+                found.extend(self._changes_through_import(other, module, name))
             self._changes[key] = found
         return self._changes[key]
 
@@ -105,6 +110,53 @@ class ChangeFinder:
             ]
             if writes and not self.runs_at_setup_only(other, functions, 0):
                 yield GlobalWrite(owner, name, Location(other, statement.lineno), "assigns")
+
+    def _changes_through_import(
+        self, other: Module, owner: Module, name: str
+    ) -> Iterator[GlobalWrite]:
+        """``NAME[k] = ...``, ``NAME.attr = ...``, ``NAME.append(...)`` in another module's
+        functions, where ``NAME`` is ``owner``'s global imported by name."""
+        imported = [b for b in other.scopes.module.bindings.get(name, []) if b.imported]
+        if not imported or not any(self._binds_global_of(other, b, owner) for b in imported):
+            return
+        for line in other.lines_naming(name):
+            located = self._statement_in_function(other, line)
+            if located is None:
+                continue
+            statement, functions, scope = located
+            writes = [
+                write
+                for write in _content_writes(statement)
+                if write.id == name
+                and any(b.imported for b in scope.lookup(name, node_position(write)))
+            ]
+            if writes and not self.runs_at_setup_only(other, functions, 0):
+                yield GlobalWrite(owner, name, Location(other, statement.lineno), "mutates")
+
+    def _binds_global_of(self, other: Module, binding: Binding, owner: Module) -> bool:
+        """Whether an import in ``other`` binds ``owner``'s global (directly, or re-exported
+        through a package's ``__init__``)."""
+        target = binding.imported
+        assert target is not None
+        if (
+            target.name == binding.name
+            and other.resolve_import(target.level, target.module) == owner.name
+        ):
+            return True
+        own = owner.scopes.module.bindings.get(binding.name, [])
+        if not own:
+            return False
+        mine = self.evaluator.binding_values(own[-1], self.evaluator.module_context(owner))
+        theirs = self.evaluator.binding_values(binding, self.evaluator.module_context(other))
+        return any(value in theirs for value in mine if value is not UNKNOWN)
+
+    def _other_modules(self, module: Module, kind: str, name: str) -> Iterator[Module]:
+        """The project's other modules whose text may do ``kind`` to ``name``."""
+        for path in self.project.files_matching(kind, name):
+            if path != module.path:
+                other = self.project.module_at(path)
+                if other is not None:
+                    yield other
 
     def _written_attributes(self, statement: ast.stmt) -> Iterator[ast.Attribute]:
         for target in assigned_targets(statement):
@@ -167,8 +219,8 @@ class ChangeFinder:
         """The module itself, and the other loaded modules that import ``name`` from it or
         name it as an attribute (``module.name``)."""
         found = [module]
-        for other in self.project.loaded_modules():
-            if other is module or name not in other.text or not other.lines_naming(name):
+        for other in self._other_modules(module, NAMES, name):
+            if not other.lines_naming(name):
                 continue
             if f".{name}" in other.text or self._imports_from(other, module, name):
                 found.append(other)
@@ -181,6 +233,25 @@ class ChangeFinder:
                 if other.resolve_import(target.level, target.module) == module.name:
                     return True
         return False
+
+
+def _content_writes(statement: ast.stmt) -> Iterator[ast.Name]:
+    """The names whose content a statement changes: ``NAME[k] = ``, ``NAME.a.b += ``,
+    ``del NAME[k]``, ``NAME.update(...)`` (not ``NAME = ``, which rebinds a name)."""
+    for target in assigned_targets(statement):
+        if not isinstance(target, ast.Name):
+            root = root_name(target)
+            if root is not None:
+                yield root
+    for node in header_nodes(statement):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATING_METHODS
+        ):
+            root = root_name(node.func.value)
+            if root is not None:
+                yield root
 
 
 __all__ = ["ChangeFinder", "SETUP_FUNCTIONS", "root_name"]

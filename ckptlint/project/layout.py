@@ -1,9 +1,14 @@
 """Module names of files, and files of module names, as Python's import system would see them.
 
 A file's module name comes from the packages (folders with ``__init__.py``) above it; the
-first folder above them is an import root, as a ``sys.path`` entry would be. A module that
-no linted file names is looked for under those roots on disk, so a run over one file still
-resolves ``from .layers import Block`` into the file next to it.
+first folder above them is an import root, as a ``sys.path`` entry would be. The project's
+files are registered up front; a module none of them provides is looked for under those
+roots on disk (an excluded or git-ignored file is still importable). Within a root a package
+(``blocks/__init__.py``) wins over a module of the same name (``blocks.py``), and a folder
+without ``__init__.py`` is a namespace package, as in Python's ``FileFinder``.
+
+Every answer a computation gets is recorded in the active ``Dependencies`` (``recorder``):
+what a result depended on is what the cache checks before it reuses the result.
 """
 
 from __future__ import annotations
@@ -11,12 +16,18 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from ckptlint.project.dependencies import Dependencies
+
 
 class Layout:
     def __init__(self, files: Iterable[str] = ()) -> None:
         self.roots: list[str] = []
-        self._paths: dict[str, str | None] = {}
-        self._names: dict[str, str] = {}
+        self._registered: dict[str, str] = {}  # module name -> file, from the project's files
+        self._names: dict[str, str] = {}  # absolute file -> module name
+        self._found: dict[str, str | None] = {}
+        self._found_names: dict[str, str] = {}  # a file found on disk: the name it was found by
+        self._listings: dict[str, frozenset[str]] = {}
+        self.recorder: Dependencies | None = None
         for path in files:
             self.add(path)
 
@@ -28,47 +39,91 @@ class Layout:
             root, parts = _split_at_root(absolute)
             name = ".".join(parts)
             self._names[absolute] = name
-            self._paths.setdefault(name, absolute)
+            present = self._registered.get(name)
+            if present is None or _shadows(absolute, present):
+                self._registered[name] = absolute
+                self._found.pop(name, None)
             if root not in self.roots:
                 self.roots.append(root)
         return name
 
     def module_name(self, path: str) -> str:
-        return self._names.get(os.path.abspath(path)) or self.add(path)
+        """The module name of a file: registered, else the name it was found by, else the
+        name its folders give it (asking never registers a file: roots come from the
+        project's files alone)."""
+        absolute = os.path.abspath(path)
+        name = self._names.get(absolute) or self._found_names.get(absolute)
+        if name is None:
+            name = self._found_names[absolute] = ".".join(_split_at_root(absolute)[1])
+        return name
 
     def is_package(self, path: str) -> bool:
         return os.path.basename(path) == "__init__.py"
 
     def find(self, name: str) -> str | None:
         """The file of module ``name`` (a package's ``__init__.py``), or None."""
-        if name in self._paths:
-            return self._paths[name]
-        found = None
-        relative = name.replace(".", os.sep)
-        for root in self.roots:
-            for candidate in (
-                os.path.join(root, relative + ".py"),
-                os.path.join(root, relative, "__init__.py"),
-            ):
-                if os.path.isfile(candidate):
-                    found = candidate
-                    break
-            if found:
-                break
-        self._paths[name] = found
-        if found is not None:
-            self._names.setdefault(found, name)
+        if name in self._found:
+            found = self._found[name]
+        else:
+            found = self._registered.get(name)
+            if found is None:
+                found = self._on_disk(name)
+                if found is not None:
+                    self._found_names.setdefault(found, name)
+            self._found[name] = found
+        if self.recorder is not None:
+            self.recorder.resolved[name] = found
         return found
-
-    @property
-    def missing(self) -> set[str]:
-        """Module names looked for and not found (a new file may provide one)."""
-        return {name for name, path in self._paths.items() if path is None}
 
     def is_project_package(self, name: str) -> bool:
         """A folder of the project that imports can name, with or without ``__init__.py``."""
-        relative = name.replace(".", os.sep)
-        return any(os.path.isdir(os.path.join(root, relative)) for root in self.roots)
+        parts = name.split(".")
+        found = any(self._is_folder(root, parts) for root in self.roots)
+        if self.recorder is not None:
+            self.recorder.packages[name] = found
+        return found
+
+    def _on_disk(self, name: str) -> str | None:
+        parts = name.split(".")
+        for root in self.roots:
+            if self._is_folder(root, parts):
+                package = os.path.join(root, *parts, "__init__.py")
+                if os.path.isfile(package):
+                    return package
+            folder = os.path.join(root, *parts[:-1])
+            if f"{parts[-1]}.py" in self._listing(folder):
+                module = os.path.join(folder, f"{parts[-1]}.py")
+                if os.path.isfile(module):
+                    return module
+        return None
+
+    def _is_folder(self, root: str, parts: list[str]) -> bool:
+        folder = root
+        for part in parts:
+            if part not in self._listing(folder):
+                return False
+            folder = os.path.join(folder, part)
+        return os.path.isdir(folder)
+
+    def _listing(self, folder: str) -> frozenset[str]:
+        """The names in a folder, read once a run (most lookups miss: ``torch``, ``numpy``)."""
+        names = self._listings.get(folder)
+        if names is None:
+            try:
+                names = frozenset(os.listdir(folder))
+            except OSError:
+                names = frozenset()
+            self._listings[folder] = names
+        return names
+
+
+def _shadows(candidate: str, present: str) -> bool:
+    """Whether ``candidate`` takes the name from ``present``: a package shadows a module of
+    the same name in the same folder (``blocks/__init__.py`` over ``blocks.py``)."""
+    if os.path.basename(candidate) != "__init__.py":
+        return False
+    package_folder = os.path.dirname(candidate)
+    return present == package_folder + ".py"
 
 
 _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")

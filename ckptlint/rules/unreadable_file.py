@@ -18,18 +18,25 @@ class UnreadableFile(Rule):
     goes on; the exit code is non-zero. Fix the file (or exclude it in `[tool.ckptlint]`).
     A file the operating system refuses to read is CKP902.
 
-    Files named on the command line are always parsed. Files found by walking a folder
-    are decoded and parsed only when their text can reach a checkpoint function, so a
-    syntax error in an unrelated file is left to flake8's or ruff's E999; every file that
-    is parsed has its syntax errors reported, also in bodies no rule needed to read.
+    A file is decoded and parsed only when its text can reach a checkpoint function
+    (whether it is named on the command line, found in a folder, read from standard input
+    or handed over by flake8: one answer), so a syntax error in an unrelated file is left to
+    flake8's or ruff's E999; every file that is parsed has its syntax errors reported, also
+    in bodies no rule needed to read.
     """
 
     code = "CKP901"
     name = "unreadable-file"
     summary = "file could not be decoded, parsed or analysed"
 
-    INVALID: list[str] = ["def forward(self, x:\n    return checkpoint(self.block, x)\n"]
-    VALID: list[str] = ["def forward(self, x):\n    return x\n"]
+    INVALID: list[str] = [
+        "from torch.utils.checkpoint import checkpoint\n\n"
+        "def forward(self, x:\n    return checkpoint(self.block, x, use_reentrant=False)\n"
+    ]
+    VALID: list[str] = [
+        "from torch.utils.checkpoint import checkpoint\n\n"
+        "def forward(self, x):\n    return checkpoint(self.block, x, use_reentrant=False)\n"
+    ]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         """Reported by the engine while reading a file; a parsed file has nothing to add."""
