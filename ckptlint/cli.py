@@ -189,6 +189,8 @@ def run(arguments: argparse.Namespace) -> int:
         raise UsageError("- (standard input) cannot be combined with other paths")
     start = Path(arguments.stdin_filename or ".") if from_stdin else Path(paths[0])
     settings = _settings(arguments, start)
+    if arguments.output_file and not os.path.isdir(os.path.dirname(arguments.output_file) or "."):
+        raise UsageError(_cannot_write_report(arguments.output_file, "no such folder"))
     mode = "diff" if arguments.diff else "fix" if arguments.fix else "lint"
     job = _Job(Linter(settings), mode, arguments.unsafe_fixes)
 
@@ -203,7 +205,7 @@ def run(arguments: argparse.Namespace) -> int:
 
     problems = [problem for outcome in outcomes for problem in outcome.problems]
     for problem in problems:
-        sys.stderr.write(report.problem_line(problem))
+        report.write(sys.stderr, report.problem_line(problem))
     internal_error = any(problem.internal for problem in problems)
 
     if mode == "diff":
@@ -219,15 +221,23 @@ def run(arguments: argparse.Namespace) -> int:
     fixed = sum(outcome.fixed for outcome in outcomes)
     text = _render(findings, problems, fixed, arguments)
     if arguments.output_file:
-        with open(arguments.output_file, "w", encoding="utf-8") as output:
-            output.write(text)
+        try:
+            with open(arguments.output_file, "w", encoding="utf-8") as output:
+                report.write(output, text)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise UsageError(_cannot_write_report(arguments.output_file, reason)) from None
     else:  # with fixed standard input on stdout, the report goes to stderr (as in ruff)
-        (sys.stderr if from_stdin and mode == "fix" else sys.stdout).write(text)
+        report.write(sys.stderr if from_stdin and mode == "fix" else sys.stdout, text)
     if internal_error:
         return EXIT_ERROR
     if findings and not arguments.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _cannot_write_report(path: str, reason: str) -> str:
+    return f"cannot write the report to {report.display_path(path)}: {reason}"
 
 
 def _settings(arguments: argparse.Namespace, start: Path) -> Settings:
