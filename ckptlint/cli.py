@@ -192,7 +192,7 @@ def run(arguments: argparse.Namespace) -> int:
     if arguments.output_file and not os.path.isdir(os.path.dirname(arguments.output_file) or "."):
         raise UsageError(_cannot_write_report(arguments.output_file, "no such folder"))
     mode = "diff" if arguments.diff else "fix" if arguments.fix else "lint"
-    job = _Job(Linter(settings), mode, arguments.unsafe_fixes)
+    job = _Job(Linter(settings), mode, arguments.unsafe_fixes, roots=tuple(paths))
 
     if from_stdin:
         outcomes = [_lint_stdin(job, arguments.stdin_filename)]
@@ -279,11 +279,12 @@ class _Job:
     linter: Linter
     mode: str  # "lint", "fix" or "diff"
     unsafe_fixes: bool
+    roots: tuple[str, ...]  # the paths given: fixes are written only to files inside them
 
     def fix_file(self, result: FileResult) -> FileOutcome:
         """Fix a linted file: its findings are reused when its bytes are unchanged."""
         try:
-            data = read_bytes(result.path)
+            data = read_bytes(result.path, self.linter.settings.max_file_size)
         except CannotRead as error:
             return FileOutcome(result, problems=(Problem(result.path, f"not fixed: {error}"),))
         reuse = result.findings if result.digest == digest(data) else None
@@ -317,7 +318,7 @@ class _Job:
             return replace(unchanged, diff=unified_diff(path, data, fix.after))
         if write:
             try:
-                write_if_unchanged(path, data, fix.after)
+                write_if_unchanged(path, data, fix.after, roots=self.roots)
             except FixFailed as error:
                 problem = Problem(path, f"fixes not written: {error}")
                 return replace(unchanged, problems=(*problems, problem))
