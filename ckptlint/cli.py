@@ -246,6 +246,8 @@ def run(arguments: argparse.Namespace) -> int:
     if from_stdin and len(paths) > 1:
         raise UsageError("- (standard input) cannot be combined with other paths")
     named = [arguments.stdin_filename or STDIN] if from_stdin else paths
+    if arguments.output_file and not os.path.isdir(os.path.dirname(arguments.output_file) or "."):
+        raise UsageError(_cannot_write_report(arguments.output_file, "no such folder"))
     projects = [
         _Project(root, _settings(arguments, root), group)
         for root, group in _by_root(arguments, named)
@@ -276,7 +278,7 @@ def _finish(
 ) -> int:
     problems = [problem for outcome in outcomes for problem in outcome.problems]
     for problem in problems:
-        sys.stderr.write(report.problem_line(problem))
+        report.write(sys.stderr, report.problem_line(problem))
     internal_error = any(problem.internal for problem in problems)
     if not outcomes:
         sys.stderr.write("ckptlint: warning: no Python file found under the given path(s)\n")
@@ -299,15 +301,23 @@ def _finish(
     if mode == "fix" and hidden and arguments.format == "text" and not arguments.quiet:
         text += report.hidden_fixes_line(hidden)
     if arguments.output_file:
-        with open(arguments.output_file, "w", encoding="utf-8", errors="surrogateescape") as out:
-            out.write(text)
+        try:
+            with open(arguments.output_file, "w", encoding="utf-8") as output:
+                report.write(output, text)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise UsageError(_cannot_write_report(arguments.output_file, reason)) from None
     else:  # with fixed standard input on stdout, the report goes to stderr (as in ruff)
-        (sys.stderr if from_stdin and mode == "fix" else sys.stdout).write(text)
+        report.write(sys.stderr if from_stdin and mode == "fix" else sys.stdout, text)
     if internal_error:
         return EXIT_ERROR
     if findings and not arguments.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _cannot_write_report(path: str, reason: str) -> str:
+    return f"cannot write the report to {report.display_path(path)}: {reason}"
 
 
 # -- projects --------------------------------------------------------------------------------
@@ -476,11 +486,11 @@ def _lint_project(
         message = f"{type(error).__name__}: {error}"
         results = [FileResult(path, [], internal_error=message) for path in accessible]
     for note in engine.notes:
-        sys.stderr.write(f"ckptlint: warning: {note}\n")
+        report.write(sys.stderr, f"ckptlint: warning: {note}\n")
     for result in results:
         outcomes[result.path] = _outcome(result)
     if mode != "lint":
-        fixer = _Fixer(engine, mode, arguments.unsafe_fixes)
+        fixer = _Fixer(engine, mode, arguments.unsafe_fixes, tuple(project.paths))
         for result in results:
             if any(f.fixable for f in result.findings):
                 outcomes[result.path] = fixer.fix_file(result)
@@ -514,7 +524,7 @@ def _lint_stdin(project: _Project, arguments: argparse.Namespace, mode: str) -> 
     if mode == "lint":
         (result,) = engine.lint([path], {path: data})
         return _outcome(result)
-    return _Fixer(engine, mode, arguments.unsafe_fixes).fix(data, path, write=False)
+    return _Fixer(engine, mode, arguments.unsafe_fixes, (path,)).fix(data, path, write=False)
 
 
 @dataclass(frozen=True)
@@ -524,10 +534,11 @@ class _Fixer:
     engine: Engine
     mode: str
     unsafe_fixes: bool
+    roots: tuple[str, ...]  # the paths given: fixes are written only to files inside them
 
     def fix_file(self, result: FileResult) -> FileOutcome:
         try:
-            data = read_bytes(result.path)
+            data = read_bytes(result.path, self.engine.settings.max_file_size)
         except CannotRead as error:
             return FileOutcome(result, problems=(Problem(result.path, f"not fixed: {error}"),))
         try:
@@ -575,7 +586,7 @@ class _Fixer:
             return replace(unchanged, diff=unified_diff(path, data, fix.after))
         if write:
             try:
-                write_if_unchanged(path, data, fix.after)
+                write_if_unchanged(path, data, fix.after, roots=self.roots)
             except FixFailed as error:
                 problem = Problem(path, f"fixes not written: {error}")
                 return replace(unchanged, problems=(*problems, problem))

@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 import pathspec
 
 from ckptlint.rules import RULES_BY_CODE
+from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, read_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,6 +36,7 @@ KNOWN_KEYS = {
     "per-file-ignores",
     "extend-checkpoint-functions",
     "respect-gitignore",
+    "max-file-size",
 }
 
 
@@ -60,6 +62,7 @@ class Settings:
     # Names like torch's checkpoint (strings) or table rows of other kinds (ExtraSource).
     extend_checkpoint_functions: tuple[str | ExtraSource, ...] = ()
     respect_gitignore: bool = True
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; a larger file is CKP901, never read
     command_line: RuleSelection = RuleSelection()
     root: Path = field(default_factory=Path.cwd)
     config_file: Path | None = None
@@ -67,7 +70,7 @@ class Settings:
     @property
     def analysis_identity(self) -> object:
         """What, besides the files, decides the analysis's results (the cache keys by it)."""
-        return [repr(item) for item in self.extend_checkpoint_functions]
+        return [[repr(item) for item in self.extend_checkpoint_functions], self.max_file_size]
 
     def is_selected(self, code: str) -> bool:
         """The configuration's layer, then the command line's (see the module docstring)."""
@@ -152,9 +155,8 @@ def _is_file(path: Path) -> bool:
 
 def _read_toml(path: Path) -> dict:
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as error:
+        return tomllib.loads(read_bytes(str(path)).decode("utf-8"))
+    except (CannotRead, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path}: cannot read configuration: {error}") from None
 
 
@@ -221,6 +223,13 @@ def load_settings(root: ProjectRoot) -> Settings:
         if not isinstance(value, bool):
             raise ConfigError(f"{where} respect-gitignore: expected true or false, got {value!r}")
         settings = replace(settings, respect_gitignore=value)
+    if "max-file-size" in table:
+        value = table["max-file-size"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(
+                f"{where} max-file-size: expected a positive number of bytes, got {value!r}"
+            )
+        settings = replace(settings, max_file_size=value)
     if "per-file-ignores" in table:
         ignores = table["per-file-ignores"]
         if not isinstance(ignores, dict):

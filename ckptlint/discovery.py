@@ -9,6 +9,11 @@ Folders are walked in name order. Skipped: the usual tool and environment folder
 virtualenvs, paths matching ``exclude``, and (with ``respect-gitignore``, the default) what
 git ignores: ``.gitignore`` files of the repository and ``.git/info/exclude``, read with
 ``pathspec``'s gitignore semantics.
+
+Only regular files are linted: a FIFO, socket or device (or a symbolic link to one, such as
+``zero.py -> /dev/zero``) found in a folder is skipped, and one named on the command line
+is reported (CKP902, "not a regular file: a FIFO"). A link that leads nowhere is kept, so
+that reading it reports why.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 import pathspec
 
 from ckptlint.config import Settings
+from ckptlint.source import CannotRead, read_bytes, special_kind
 
 SKIPPED_FOLDERS = frozenset(
     {
@@ -71,20 +77,54 @@ def discover(paths: list[str], settings: Settings) -> list[SourceFile]:
             for file in _walk(path, settings, ignores):
                 add(file)
         elif not settings.is_excluded(path):
-            add(SourceFile(path, explicit=True))
+            add(SourceFile(path, explicit=True, error=_not_regular(path)))
     return list(found.values())
 
 
-def _walk(folder: str, settings: Settings, ignores: _GitIgnores | None) -> Iterator[SourceFile]:
+def files_to_lint(paths: list[str], settings: Settings) -> list[str]:
+    """The paths of the files a run over ``paths`` lints (``--show-files``)."""
+    return [file.path for file in discover(paths, settings) if file.error is None]
+
+
+def _not_regular(path: str) -> str | None:
+    """Why the file at ``path`` is not linted, when it is a FIFO, socket or device."""
     try:
-        with os.scandir(folder) as scan:
+        kind = special_kind(os.stat(path).st_mode)
+    except OSError:
+        return None  # a link that leads nowhere, a loop: reading it reports why
+    return None if kind is None else f"not a regular file: {kind}"
+
+
+@dataclass(frozen=True)
+class _Folder:
+    path: str
+    ignores: _GitIgnores | None
+
+
+def _walk(folder: str, settings: Settings, ignores: _GitIgnores | None) -> Iterator[SourceFile]:
+    """Depth first, in name order, with a stack of the folders being listed: a
+    repository can nest folders deeper than Python's recursion limit."""
+    listings = [_listing(_Folder(folder, ignores), settings)]
+    while listings:
+        item = next(listings[-1], None)
+        if item is None:
+            listings.pop()
+        elif isinstance(item, _Folder):
+            listings.append(_listing(item, settings))
+        else:
+            yield item
+
+
+def _listing(folder: _Folder, settings: Settings) -> Iterator[SourceFile | _Folder]:
+    """The files to lint in one folder and the sub-folders to walk, in name order."""
+    try:
+        with os.scandir(folder.path) as scan:
             entries = sorted(scan, key=lambda entry: entry.name)
     except OSError as error:
-        yield SourceFile(folder, explicit=False, error=f"cannot read folder: {_reason(error)}")
+        yield SourceFile(folder.path, explicit=False, error=f"cannot read folder: {_reason(error)}")
         return
-    if ignores is not None:
-        ignores = ignores.entering(folder)
-    prefix = "" if folder == "." else os.path.join(os.path.normpath(folder), "")
+    ignores = folder.ignores.entering(folder.path) if folder.ignores is not None else None
+    prefix = "" if folder.path == "." else os.path.join(os.path.normpath(folder.path), "")
     for entry in entries:
         path = prefix + entry.name
         if _is_folder(entry):
@@ -94,10 +134,11 @@ def _walk(folder: str, settings: Settings, ignores: _GitIgnores | None) -> Itera
                 continue
             if ignores is not None and ignores.ignores(path, is_folder=True):
                 continue
-            yield from _walk(path, settings, ignores)
+            yield _Folder(path, ignores)
         elif entry.name.endswith(".py") and not settings.is_excluded(path):
             if ignores is None or not ignores.ignores(path, is_folder=False):
-                yield SourceFile(path, explicit=False)
+                if _may_be_regular(entry):
+                    yield SourceFile(path, explicit=False)
 
 
 def _is_folder(entry: os.DirEntry) -> bool:
@@ -105,6 +146,18 @@ def _is_folder(entry: os.DirEntry) -> bool:
         return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False
+
+
+def _may_be_regular(entry: os.DirEntry) -> bool:
+    """False for what is certainly no regular file: a FIFO, socket or device, or a link to
+    one or to a folder."""
+    try:
+        if entry.is_file():  # follows links; no system call for a plain file
+            return True
+        entry.stat()  # raises for a link that leads nowhere
+    except OSError:
+        return True  # reading it reports why (CKP902)
+    return False
 
 
 def _is_virtualenv(folder: str) -> bool:
@@ -168,9 +221,9 @@ class _GitIgnores:
 
 
 def _read_rules(path: str) -> pathspec.PathSpec | None:
+    """The rules of an ignore file; None when there is none (or it is a FIFO, a device...)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
+        lines = read_bytes(path).decode("utf-8", errors="replace").splitlines()
+    except CannotRead:
         return None
     return pathspec.GitIgnoreSpec.from_lines(lines)

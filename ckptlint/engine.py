@@ -58,10 +58,12 @@ from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.unreadable_file import UnreadableFile
 from ckptlint.source import (
     CannotRead,
+    FileTooLarge,
     Prefilter,
     UnreadableSource,
     decode,
     lines_with_words,
+    read_bytes,
     split_lines,
 )
 
@@ -506,6 +508,8 @@ class Engine:
     def _unreadable(self, state: _State, path: str) -> Finding:
         try:
             state.snapshot.data(path)
+        except FileTooLarge as error:
+            return _finding(UnreadableFile.code, error)
         except CannotRead as error:
             return _finding(InaccessiblePath.code, error)
         except UnreadableSource as error:
@@ -574,14 +578,14 @@ class Engine:
             return None
         if not self._holds(state, entry.dependencies):
             return None
-        return Analysed(path, entry.findings, entry.internal_error, entry.dependencies)
+        return Analysed(path, entry.findings, None, entry.dependencies)
 
     def _store_findings(self, state: _State, result: Analysed) -> None:
-        if self.store is None:
+        if self.store is None or result.internal_error is not None:
             return
         digest = state.snapshot.digest(result.path)
         name = cache.findings_name(result.path, digest, state.words.digest)
-        entry = cache.StoredFindings(result.findings, result.internal_error, result.dependencies)
+        entry = cache.StoredFindings(result.findings, result.dependencies)
         self.store.write(name, cache.encode_findings(entry))
 
     def _holds(self, state: _State, dependencies: Dependencies) -> bool:
@@ -636,7 +640,8 @@ class Engine:
 
     def _disk_state(self, stored: StoredProject | None) -> _State:
         previous = stored.files if stored is not None else {}
-        snapshot = Snapshot(previous=previous)
+        read = partial(read_bytes, max_size=self.settings.max_file_size)
+        snapshot = Snapshot(previous=previous, read=read)
         for path in self.paths:
             snapshot.digest(path)
         changed = {
@@ -833,10 +838,10 @@ def encode_project(state: _State) -> dict[str, Any]:
                 sorted(e.calls),
                 sorted(e.classes),
                 None if e.error is None else cache.encode_finding(e.error),
-                e.internal_error,
                 cache.encode_dependencies(e.dependencies),
             ]
             for e in state.exported.values()
+            if e.internal_error is None  # a bug of ours: computed again next time
         ],
     }
 
@@ -851,9 +856,7 @@ def decode_project(content: object) -> StoredProject:
         rounds.append(Round(new, tuple(cache._strings(pending)), tuple(cache._strings(reprocess))))
     exported = {}
     for entry in cache._list(content["exported"]):
-        path, digest, words, calls, classes, error, internal_error, dependencies = cache._list(
-            entry
-        )
+        path, digest, words, calls, classes, error, dependencies = cache._list(entry)
         result = Exported(
             cache._str(path),
             cache._str(digest),
@@ -861,7 +864,7 @@ def decode_project(content: object) -> StoredProject:
             frozenset(cache._strings(calls)),
             frozenset(cache._strings(classes)),
             None if error is None else cache.decode_finding(error),
-            cache._optional_str(internal_error),
+            None,
             cache.decode_dependencies(dependencies),
         )
         exported[(result.path, result.words)] = result

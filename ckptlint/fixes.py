@@ -2,7 +2,8 @@
 
 For each file: read its bytes once, lint that text, apply the applicable fixes to it, check
 the result with ``compile()`` (which, unlike ``ast.parse``, rejects a repeated keyword), and
-write it atomically, only if the file on disk still holds the bytes that were read.
+write it in place, only if the file on disk still holds the bytes that were read, lies
+inside the paths being linted and has a write permission bit (``write_if_unchanged``).
 
 Each fix is applied on its own: libcst parses only the call being fixed (not the whole
 module: a 50,000-line file would take tens of seconds), the new call must parse and name
@@ -18,7 +19,6 @@ import difflib
 import io
 import os
 import stat
-import tempfile
 import tokenize
 import warnings
 from collections.abc import Callable, Sequence
@@ -28,7 +28,8 @@ from itertools import accumulate
 import libcst as cst
 
 from ckptlint.core import AddKeyword, Finding, ReplaceText
-from ckptlint.source import UnreadableSource, decode, split_lines
+from ckptlint.report import display_path
+from ckptlint.source import UnreadableSource, decode, special_kind, split_lines
 
 
 class FixFailed(Exception):
@@ -345,34 +346,79 @@ def is_applicable(finding: Finding, unsafe: bool) -> bool:
 def unified_diff(path: str, before: bytes, after: bytes) -> str:
     """The change as a unified diff, both sides decoded in the file's own encoding."""
     old, new = split_lines(decode(before)), split_lines(decode(after))
-    return "".join(difflib.unified_diff(old, new, fromfile=path, tofile=path))
+    name = display_path(path)
+    return "".join(difflib.unified_diff(old, new, fromfile=name, tofile=name))
 
 
-def write_if_unchanged(path: str, before: bytes, after: bytes) -> None:
-    """Write ``after`` atomically, only if the file still holds ``before``.
+def write_if_unchanged(path: str, before: bytes, after: bytes, *, roots: Sequence[str]) -> None:
+    """Write ``after`` over the file at ``path`` if it may be written and still holds
+    ``before``; else raise ``FixFailed`` saying why, the file untouched.
 
-    Temp file in the same folder, flush, fsync, compare the file with what was read, then
-    ``os.replace``: all or nothing, and never over an edit made since the file was read.
+    May be written: a regular file whose real path (symbolic links resolved) lies inside
+    one of ``roots`` (the paths the run was given, resolved too) and that has a write
+    permission bit (a 0444 file is left alone, also when running as root). The bytes go
+    into the same inode (not a new file renamed over it), so owner, group, mode, hard
+    links and extended attributes stay as they were; written in full or, if writing
+    fails half-way, put back as they were.
     """
     target = os.path.realpath(path)
-    folder, name = os.path.split(target)
+    if not any(_inside(target, os.path.realpath(root)) for root in roots):
+        raise FixFailed(f"it leads outside the paths being linted, to {display_path(target)}")
     try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".ckptlint")
+        _writable(os.stat(target))  # first: a read-only file is refused as such, by root too
+        descriptor = os.open(target, _WRITE_FLAGS)
     except OSError as error:
-        raise FixFailed(f"cannot write to {folder or '.'}: {error.strerror or error}") from None
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(after)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, mode)
-        with open(target, "rb") as current:
-            if current.read() != before:
-                raise FixFailed("the file changed on disk since it was read; not written")
-        os.replace(temporary, target)
-    except OSError as error:
-        raise FixFailed(f"cannot write the file: {error.strerror or error}") from None
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        raise FixFailed(f"cannot open the file for writing: {_reason(error)}") from None
+    with open(descriptor, "r+b") as handle:
+        try:
+            _writable(os.fstat(descriptor))  # the file opened is the one checked
+            current = handle.read(len(before) + 1)
+        except OSError as error:
+            raise FixFailed(f"cannot read the file again: {_reason(error)}") from None
+        if current != before:
+            raise FixFailed("the file changed on disk since it was read; not written")
+        try:
+            _overwrite(handle, after)
+        except OSError as error:
+            why = _reason(error)
+            try:
+                _overwrite(handle, before)
+            except OSError:
+                raise FixFailed(f"writing failed half-way ({why}), the file is damaged") from None
+            raise FixFailed(f"cannot write the file: {why}; it is as it was") from None
+
+
+# No link followed at the end of a real path (one that appeared meanwhile), no waiting.
+_WRITE_FLAGS = (
+    os.O_RDWR
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.commonpath([path, root]) == root
+
+
+def _writable(status: os.stat_result) -> None:
+    kind = special_kind(status.st_mode)
+    if kind is not None:
+        raise FixFailed(f"not a regular file: {kind}")
+    mode = stat.S_IMODE(status.st_mode)
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        raise FixFailed(f"the file is read-only (mode {mode:04o})")
+
+
+def _overwrite(handle: io.BufferedRandom, data: bytes) -> None:
+    handle.seek(0)
+    handle.write(data)
+    handle.truncate()
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or str(error)

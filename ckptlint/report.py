@@ -6,17 +6,24 @@ every format, and into the report itself where the format has a place for them: 
 entries with ``"code": null``, GitHub ``::error`` annotations, SARIF
 ``invocations[0].toolExecutionNotifications`` (with ``executionSuccessful: false`` after an
 internal error).
+
+File names are bytes on POSIX (a non-UTF-8 name arrives as a ``str`` with surrogate
+escapes): JSON and SARIF carry them exactly (JSON string escapes; SARIF URIs
+percent-encoded from the bytes), text and GitHub output show them as ``display_path``
+does, and no name can make writing the report fail.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import os
 import urllib.parse
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from ckptlint import __version__
 from ckptlint.core import Finding
@@ -36,18 +43,62 @@ class Problem:
     internal: bool = False  # a bug of ours (exit 2); else a fix that was not applied
 
 
+def display_path(path: str) -> str:
+    """``path`` as it is when every character of it prints and it does not start with a
+    double quote; else quoted as git quotes file names: in double quotes, with C escapes
+    (``\\n``, ``\\"``, ``\\\\``) and the other bytes that do not print (control
+    characters, a non-UTF-8 name's bytes) in octal, so one name is one line and says
+    exactly which bytes it holds."""
+    if path.isprintable() and not path.startswith('"'):
+        return path
+    return '"' + "".join(_quoted_character(character) for character in path) + '"'
+
+
+_C_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _quoted_character(character: str) -> str:
+    if character in ('"', "\\"):
+        return "\\" + character
+    if character in _C_ESCAPES:
+        return _C_ESCAPES[character]
+    if character.isprintable():
+        return character
+    data = (
+        os.fsencode(character)
+        if "\udc80" <= character <= "\udcff"
+        else character.encode("utf-8", "surrogatepass")
+    )
+    return "".join(f"\\{byte:03o}" for byte in data)
+
+
+def write(stream: TextIO, text: str) -> None:
+    """Write ``text`` in the stream's encoding; what that cannot hold (a surrogate escape
+    of a non-UTF-8 name inside a message) as a backslash escape, never an error."""
+    encoding = stream.encoding or "utf-8"
+    stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+
 def as_text(report: Report) -> str:
     """``path:line:col: CODE message``; ``[*]`` marks a finding that has an autofix."""
     return "".join(
-        f"{path}:{f.line}:{f.column}: {f.code} {'[*] ' if f.fixable else ''}{f.message}\n"
+        f"{display_path(path)}:{f.line}:{f.column}: {f.code} "
+        f"{'[*] ' if f.fixable else ''}{f.message}\n"
         for path, f in report
     )
 
 
 def problem_line(problem: Problem) -> str:
-    where = (
-        f"{problem.path}:{problem.line}:{problem.column}:" if problem.line else f"{problem.path}:"
-    )
+    path = display_path(problem.path)
+    where = f"{path}:{problem.line}:{problem.column}:" if problem.line else f"{path}:"
     kind = "internal error" if problem.internal else "warning"
     return f"ckptlint: {kind}: {where} {problem.message}\n"
 
@@ -112,14 +163,14 @@ def as_github(report: Report, problems: Sequence[Problem] = ()) -> str:
     lines = []
     for path, f in report:
         location = (
-            f"file={_escape_property(path)},line={f.line},col={f.column},"
+            f"file={_escape_property(display_path(path))},line={f.line},col={f.column},"
             f"endLine={f.end_line},endColumn={f.end_column},title=ckptlint ({f.code})"
         )
         lines.append(f"::error {location}::{_escape_data(f'{f.code} {f.message}')}\n")
     for problem in problems:
         command = "error" if problem.internal else "warning"
         title = "ckptlint internal error" if problem.internal else "ckptlint fix not applied"
-        location = f"file={_escape_property(problem.path)}"
+        location = f"file={_escape_property(display_path(problem.path))}"
         if problem.line:
             location += f",line={problem.line},col={problem.column}"
         lines.append(
@@ -139,11 +190,12 @@ def _escape_property(text: str) -> str:
 
 def artifact_uri(path: str) -> str:
     """A path as a SARIF ``uri``: a relative reference, or a ``file://`` URI when absolute;
-    percent-encoded (RFC 3986), so spaces, ``#``, ``%``, ``:`` and non-ASCII survive."""
+    its bytes (``os.fsencode``) percent-encoded (RFC 3986), so spaces, ``#``, ``%``, ``:``,
+    non-ASCII and non-UTF-8 names survive."""
     posix = Path(path)
     if posix.is_absolute():
         return posix.as_uri()
-    return urllib.parse.quote(posix.as_posix(), safe="/")
+    return urllib.parse.quote(os.fsencode(posix.as_posix()), safe="/")
 
 
 def as_sarif(report: Report, problems: Sequence[Problem] = ()) -> str:

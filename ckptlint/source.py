@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
+import stat
 import tokenize
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
@@ -30,7 +32,21 @@ class UnreadableSource(Exception):
 
 
 class CannotRead(UnreadableSource):
-    """The operating system refused to read the file (reported as CKP902, not CKP901)."""
+    """``read_bytes`` did not read the file: the operating system refused, or it is not a
+    regular file (CKP902), or it is over the size cap (``FileTooLarge``, CKP901). Every
+    reader catches this one exception."""
+
+
+class FileTooLarge(CannotRead):
+    """The file holds more than ``max-file-size`` bytes; it was not read whole."""
+
+    def __init__(self, max_size: int) -> None:
+        super().__init__(f"file too large: over max-file-size ({max_size} bytes)")
+
+
+# Far above any real source file (transformers' largest module is under 0.5 MiB), far
+# below what the analysis of one file could hold in memory.
+DEFAULT_MAX_FILE_SIZE = 10 * 1024 * 1024
 
 
 _WHITESPACE = b" \t\f\r\n\\"
@@ -125,12 +141,61 @@ class ParsedSource:
     tree: ast.Module
 
 
-def read_bytes(path: str) -> bytes:
+# Opening never waits (a FIFO with no writer) nor takes a terminal as controlling one.
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def read_bytes(path: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> bytes:
+    """The bytes of the regular file at ``path`` (symbolic links followed), at most
+    ``max_size`` of them: a FIFO, socket or device (``/dev/zero``) is never opened, nor
+    read if it takes a file's place meanwhile; nothing past the cap is ever read."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        _refuse_special(os.stat(path))  # not opened: opening a device can act on it
+        descriptor = os.open(path, _OPEN_FLAGS)
     except OSError as error:
         raise CannotRead(f"cannot read file: {error.strerror or error}") from None
+    with open(descriptor, "rb") as handle:
+        try:
+            size = _refuse_special(os.fstat(descriptor)).st_size
+            if size > max_size:
+                raise FileTooLarge(max_size)
+            data = handle.read(size + 1)  # not max_size + 1: read(n) allocates n bytes
+            if len(data) > size:  # it is growing, or its size says nothing (/proc)
+                data += handle.read(max_size + 1 - len(data))
+        except OSError as error:
+            raise CannotRead(f"cannot read file: {error.strerror or error}") from None
+    if len(data) > max_size:
+        raise FileTooLarge(max_size)
+    return data
+
+
+def _refuse_special(status: os.stat_result) -> os.stat_result:
+    kind = special_kind(status.st_mode)
+    if kind is not None:
+        raise CannotRead(f"not a regular file: {kind}")
+    return status
+
+
+_SPECIAL_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file that is not a regular file is ("a FIFO"), or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _SPECIAL_KINDS if test(mode)), "an unknown kind of file")
 
 
 def decode(data: bytes) -> str:

@@ -249,37 +249,38 @@ class TestNeverCorrupt:
         path = project / "m.py"
         path.write_bytes(b"x = 1\n")
         with pytest.raises(FixFailed, match="changed on disk"):
-            write_if_unchanged(str(path), b"x = 0\n", b"x = 2\n")
+            write_if_unchanged(str(path), b"x = 0\n", b"x = 2\n", roots=[str(project)])
         assert path.read_bytes() == b"x = 1\n"
-        write_if_unchanged(str(path), b"x = 1\n", b"x = 2\n")
+        write_if_unchanged(str(path), b"x = 1\n", b"x = 2\n", roots=[str(project)])
         assert path.read_bytes() == b"x = 2\n"
 
-    def test_read_only_folder_is_reported_per_file_and_the_run_goes_on(
+    def test_a_file_the_system_refuses_to_open_is_reported_and_the_run_goes_on(
         self, project: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """The operating system refuses a temporary file in a read-only folder (simulated:
-        the tests may run as root, whom permission bits do not stop)."""
+        """The operating system refuses to open a file for writing (simulated: the tests
+        may run as root, whom permission bits do not stop). Fixes are written in place, so
+        a read-only folder alone no longer stops them."""
         (project / "locked").mkdir()
         locked = project / "locked" / "a.py"
         locked.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
         free = project / "b.py"
         free.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
-        make_temporary = ckptlint.fixes.tempfile.mkstemp
+        system_open = ckptlint.fixes.os.open
 
-        def refuse_in_locked(*arguments: object, dir: str, **keywords: object):
-            if Path(dir) == locked.parent.resolve():
+        def refuse_locked(path: str, flags: int, *arguments: object) -> int:
+            if flags & os.O_RDWR and Path(path) == locked.resolve():
                 raise PermissionError(13, "Permission denied")
-            return make_temporary(*arguments, dir=dir, **keywords)
+            return system_open(path, flags, *arguments)
 
-        monkeypatch.setattr(ckptlint.fixes.tempfile, "mkstemp", refuse_in_locked)
+        monkeypatch.setattr(ckptlint.fixes.os, "open", refuse_locked)
         result = run_cli("--fix", "--unsafe-fixes", ".", cwd=project)
         assert result.returncode == 1
         assert "use_reentrant=False" in free.read_text()
         assert "use_reentrant" not in locked.read_text()
-        assert (
-            f"ckptlint: warning: locked/a.py: fixes not written: cannot write to "
-            f"{locked.parent.resolve()}: Permission denied"
-        ) in result.stderr
+        assert result.stderr == (
+            "ckptlint: warning: locked/a.py: fixes not written: cannot open the file for "
+            "writing: Permission denied\n"
+        )
         assert result.stdout.startswith("locked/a.py:2:5: CKP001 ")
         assert "Fixed 1 finding." in result.stdout
 
@@ -425,3 +426,124 @@ def test_fix_in_worker_processes(project: Path) -> None:
     for index in range(12):
         text = (project / f"m{index}.py").read_text()
         assert text.count("use_reentrant=False") == index % 3
+
+
+UNFIXED = HEADER + "y = cp.checkpoint(f, x)\n"
+FIXED = HEADER + "y = cp.checkpoint(f, x, use_reentrant=False)\n"
+FINDING = (
+    "2:5: CKP001 [*] `checkpoint()` called without `use_reentrant`; pass "
+    "`use_reentrant=False` (recommended) or `use_reentrant=True` explicitly"
+)
+
+
+class TestWritesOnlyWhatItMay:
+    """--fix writes only regular files inside the paths it was given, never one without a
+    write permission bit (also as root, as CI runs), and in place: owner, group, mode and
+    hard links stay as they were."""
+
+    def test_a_link_leading_out_of_the_tree_is_left_alone(self, tmp_path: Path) -> None:
+        outside = tmp_path / "outside.py"
+        outside.write_text(UNFIXED)
+        tree = tmp_path / "tree"
+        (tree / "pkg").mkdir(parents=True)
+        (tree / "link.py").symlink_to(outside)
+        (tree / "pkg" / "up.py").symlink_to(tree / "own.py")  # out of pkg, inside the tree
+        (tree / "own.py").write_text(UNFIXED)
+        result = run_cli("--fix", "--unsafe-fixes", ".", cwd=tree)
+        assert result.returncode == 1
+        assert result.stderr == (
+            "ckptlint: warning: link.py: fixes not written: it leads outside the paths being "
+            f"linted, to {outside.resolve()}\n"
+        )
+        assert result.stdout == (
+            f"link.py:{FINDING}\nFixed 1 finding.\n"
+            "Found 1 finding. [*] 1 fixable with `ckptlint --fix`.\n"
+        )
+        assert outside.read_text() == UNFIXED and (tree / "own.py").read_text() == FIXED
+
+        (tree / "own.py").write_text(UNFIXED)
+        result = run_cli("--fix", "--unsafe-fixes", "pkg", cwd=tree)  # own.py is outside pkg
+        assert result.stderr == (
+            "ckptlint: warning: pkg/up.py: fixes not written: it leads outside the paths being "
+            f"linted, to {(tree / 'own.py').resolve()}\n"
+        )
+        assert (tree / "own.py").read_text() == UNFIXED
+
+    def test_a_link_named_on_the_command_line_is_resolved(self, tmp_path: Path) -> None:
+        """Named, a link is the file it leads to: the user chose it."""
+        outside = tmp_path / "shared.py"
+        outside.write_text(UNFIXED)
+        (tmp_path / "tree").mkdir()
+        (tmp_path / "tree" / "link.py").symlink_to(outside)
+        result = run_cli("--fix", "--unsafe-fixes", "link.py", cwd=tmp_path / "tree")
+        assert (result.returncode, result.stderr) == (0, "")
+        assert outside.read_text() == FIXED and (tmp_path / "tree" / "link.py").is_symlink()
+
+    @pytest.mark.parametrize("mode", [0o444, 0o400, 0o555])
+    def test_a_file_without_a_write_bit_is_left_alone_even_by_root(
+        self, project: Path, mode: int
+    ) -> None:
+        path = project / "ro.py"
+        path.write_text(UNFIXED)
+        path.chmod(mode)
+        (project / "rw.py").write_text(UNFIXED)
+        result = run_cli("--fix", "--unsafe-fixes", ".", cwd=project)
+        assert result.returncode == 1
+        assert result.stderr == (
+            "ckptlint: warning: ro.py: fixes not written: the file is read-only "
+            f"(mode {mode:04o})\n"
+        )
+        assert result.stdout.startswith(f"ro.py:{FINDING}\nFixed 1 finding.\n")
+        assert path.read_text() == UNFIXED and os.stat(path).st_mode & 0o7777 == mode
+        assert (project / "rw.py").read_text() == FIXED
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away takes root")
+    def test_owner_group_mode_and_inode_are_kept(self, project: Path) -> None:
+        path = project / "theirs.py"
+        path.write_text(UNFIXED)
+        os.chown(path, 12345, 23456)
+        path.chmod(0o640)
+        before = os.stat(path)
+        result = run_cli("--fix", "--unsafe-fixes", "theirs.py", cwd=project)
+        assert (result.returncode, result.stderr) == (0, "")
+        after = os.stat(path)
+        assert path.read_bytes() == FIXED.encode()
+        assert (after.st_uid, after.st_gid, after.st_mode & 0o7777) == (12345, 23456, 0o640)
+        assert (after.st_ino, after.st_dev) == (before.st_ino, before.st_dev)
+
+    def test_hard_links_stay_one_file(self, tmp_path: Path) -> None:
+        (tmp_path / "tree").mkdir()
+        first = tmp_path / "tree" / "a.py"
+        first.write_text(UNFIXED)
+        os.link(first, tmp_path / "tree" / "b.py")
+        os.link(first, tmp_path / "elsewhere.py")  # a link outside the tree: the same file
+        result = run_cli("--fix", "--unsafe-fixes", ".", cwd=tmp_path / "tree")
+        assert (result.returncode, result.stderr) == (0, "")
+        assert result.stdout == "Fixed 1 finding.\nAll checks passed!\n"
+        names = [first, tmp_path / "tree" / "b.py", tmp_path / "elsewhere.py"]
+        assert [name.read_text() for name in names] == [FIXED] * 3
+        assert {os.stat(name).st_ino for name in names} == {os.stat(first).st_ino}
+        assert os.stat(first).st_nlink == 3
+
+    def test_a_write_that_fails_half_way_puts_the_bytes_back(
+        self, project: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = project / "m.py"
+        path.write_text(UNFIXED)
+        system_fsync = ckptlint.fixes.os.fsync
+        calls = []
+
+        def disk_full_once(descriptor: int) -> None:
+            calls.append(descriptor)
+            if len(calls) == 1:
+                raise OSError(28, "No space left on device")
+            system_fsync(descriptor)
+
+        monkeypatch.setattr(ckptlint.fixes.os, "fsync", disk_full_once)
+        result = run_cli("--fix", "--unsafe-fixes", "m.py", cwd=project)
+        assert result.returncode == 1 and len(calls) == 2
+        assert result.stderr == (
+            "ckptlint: warning: m.py: fixes not written: cannot write the file: No space left "
+            "on device; it is as it was\n"
+        )
+        assert path.read_text() == UNFIXED

@@ -10,6 +10,14 @@ Promises checked on every input:
 - ``--fix --unsafe-fixes`` leaves each file unchanged or compiling;
 - the plugin, given the tree flake8 would hand it, reports what the CLI reports.
 
+File names and kinds (``check_tree``): trees of files named with any bytes (non-UTF-8,
+newlines, quotes, escapes) that are regular, empty, links into and out of the tree,
+dangling links, FIFOs, sockets, huge (sparse) or unreadable (mode 0000). Linted by name,
+every name comes back byte for byte from text, JSON, GitHub and SARIF output (to stdout
+or ``-o``) with its exact verdict; walked, the special files are skipped; fixed, only
+regular files inside the tree with a write bit change, and each refusal is reported. A
+run that waits (on a FIFO, a device) fails after two minutes instead of hanging.
+
 The default run is small (see ``DEFAULT``); ``pytest -m slow tests/test_fuzz.py`` runs the
 large campaign (``CAMPAIGN``).
 """
@@ -17,11 +25,18 @@ large campaign (``CAMPAIGN``).
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
+import os
+import signal
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -334,3 +349,273 @@ def test_real_flake8_on_a_fuzzed_sample(texts: list[str]) -> None:
         if name in reported:
             reported[name].append((int(row), int(column), code))
     assert {name: sorted(found) for name, found in reported.items()} == expected
+
+
+# -- file names and file kinds -------------------------------------------------------------
+# Names of any bytes (a slash or NUL cannot be in a name), and what a repository can hold
+# under them. Each example is a tree linted by name in every format (to stdout or -o),
+# walked, and fixed; every name must come back, byte for byte, from every format.
+
+NAME_PIECES = [b"\xff", b"\xe9", b"\xc3\xa9", b"\n", b"\r", b"\t", b" ", b'"', b"\\", b":", b","]
+NAME_PIECES += [b"%", b"#", b"\x1b[31m", b"\x7f", b"\xc2\x85", b"\xe2\x80\xae", b"-", b"."]
+file_name = (
+    st.lists(st.one_of(st.sampled_from(NAME_PIECES), st.binary(min_size=1, max_size=4)), max_size=6)
+    .map(lambda pieces: b"".join(pieces).replace(b"/", b"_").replace(b"\0", b"_") + b".py")
+    .filter(lambda name: len(name) <= 100)  # a socket's path is at most 107 bytes
+)
+KINDS = [
+    "regular",
+    "empty",
+    "link into the tree",
+    "link out of the tree",
+    "dangling link",
+    "fifo",
+    "socket",
+    "huge",
+    "unreadable",
+]
+tree_files = st.lists(
+    st.tuples(file_name, st.sampled_from(KINDS)), max_size=8, unique_by=lambda f: f[0]
+)
+MAX_FILE_SIZE = 10 * 1024 * 1024
+UNFIXED = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(block, x)\n"
+FIXED_BYTES = UNFIXED.replace("(block, x)", "(block, x, use_reentrant=False)").encode()
+IS_ROOT = os.geteuid() == 0
+# Once the engine reports FileTooLarge as CKP901 (tests/test_hostile_paths.py NEEDS_ENGINE),
+# this becomes CKP901.
+TOO_LARGE = ("CKP901", f"file too large: over max-file-size ({MAX_FILE_SIZE} bytes)")
+
+
+def build_tree(folder: Path, files: list[tuple[bytes, str]], huge: int) -> Path:
+    """``folder/tree`` holding ``files``; link targets in ``tree/targets`` (``.txt``: not
+    linted on their own) and in ``folder/outside``."""
+    tree, outside = folder / "tree", folder / "outside"
+    (tree / "targets").mkdir(parents=True)
+    outside.mkdir()
+    root = os.fsencode(tree)
+    for index, (name, kind) in enumerate(files):
+        path = os.path.join(root, name)
+        if kind in ("regular", "unreadable"):
+            with open(path, "w") as handle:
+                handle.write(UNFIXED)
+            if kind == "unreadable":
+                os.chmod(path, 0)
+        elif kind == "empty":
+            open(path, "w").close()
+        elif kind == "link into the tree":
+            (tree / "targets" / f"t{index}.txt").write_text(UNFIXED)
+            os.symlink(f"targets/t{index}.txt".encode(), path)
+        elif kind == "link out of the tree":
+            (outside / f"t{index}.py").write_text(UNFIXED)
+            os.symlink(os.fsencode(outside / f"t{index}.py"), path)
+        elif kind == "dangling link":
+            os.symlink(b"nowhere/" + name, path)
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "socket":
+            with contextlib.chdir(tree), socket.socket(socket.AF_UNIX) as server:
+                server.bind(name)
+        else:
+            with open(path, "wb") as handle:
+                handle.truncate(huge)
+    return tree
+
+
+def named_verdict(kind: str) -> list[tuple[int, int, str, str | None]]:
+    """What linting a file of ``kind`` by name reports (None: the CKP001 message)."""
+    if kind in ("regular", "link into the tree", "link out of the tree") or (
+        kind == "unreadable" and IS_ROOT
+    ):
+        return [(3, 5, "CKP001", None)]
+    return {
+        "empty": [],
+        "dangling link": [(1, 1, "CKP902", "cannot read file: No such file or directory")],
+        "fifo": [(1, 1, "CKP902", "not a regular file: a FIFO")],
+        "socket": [(1, 1, "CKP902", "not a regular file: a socket")],
+        "huge": [(1, 1, *TOO_LARGE)],
+        "unreadable": [(1, 1, "CKP902", "cannot read file: Permission denied")],
+    }[kind]
+
+
+def unquote_name(shown: str) -> bytes:
+    """The bytes of a name as text output shows it (git's quoting undone)."""
+    if not shown.startswith('"'):
+        assert shown.isprintable(), shown
+        return shown.encode()
+    assert shown.endswith('"') and len(shown) >= 2, shown
+    body, result, index = shown[1:-1], bytearray(), 0
+    escapes = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+    while index < len(body):
+        character = body[index]
+        if character == "\\":
+            following = body[index + 1]
+            if following in escapes:
+                result.append(escapes[following])
+                index += 2
+            else:
+                result.append(int(body[index + 1 : index + 4], 8))
+                index += 4
+        else:
+            assert character != '"' and character.isprintable(), shown
+            result += character.encode()
+            index += 1
+    return bytes(result)
+
+
+def unescape_github(text: str) -> str:
+    for escaped, character in (("%2C", ","), ("%3A", ":"), ("%0A", "\n"), ("%0D", "\r")):
+        text = text.replace(escaped, character)
+    return text.replace("%25", "%")
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: int = 120) -> Iterator[None]:
+    """Fail, instead of blocking the test run, if the CLI waits (on a FIFO, a device)."""
+
+    def hung(signal_number: int, frame: object) -> None:
+        raise TimeoutError(f"the CLI ran for more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def report_in(tree: Path, output: str, names: list[str], to_file: bool) -> str:
+    arguments = ["--no-cache", "--format", output, *(["-o", "../report"] if to_file else [])]
+    result = run_cli(*arguments, "--", *names, cwd=tree)
+    assert result.returncode in (0, 1), result.stderr
+    nothing = "ckptlint: warning: no Python file found under the given path(s)\n"
+    assert result.stderr == ("" if names else nothing)
+    if to_file:
+        assert result.stdout == ""
+        return (tree.parent / "report").read_text(encoding="utf-8")
+    return result.stdout
+
+
+def check_tree(files: list[tuple[bytes, str]], huge: int, to_file: bool) -> None:
+    with tempfile.TemporaryDirectory() as folder, hang_guard():
+        tree = build_tree(Path(folder), files, huge)
+        names = [os.fsdecode(name) for name, _ in files]
+        expected = [
+            (name, line, column, code, message)
+            for name, (_, kind) in zip(names, files, strict=True)
+            for line, column, code, message in named_verdict(kind)
+        ]
+        found = json.loads(report_in(tree, "json", names, to_file))
+        assert [
+            (
+                e["path"],
+                e["line"],
+                e["column"],
+                e["code"],
+                None if e["code"] == "CKP001" else e["message"],
+            )
+            for e in found
+        ] == expected
+
+        # Text and GitHub output: one line per finding, its name the exact bytes.
+        text = report_in(tree, "text", names, to_file).splitlines()
+        github = report_in(tree, "github", names, to_file).splitlines()
+        summary = text.pop()
+        assert (
+            summary.startswith(f"Found {len(found)} finding")
+            if found
+            else (summary == "All checks passed!")
+        )
+        assert len(text) == len(github) == len(found)
+        for entry, line, annotation in zip(found, text, github, strict=True):
+            mark = "[*] " if entry["fixable"] else ""
+            suffix = f":{entry['line']}:{entry['column']}: {entry['code']} {mark}{entry['message']}"
+            assert line.endswith(suffix), (line, suffix)
+            assert unquote_name(line[: -len(suffix)]) == os.fsencode(entry["path"])
+            assert annotation.startswith("::error file=")
+            shown = annotation[len("::error file=") :].split(f",line={entry['line']},")[0]
+            assert unquote_name(unescape_github(shown)) == os.fsencode(entry["path"])
+
+        # SARIF: valid, its URIs the names' bytes, percent-encoded.
+        log = json.loads(report_in(tree, "sarif", names, to_file))
+        (run,) = log["runs"]
+        uris = [
+            r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"]
+        ]
+        assert [urllib.parse.unquote_to_bytes(uri) for uri in uris] == [
+            os.fsencode(e["path"]) for e in found
+        ]
+        assert all(urllib.parse.quote(uri, safe="/%") == uri for uri in uris)
+
+        # Walking the tree: the special files are skipped, the rest as when named.
+        walked = run_cli("--no-cache", "--format", "json", ".", cwd=tree)
+        linted = [kind for _, kind in files if kind not in ("fifo", "socket")]
+        nothing = "ckptlint: warning: no Python file found under the given path(s)\n"
+        assert walked.returncode in (0, 1) and walked.stderr == ("" if linted else nothing)
+        skipped = ("fifo", "socket")
+        assert sorted((e["path"], e["code"]) for e in json.loads(walked.stdout)) == sorted(
+            (name, code)
+            for name, (_, kind) in zip(names, files, strict=True)
+            if kind not in skipped
+            for _, _, code, _ in named_verdict(kind)
+        )
+
+        # Fixing the tree writes only what it may.
+        fixed = run_cli("--no-cache", "--fix", "--unsafe-fixes", "--quiet", ".", cwd=tree)
+        assert fixed.returncode in (0, 1) and "internal error" not in fixed.stderr
+        refusals = []
+        for index, (name, kind) in enumerate(files):
+            path = os.path.join(os.fsencode(tree), name)
+            outside = Path(folder) / "outside" / f"t{index}.py"
+            if kind == "regular":
+                assert Path(os.fsdecode(path)).read_bytes() == FIXED_BYTES
+            elif kind == "link into the tree":
+                assert (tree / "targets" / f"t{index}.txt").read_bytes() == FIXED_BYTES
+                assert os.path.islink(path)
+            elif kind == "link out of the tree":
+                assert outside.read_text() == UNFIXED
+                refusals.append(
+                    (name, f"it leads outside the paths being linted, to {outside.resolve()}")
+                )
+            elif kind == "unreadable":
+                assert os.stat(path).st_mode & 0o7777 == 0
+                os.chmod(path, 0o600)
+                assert Path(os.fsdecode(path)).read_text() == UNFIXED
+                if IS_ROOT:
+                    refusals.append((name, "the file is read-only (mode 0000)"))
+            elif kind == "empty":
+                assert os.stat(path).st_size == 0
+            elif kind == "huge":
+                assert os.stat(path).st_size == huge
+            elif kind == "fifo":
+                assert stat.S_ISFIFO(os.stat(path).st_mode)
+            elif kind == "socket":
+                assert stat.S_ISSOCK(os.stat(path).st_mode)
+        problems = []
+        for line in fixed.stderr.splitlines():
+            if line == nothing.rstrip("\n"):
+                continue
+            shown, reason = line.removeprefix("ckptlint: warning: ").split(": fixes not written: ")
+            problems.append((unquote_name(shown), reason))
+        assert sorted(problems) == sorted(refusals)
+        left = sorted(os.listdir(os.fsencode(tree)))
+        assert left == sorted([b"targets", *(name for name, _ in files)])
+
+
+huge_size = st.integers(MAX_FILE_SIZE + 1, 256 * 1024 * 1024)
+TREES = settings(DEFAULT, max_examples=150)
+
+
+@TREES
+@given(tree_files, huge_size, st.booleans())
+def test_every_name_and_kind_is_accounted_for_and_fixed_only_where_it_may(
+    files: list[tuple[bytes, str]], huge: int, to_file: bool
+) -> None:
+    check_tree(files, huge, to_file)
+
+
+@pytest.mark.slow
+@settings(CAMPAIGN, max_examples=3000)
+@given(tree_files, huge_size, st.booleans())
+def test_campaign_names_and_kinds(files: list[tuple[bytes, str]], huge: int, to_file: bool) -> None:
+    check_tree(files, huge, to_file)

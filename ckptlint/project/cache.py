@@ -358,27 +358,21 @@ def decode_finding(value: object) -> Finding:
 
 @dataclass(frozen=True)
 class StoredFindings:
-    """A file's findings (before selection and suppressions), as a run computed them."""
+    """A file's findings (before selection and suppressions), as a run computed them. An
+    internal error is a bug of ours, not a fact about the file: never stored."""
 
     findings: tuple[Finding, ...]
-    internal_error: str | None
     dependencies: Dependencies
 
 
 def encode_findings(entry: StoredFindings) -> list:
-    return [
-        [encode_finding(f) for f in entry.findings],
-        entry.internal_error,
-        encode_dependencies(entry.dependencies),
-    ]
+    return [[encode_finding(f) for f in entry.findings], encode_dependencies(entry.dependencies)]
 
 
 def decode_findings(value: object) -> StoredFindings:
-    findings, internal_error, dependencies = _list(value)
+    findings, dependencies = _list(value)
     return StoredFindings(
-        tuple(decode_finding(f) for f in _list(findings)),
-        _optional_str(internal_error),
-        decode_dependencies(dependencies),
+        tuple(decode_finding(f) for f in _list(findings)), decode_dependencies(dependencies)
     )
 
 

@@ -10,7 +10,10 @@ from ckptlint.rules.base import FileContext, Rule
 
 class InaccessiblePath(Rule):
     """A path given on the command line does not exist, or a file or folder could not be
-    opened (no permission, a dangling symbolic link), so nothing in it was checked.
+    opened (no permission, a dangling symbolic link), or a file named on the command line
+    is not a regular file ("not a regular file: a FIFO", a socket, a device such as a link
+    to `/dev/zero`: never opened nor read), so nothing in it was checked. Such special
+    files found by walking a folder are skipped without a finding.
 
     Reported at line 1, column 1 of the path, like ruff's E902 and flake8's E902. The rest
     of the run goes on and the exit code is 1. Check the path, fix its permissions, or

@@ -14,8 +14,10 @@ class UnreadableFile(Rule):
     Reported for syntax errors (at the line and column Python names), bytes that are not
     valid in the file's encoding (UTF-8 unless a BOM or a `# -*- coding: ... -*-` line says
     otherwise), NUL bytes, and code nested too deeply for Python's parser or for the
-    analysis ("too deeply nested to analyse": split the expression). The rest of the run
-    goes on; the exit code is non-zero. Fix the file (or exclude it in `[tool.ckptlint]`).
+    analysis ("too deeply nested to analyse": split the expression), and files larger
+    than `max-file-size` (10 MiB unless `[tool.ckptlint]` says otherwise), which are never
+    read whole. The rest of the run goes on; the exit code is non-zero. Fix the file (or
+    exclude it in `[tool.ckptlint]`).
     A file the operating system refuses to read is CKP902.
 
     A file is decoded and parsed only when its text can reach a checkpoint function
