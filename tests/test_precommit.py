@@ -103,3 +103,56 @@ def test_readme_names_no_tag_that_does_not_exist() -> None:
     ).stdout.split()
     named = re.findall(r"^\s*rev:\s*(\S+)", (ROOT / "README.md").read_text(), re.MULTILINE)
     assert set(named) <= set(tags)
+
+
+def test_every_chunking_reports_the_cross_file_finding(
+    tmp_path: Path, pre_commit_home: Path
+) -> None:
+    """pre-commit passes the staged files in chunks, one a CPU: a wrapper defined in one file
+    and called in a loop in another is found whatever chunk each lands in, as by the CLI."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "mylib").mkdir()
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "mylib" / "__init__.py").write_text("")
+    (tmp_path / "mylib" / "memory.py").write_text(
+        "from torch.utils.checkpoint import checkpoint\n\n\n"
+        "def checkpoint_block(fn, *args):\n"
+        "    return checkpoint(fn, *args, use_reentrant=False)\n"
+    )
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "model.py").write_text(
+        "from mylib.memory import checkpoint_block\n\n\n"
+        "def run(layers, h):\n"
+        "    for layer in layers:\n"
+        "        h = checkpoint_block(lambda h: layer(h), h)\n"
+        "    return h\n"
+    )
+    for index in range(60):
+        (tmp_path / "pkg" / f"filler_{index:02}.py").write_text(f"VALUE = {index}\n")
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    expected = "pkg/model.py:6:13: CKP202"
+    cli = subprocess.run(
+        [sys.executable, "-m", "ckptlint", "--no-cache", "."],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert expected in cli.stdout, cli.stdout + cli.stderr
+    for concurrency in ("1", None):  # one chunk; a chunk a CPU
+        env = {**os.environ, "PRE_COMMIT_HOME": str(pre_commit_home), "PRE_COMMIT_COLOR": "never"}
+        if concurrency:
+            env["PRE_COMMIT_NO_CONCURRENCY"] = concurrency
+        result = subprocess.run(
+            [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "ckptlint", "--all-files"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+        output = result.stdout + result.stderr
+        if any(marker in output for marker in NO_REGISTRY):
+            pytest.skip("the package registry cannot be reached to build the hook's environment")
+        assert result.returncode == 1 and expected in result.stdout, output
+        assert result.stdout.count("CKP202") == 1, output
