@@ -12,14 +12,20 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from ckptlint.effects.changes import ChangeFinder
 from ckptlint.effects.reach import Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
 from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
-from ckptlint.regions.sources import SourceTable
+from ckptlint.regions.sources import (
+    CHECKPOINT,
+    CHECKPOINT_SEQUENTIAL,
+    CHECKPOINT_WRAPPER,
+    ReentrantArgument,
+    SourceTable,
+)
 from ckptlint.resolution.evaluator import PARTIAL, Evaluator, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
@@ -33,6 +39,8 @@ from ckptlint.resolution.values import (
     Values,
 )
 from ckptlint.source import lines_with_words
+
+Reentrancy = Literal["explicit", "default"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,39 @@ class ProjectAnalysis:
             ):
                 return True
         return False
+
+    def reentrancy(self, path: SourceCall) -> Reentrancy | None:
+        """How a source call selects torch's reentrant checkpoint: ``"explicit"``
+        (``use_reentrant=True``, ``checkpoint_impl=CheckpointImpl.REENTRANT``), ``"default"``
+        (``use_reentrant`` not passed or None: torch 2.13 still defaults to reentrant), or
+        None when it is not reentrant, not torch's, or cannot be told."""
+        name = path.source.names[0]
+        arguments = path.arguments
+        if name == CHECKPOINT_WRAPPER:
+            if "checkpoint_fn" in arguments.keywords:
+                return None  # a checkpoint function of the caller's: its own rules
+            flow = arguments.get(1, "checkpoint_impl")
+            reentrant = flow is not None and all(
+                isinstance(v, External) and v.name.endswith("CheckpointImpl.REENTRANT")
+                for v in self.evaluator.evaluate(*flow)
+            )
+            return "explicit" if reentrant else None
+        if name not in (CHECKPOINT, CHECKPOINT_SEQUENTIAL):
+            return None
+        flow = arguments.keywords.get("use_reentrant")
+        if flow is None and path.source.reentrant is ReentrantArgument.FOURTH_POSITIONAL:
+            leading = arguments.positional[:4]
+            if None in leading:
+                return None  # a *args may carry it
+            flow = leading[3] if len(leading) == 4 else None
+        if flow is None:
+            return None if arguments.double_star else "default"
+        values = self.evaluator.evaluate(*flow)
+        if all(isinstance(v, Constant) and v.value is None for v in values):
+            return "default"
+        if all(isinstance(v, Constant) and v.value in (True, None) for v in values):
+            return "explicit"
+        return None
 
     def _find(self, module: Module) -> ModuleRegions:
         sites = list(self.finder.sites(module))
