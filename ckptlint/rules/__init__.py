@@ -8,12 +8,14 @@ from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.late_binding import LateBinding
 from ckptlint.rules.missing_use_reentrant import MissingUseReentrant
 from ckptlint.rules.mutable_global_read import MutableGlobalRead
+from ckptlint.rules.rejected_options import RejectedOptions
 from ckptlint.rules.rng_not_preserved import RngNotPreserved
 from ckptlint.rules.tiny_region import TinyRegion
 from ckptlint.rules.unreadable_file import UnreadableFile
 
 ALL_RULES: tuple[Rule, ...] = (
     MissingUseReentrant(),
+    RejectedOptions(),
     TinyRegion(),
     MutableGlobalRead(),
     LateBinding(),
