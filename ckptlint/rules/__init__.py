@@ -8,6 +8,7 @@ from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.late_binding import LateBinding
 from ckptlint.rules.missing_use_reentrant import MissingUseReentrant
 from ckptlint.rules.mutable_global_read import MutableGlobalRead
+from ckptlint.rules.reentrant_reuse import ReentrantReuse
 from ckptlint.rules.rejected_options import RejectedOptions
 from ckptlint.rules.rng_not_preserved import RngNotPreserved
 from ckptlint.rules.tiny_region import TinyRegion
@@ -21,6 +22,7 @@ ALL_RULES: tuple[Rule, ...] = (
     LateBinding(),
     GlobalSideEffect(),
     RngNotPreserved(),
+    ReentrantReuse(),
     UnreadableFile(),
     InaccessiblePath(),
 )

@@ -1,0 +1,392 @@
+"""CKP401: a reentrant region whose module runs more than once in one step."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ckptlint.analysis import ProjectAnalysis
+from ckptlint.core import Finding
+from ckptlint.effects.reach import header_nodes
+from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, statements_at
+from ckptlint.regions.sites import Site
+from ckptlint.regions.steps import loops_around, runs_backward
+from ckptlint.resolution.values import (
+    ClassValue,
+    External,
+    FunctionValue,
+    Instance,
+    PartialValue,
+    Values,
+    known,
+)
+from ckptlint.rules.base import FileContext, Rule
+from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS, canonical, short_name
+
+# torch.nn modules that hold parameters (a region of an activation has none to reduce).
+PARAMETER_MODULES = frozenset(
+    "Linear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d"
+    " Embedding EmbeddingBag LayerNorm GroupNorm BatchNorm1d BatchNorm2d BatchNorm3d RMSNorm"
+    " MultiheadAttention LSTM GRU RNN Transformer TransformerEncoder TransformerDecoder"
+    " TransformerEncoderLayer TransformerDecoderLayer PReLU".split()
+)
+DDP_EFFECT = (
+    "its parameters get gradients in several reentrant backward passes of one step, which"
+    " DistributedDataParallel cannot reduce: without `find_unused_parameters` the ranks"
+    " silently end up with gradients that differ from the true average, with it DDP raises"
+    " `Expected to mark a variable ready only once`; pass `use_reentrant=False` (or build"
+    " DDP with `static_graph=True`)"
+)
+
+
+class ReentrantReuse(Rule):
+    """A reentrant checkpoint region whose module runs more than once per step.
+
+    A reentrant region (`use_reentrant=True`, or `use_reentrant` left out: torch 2.13
+    still defaults to the reentrant variant) computes its gradients in a backward pass of
+    its own. A module checkpointed twice in one forward therefore gets its parameters'
+    gradients in two such passes, and `DistributedDataParallel` reduces a parameter's
+    gradient as soon as its first pass produces it. Without `find_unused_parameters` nothing
+    is raised and each rank keeps gradients that differ from the average (measured on torch
+    2.13, gloo, 2 ranks: by up to 0.4 on a small MLP); with it, DDP raises `RuntimeError:
+    Expected to mark a variable ready only once ... Reused parameters in multiple reentrant
+    backward passes`. A module that runs inside a reentrant region and again outside it
+    raises that error even without `find_unused_parameters`.
+
+    `use_reentrant=False` handles all of these (gradients identical to the unchecked model);
+    so does DDP's `static_graph=True` for a model whose graph never changes.
+
+    Reported when the same module (by the same expression: `self.block`) is checkpointed
+    reentrantly
+    - inside a `for`/`while` loop or a comprehension that does not rebind anything the
+      region expression uses, and does not also run the backward (`loss.backward()`);
+    - twice in one block of statements, or checkpointed and called directly in it (not in
+      exclusive `if`/`else` branches);
+    - once per element of an `nn.ModuleList`/`nn.Sequential` that holds one module several
+      times (`nn.ModuleList([block] * n)`, `[block for _ in range(n)]`).
+    Only regions with parameters count: a module of the project, a method of one, or a
+    torch layer with weights (`nn.Linear`...), also through `functools.partial` or a
+    factory such as `create_custom_forward(self.block)`.
+    """
+
+    code = "CKP401"
+    name = "reentrant-region-reused"
+    summary = "reentrant region whose module runs more than once per step (DDP gradients)"
+
+    INVALID = [
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Sequential(nn.Linear(64, 64), nn.Tanh())
+
+    def forward(self, x):
+        for _ in range(4):
+            x = checkpoint(self.cell, x, use_reentrant=True)
+        return x
+""",
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Shared(nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.layers = nn.ModuleList([block] * 6)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = checkpoint(layer, x, use_reentrant=True)
+        return x
+""",
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Linear(64, 64)
+
+    def forward(self, x):
+        x = checkpoint(self.block, x, use_reentrant=True)
+        return self.block(x)
+""",
+    ]
+    VALID = [
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Sequential(nn.Linear(64, 64), nn.Tanh())
+
+    def forward(self, x):
+        for _ in range(4):
+            x = checkpoint(self.cell, x, use_reentrant=False)
+        return x
+""",
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Stack(nn.Module):
+    def __init__(self, make_block):
+        super().__init__()
+        self.layers = nn.ModuleList([make_block() for _ in range(6)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.gradient_checkpointing:
+                x = checkpoint(layer, x, use_reentrant=True)
+            else:
+                x = layer(x)
+        return x
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def train(model, batches, optimizer):
+    for batch in batches:
+        loss = checkpoint(model, batch, use_reentrant=True)
+        loss.backward()
+        optimizer.step()
+""",
+    ]
+
+    def check(self, context: FileContext) -> Iterator[Finding]:
+        analysis = context.analysis
+        for site in analysis.sites(context.module):
+            reason = self._reuse(analysis, site)
+            if reason is not None:
+                how = _reentrant_how(analysis, site)
+                message = f"{site.subject} is reentrant ({how}) and {reason}: {DDP_EFFECT}"
+                yield context.finding(site.node, self.code, message)
+
+    def _reuse(self, analysis: ProjectAnalysis, site: Site) -> str | None:
+        """How the site's module runs again in the same step, or None."""
+        if not isinstance(site.node, ast.Call) or site.delegates:
+            return None
+        expression = _region_expression(analysis, site)
+        if expression is None:
+            return None
+        parameters = _has_parameters(analysis, site, expression)
+        if parameters is False:
+            return None
+        label = ast.unparse(expression)
+        scope = site.context.scope
+        if isinstance(scope.node, COMPREHENSIONS):
+            if parameters and not _uses_names(expression, set(scope.bindings)):
+                return f"runs `{label}` for every element of the comprehension at line" + (
+                    f" {scope.node.lineno}"  # type: ignore[attr-defined]
+                )
+            return None
+        owner = _enclosing_function(scope)
+        if owner is None:
+            return None
+        certain = parameters is True
+        for loop in loops_around(owner.node, site.node):
+            if runs_backward(loop):
+                break  # one step per iteration, here and in the loops around it
+            if not _rebinds(loop, owner, expression):
+                if not certain:
+                    return None
+                return f"runs `{label}` on every pass of the loop at line {loop.lineno}"
+            repeated = _repeating_container(analysis, site, loop, expression)
+            if repeated is not None:
+                return (
+                    f"runs `{label}` for every element of `{ast.unparse(loop.iter)}`, which"  # type: ignore[union-attr]
+                    f" holds one module several times (line {repeated})"
+                )
+        return _again_in_block(analysis, site, owner, expression, label) if certain else None
+
+
+def _reentrant_how(analysis: ProjectAnalysis, site: Site) -> str:
+    kinds = {analysis.reentrancy(path) for path in analysis.effective_paths(site)}
+    if "explicit" in kinds:
+        return "`use_reentrant=True`"
+    return "no `use_reentrant`: torch's default is the reentrant variant"
+
+
+def _region_expression(analysis: ProjectAnalysis, site: Site) -> ast.expr | None:
+    """The region argument as written at the site, when every reentrant path takes it
+    from there."""
+    found: ast.expr | None = None
+    node = site.node
+    for path in analysis.effective_paths(site):
+        if analysis.reentrancy(path) is None:
+            continue
+        flow = path.region_flow()
+        if flow is None or flow[1].module is not site.module:
+            return None
+        expression = flow[0]
+        inside = node.lineno <= expression.lineno <= (node.end_lineno or node.lineno)  # type: ignore[attr-defined]
+        if not inside or (found is not None and found is not expression):
+            return None
+        found = expression
+    return found
+
+
+def _has_parameters(analysis: ProjectAnalysis, site: Site, expression: ast.expr) -> bool | None:
+    """The region is (or wraps) a module with parameters, or a method of one: True; known
+    and without any: False; None when nothing says (elements of a container unseen)."""
+    region = analysis.region(site)
+    if _holds_parameters(analysis, region):
+        return True
+    for call in ast.walk(expression):  # ``create_custom_forward(self.block)``
+        if not isinstance(call, ast.Call):
+            continue
+        for argument in (*call.args, *(k.value for k in call.keywords)):
+            values = analysis.evaluator.evaluate(argument, site.context)
+            if _holds_parameters(analysis, values):
+                return True
+    return False if known(region) else None
+
+
+def _holds_parameters(analysis: ProjectAnalysis, values: Values) -> bool:
+    stack = list(values)
+    seen = 0
+    while stack and seen < 64:
+        seen += 1
+        value = stack.pop()
+        if isinstance(value, PartialValue):
+            stack.extend(value.inner)
+        elif isinstance(value, FunctionValue) and value.bound is not None:
+            stack.extend(v for v in value.bound if isinstance(v, Instance))
+        elif isinstance(value, Instance):
+            if isinstance(value.cls, ClassValue):
+                return True
+            name = canonical(value.cls.name)
+            if short_name(name) in PARAMETER_MODULES and name.startswith("torch.nn."):
+                return True
+            if name in SEQUENTIAL_CONTAINERS:
+                stack.extend(analysis.evaluator.iterate((value,)))
+    return False
+
+
+def _enclosing_function(scope: Scope | None) -> Scope | None:
+    while scope is not None and not isinstance(scope.node, FUNCTIONS):
+        if scope.kind != "function":
+            return None  # a class body or the module: no function runs it repeatedly
+        scope = scope.parent
+    return scope
+
+
+def _uses_names(expression: ast.expr, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(expression))
+
+
+def _rebinds(loop: ast.AST, owner: Scope, expression: ast.expr) -> bool:
+    """Whether the loop binds a name the expression uses, or assigns the expression or a
+    part of it (``self.current = ...``): the region may be another module each pass."""
+    first, last = loop.lineno, loop.end_lineno or loop.lineno  # type: ignore[attr-defined]
+    names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    for name in names:
+        if any(first <= b.position[0] <= last for b in owner.bindings.get(name, [])):
+            return True
+    parts = {
+        ast.dump(n) for n in ast.walk(expression) if isinstance(n, (ast.Attribute, ast.Subscript))
+    }
+    for node in ast.walk(loop):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        if any(ast.dump(t) in parts for t in targets):
+            return True
+    return False
+
+
+def _repeating_container(
+    analysis: ProjectAnalysis, site: Site, loop: ast.AST, expression: ast.expr
+) -> int | None:
+    """The line of ``nn.ModuleList([block] * n)`` (one module held several times) when the
+    loop iterates over it and the region is the loop's element."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Name):
+        return None
+    if not _uses_names(expression, {loop.target.id}):
+        return None
+    for value in analysis.evaluator.evaluate(loop.iter, site.context):
+        if not (
+            isinstance(value, Instance)
+            and isinstance(value.cls, External)
+            and value.cls.name in SEQUENTIAL_CONTAINERS
+            and value.call is not None
+        ):
+            continue
+        arguments = [a.value if isinstance(a, ast.Starred) else a for a in value.call.args]
+        if any(_repeats_one_object(argument) for argument in arguments):
+            return value.call.lineno
+    return None
+
+
+def _repeats_one_object(node: ast.expr) -> bool:
+    """``[block] * n``, or ``[block for _ in range(n)]`` whose element is no new object."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return any(isinstance(side, (ast.List, ast.Tuple)) for side in (node.left, node.right))
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        targets = {
+            n.id
+            for generator in node.generators
+            for n in ast.walk(generator.target)
+            if isinstance(n, ast.Name)
+        }
+        element = node.elt
+        return isinstance(element, (ast.Name, ast.Attribute)) and not _uses_names(element, targets)
+    return False
+
+
+def _again_in_block(
+    analysis: ProjectAnalysis, site: Site, owner: Scope, expression: ast.expr, label: str
+) -> str | None:
+    """A direct call of the same module, or an earlier site of it, in the block of
+    statements that holds the site (not in a branch of its own, which may be exclusive)."""
+    node = site.node
+    block = _block_of(owner.node, node)
+    if block is None:
+        return None
+    wanted = ast.dump(expression)
+    sites = {id(other.node) for other in analysis.sites(site.module) if other is not site}
+    start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    for statement in block:
+        nodes = [statement, *header_nodes(statement)]
+        if any(isinstance(n, (ast.IfExp, ast.BoolOp)) for n in nodes) and any(
+            n is node for n in nodes
+        ):
+            continue  # ``checkpoint(...) if ... else self.block(x)``: one or the other
+        for inner in nodes:
+            if not isinstance(inner, ast.Call) or inner is node:
+                continue
+            if ast.dump(inner.func) == wanted:
+                return f"`{label}` also runs outside it at line {inner.lineno}"
+            earlier = (inner.lineno, inner.col_offset) < start
+            if earlier and id(inner) in sites and inner.args and ast.dump(inner.args[0]) == wanted:
+                return f"`{label}` is also checkpointed at line {inner.lineno}"
+    return None
+
+
+def _block_of(function: ast.AST, node: ast.AST) -> list[ast.stmt] | None:
+    """The statement list that directly holds the statement containing ``node``."""
+    path = statements_at(function.body, node.lineno)  # type: ignore[attr-defined]
+    if not path:
+        return None
+    if len(path) == 1:
+        return function.body  # type: ignore[attr-defined]
+    parent = path[-2]
+    for body in (
+        getattr(parent, "body", []),
+        getattr(parent, "orelse", []),
+        getattr(parent, "finalbody", []),
+    ):
+        if path[-1] in body:
+            return body
+    for handler in getattr(parent, "handlers", []):
+        if path[-1] in handler.body:
+            return handler.body
+    return None
