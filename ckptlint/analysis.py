@@ -18,6 +18,7 @@ from ckptlint.effects.changes import ChangeFinder
 from ckptlint.effects.reach import Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
+from ckptlint.regions.policies import Policy, policies
 from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
 from ckptlint.regions.sources import (
     CHECKPOINT,
@@ -83,6 +84,7 @@ class ProjectAnalysis:
         self._modules: dict[str, ModuleRegions] = {}
         self._regions: dict[int, Values] = {}
         self._reach: dict[tuple[int, str], Reach] = {}
+        self._policies: dict[str, list[Policy]] = {}
 
     # -- per module ------------------------------------------------------------------------
     def regions_of(self, module: Module) -> ModuleRegions:
@@ -93,6 +95,13 @@ class ProjectAnalysis:
 
     def sites(self, module: Module) -> list[Site]:
         return self.regions_of(module).sites
+
+    def policies(self, module: Module) -> list[Policy]:
+        """The selective-checkpoint policies the module defines (see ``regions.policies``)."""
+        found = self._policies.get(module.path)
+        if found is None:
+            found = self._policies[module.path] = policies(self.evaluator, module)
+        return found
 
     def region(self, site: Site) -> Values:
         key = id(site)
