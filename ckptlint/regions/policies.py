@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, Scope, statements_at
+from ckptlint.project.scopes import FUNCTIONS, statements_at
+from ckptlint.regions.calls import calls_at
 from ckptlint.resolution.evaluator import PARTIAL, Evaluator, own_nodes
 from ckptlint.resolution.values import (
     ClassValue,
@@ -66,7 +67,7 @@ def policies(evaluator: Evaluator, module: Module) -> list[Policy]:
 def _handed_to_torch(evaluator: Evaluator, module: Module) -> Iterator[Value]:
     """What the module passes as the policy of ``create_selective_checkpoint_contexts``."""
     for line in module.lines_naming(CREATE_CONTEXTS.rsplit(".", 1)[1]):
-        for call, context in _calls_at(evaluator, module, line):
+        for call, context in calls_at(evaluator, module, line):
             callee = evaluator.evaluate(call.func, context)
             names = {v.name for v in callee if isinstance(v, External)}
             arguments = call.args
@@ -80,23 +81,6 @@ def _handed_to_torch(evaluator: Evaluator, module: Module) -> Iterator[Value]:
                 continue
             if arguments and not isinstance(arguments[0], ast.Starred):
                 yield from evaluator.evaluate(arguments[0], context)
-
-
-def _calls_at(
-    evaluator: Evaluator, module: Module, line: int
-) -> Iterator[tuple[ast.Call, Context]]:
-    """The calls starting at ``line``, with the context of the function holding them."""
-    path = statements_at(module.tree.body, line)
-    if not path:
-        return
-    scope: Scope = module.scopes.module
-    for statement in path[:-1]:
-        if isinstance(statement, (*FUNCTIONS, ast.ClassDef)):
-            scope = module.scopes.function_scope(statement) or scope
-    context = Context(module, scope)
-    for node in ast.walk(path[-1]):
-        if isinstance(node, ast.Call) and node.lineno == line:
-            yield node, context
 
 
 def _returning_a_policy(evaluator: Evaluator, module: Module) -> Iterator[FunctionValue]:
