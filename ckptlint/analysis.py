@@ -35,11 +35,13 @@ from ckptlint.resolution.values import (
     Context,
     External,
     FunctionValue,
+    Instance,
     PartialValue,
     Value,
     Values,
 )
 from ckptlint.source import lines_with_words
+from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS, is_parameter_module_class
 
 Reentrancy = Literal["explicit", "default"]
 
@@ -182,6 +184,28 @@ class ProjectAnalysis:
         if all(isinstance(v, Constant) and v.value in (True, None) for v in values):
             return "explicit"
         return None
+
+    def holds_parameters(self, values: Values) -> bool:
+        """Whether a region's values include a module with parameters: a project module (or
+        a method of one), a torch layer with weights, a container of such, a partial of
+        one."""
+        stack = list(values)
+        for _ in range(64):
+            if not stack:
+                break
+            value = stack.pop()
+            if isinstance(value, PartialValue):
+                stack.extend(value.inner)
+            elif isinstance(value, FunctionValue) and value.bound is not None:
+                stack.extend(v for v in value.bound if isinstance(v, Instance))
+            elif isinstance(value, Instance):
+                if isinstance(value.cls, ClassValue):
+                    return True
+                if is_parameter_module_class(value.cls.name):
+                    return True
+                if value.cls.name in SEQUENTIAL_CONTAINERS:
+                    stack.extend(self.evaluator.iterate((value,)))
+        return False
 
     def _find(self, module: Module) -> ModuleRegions:
         sites = list(self.finder.sites(module))

@@ -12,24 +12,13 @@ from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, statements
 from ckptlint.regions.sites import Site
 from ckptlint.regions.steps import loops_around, runs_backward
 from ckptlint.resolution.values import (
-    ClassValue,
     External,
-    FunctionValue,
     Instance,
-    PartialValue,
-    Values,
     known,
 )
 from ckptlint.rules.base import FileContext, Rule
-from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS, canonical, short_name
+from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS
 
-# torch.nn modules that hold parameters (a region of an activation has none to reduce).
-PARAMETER_MODULES = frozenset(
-    "Linear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d"
-    " Embedding EmbeddingBag LayerNorm GroupNorm BatchNorm1d BatchNorm2d BatchNorm3d RMSNorm"
-    " MultiheadAttention LSTM GRU RNN Transformer TransformerEncoder TransformerDecoder"
-    " TransformerEncoderLayer TransformerDecoderLayer PReLU".split()
-)
 DDP_EFFECT = (
     "its parameters get gradients in several reentrant backward passes of one step, which"
     " DistributedDataParallel cannot reduce: without `find_unused_parameters` the ranks"
@@ -236,37 +225,16 @@ def _has_parameters(analysis: ProjectAnalysis, site: Site, expression: ast.expr)
     """The region is (or wraps) a module with parameters, or a method of one: True; known
     and without any: False; None when nothing says (elements of a container unseen)."""
     region = analysis.region(site)
-    if _holds_parameters(analysis, region):
+    if analysis.holds_parameters(region):
         return True
     for call in ast.walk(expression):  # ``create_custom_forward(self.block)``
         if not isinstance(call, ast.Call):
             continue
         for argument in (*call.args, *(k.value for k in call.keywords)):
             values = analysis.evaluator.evaluate(argument, site.context)
-            if _holds_parameters(analysis, values):
+            if analysis.holds_parameters(values):
                 return True
     return False if known(region) else None
-
-
-def _holds_parameters(analysis: ProjectAnalysis, values: Values) -> bool:
-    stack = list(values)
-    seen = 0
-    while stack and seen < 64:
-        seen += 1
-        value = stack.pop()
-        if isinstance(value, PartialValue):
-            stack.extend(value.inner)
-        elif isinstance(value, FunctionValue) and value.bound is not None:
-            stack.extend(v for v in value.bound if isinstance(v, Instance))
-        elif isinstance(value, Instance):
-            if isinstance(value.cls, ClassValue):
-                return True
-            name = canonical(value.cls.name)
-            if short_name(name) in PARAMETER_MODULES and name.startswith("torch.nn."):
-                return True
-            if name in SEQUENTIAL_CONTAINERS:
-                stack.extend(analysis.evaluator.iterate((value,)))
-    return False
 
 
 def _enclosing_function(scope: Scope | None) -> Scope | None:
