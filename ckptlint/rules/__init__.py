@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ckptlint.rules.base import Rule
+from ckptlint.rules.ddp_find_unused import DdpFindUnusedReentrant
 from ckptlint.rules.global_side_effect import GlobalSideEffect
 from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.late_binding import LateBinding
@@ -26,6 +27,7 @@ ALL_RULES: tuple[Rule, ...] = (
     GlobalSideEffect(),
     RngNotPreserved(),
     ReentrantReuse(),
+    DdpFindUnusedReentrant(),
     PolicyNeverMatches(),
     PolicyReturnValue(),
     StatefulPolicy(),
