@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import FUNCTIONS, statements_at
@@ -36,11 +36,33 @@ CHECKPOINT_POLICY = "torch.utils.checkpoint.CheckpointPolicy"
 @dataclass(frozen=True)
 class Policy:
     """A policy function (bound to its closure when a factory made it), and its ``ctx``
-    and ``op`` parameters."""
+    and ``op`` parameters. ``handed_at`` is the call of this module that hands over a
+    policy defined in another one, which that module cannot tell is a policy (it returns
+    no ``CheckpointPolicy``): findings about it belong at that call."""
 
     function: FunctionValue
     context: ast.arg
     op: ast.arg
+    handed_at: ast.Call | None = None
+
+    def named(self) -> str:
+        """How messages name it: with its name and file when reported at ``handed_at``."""
+        if self.handed_at is None:
+            return "the selective-checkpoint policy"
+        node = self.function.node
+        name = "lambda" if isinstance(node, ast.Lambda) else f"`{node.name}()`"
+        place = f"{self.function.module.display_path}:{node.lineno}"
+        return f"the selective-checkpoint policy {name} ({place})"
+
+    def report_at(self, node: ast.AST) -> ast.AST:
+        """Where a finding about ``node`` of the policy goes in the module reporting it."""
+        return node if self.handed_at is None else self.handed_at
+
+    def line_of(self, node: ast.AST) -> str:
+        """`` (line 12)`` of a node of the policy, ``(policies.py:12)`` when foreign."""
+        if self.handed_at is None:
+            return ""
+        return f" ({self.function.module.display_path}:{node.lineno})"  # type: ignore[attr-defined]
 
     @property
     def body(self) -> list[ast.AST]:
@@ -49,23 +71,33 @@ class Policy:
 
 
 def policies(evaluator: Evaluator, module: Module) -> list[Policy]:
-    """The policies defined in ``module``, each once, in source order."""
+    """The policies ``module`` is to report about, each once, in source order: those it
+    defines, and those it hands to torch from modules that cannot tell they are policies."""
     found: dict[int, Policy] = {}
-    for value in _handed_to_torch(evaluator, module):
+    for call, value in _handed_to_torch(evaluator, module):
         policy = _as_policy(evaluator, value)
-        if policy is not None and policy.function.module is module:
-            found.setdefault(id(policy.function.node), policy)
+        if policy is None:
+            continue
+        if policy.function.module is not module:
+            if _returns_policy_member(evaluator, policy.function):
+                continue  # its own module reports it
+            policy = replace(policy, handed_at=call)
+        found.setdefault(id(policy.function.node), policy)
     for function in _returning_a_policy(evaluator, module):
         policy = _as_policy(evaluator, function)
         if policy is not None:
             found.setdefault(id(policy.function.node), policy)
-    return sorted(
-        found.values(), key=lambda p: (p.function.node.lineno, p.function.node.col_offset)
-    )
+    return sorted(found.values(), key=_position)
 
 
-def _handed_to_torch(evaluator: Evaluator, module: Module) -> Iterator[Value]:
-    """What the module passes as the policy of ``create_selective_checkpoint_contexts``."""
+def _position(policy: Policy) -> tuple[int, int]:
+    node = policy.handed_at or policy.function.node
+    return node.lineno, node.col_offset
+
+
+def _handed_to_torch(evaluator: Evaluator, module: Module) -> Iterator[tuple[ast.Call, Value]]:
+    """What the module passes as the policy of ``create_selective_checkpoint_contexts``,
+    with the call passing it."""
     for line in module.lines_naming(CREATE_CONTEXTS.rsplit(".", 1)[1]):
         for call, context in calls_at(evaluator, module, line):
             callee = evaluator.evaluate(call.func, context)
@@ -80,7 +112,8 @@ def _handed_to_torch(evaluator: Evaluator, module: Module) -> Iterator[Value]:
             elif CREATE_CONTEXTS not in names:
                 continue
             if arguments and not isinstance(arguments[0], ast.Starred):
-                yield from evaluator.evaluate(arguments[0], context)
+                for value in evaluator.evaluate(arguments[0], context):
+                    yield call, value
 
 
 def _returning_a_policy(evaluator: Evaluator, module: Module) -> Iterator[FunctionValue]:

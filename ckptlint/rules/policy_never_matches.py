@@ -126,12 +126,13 @@ def policy(ctx, op, *args, **kwargs):
         for policy in analysis.policies(context.module):
             for compare, what in _never_true(analysis, policy):
                 message = (
-                    f"the selective-checkpoint policy compares the op with {what}; torch calls"
+                    f"{policy.named()} compares the op with {what}{policy.line_of(compare)};"
+                    " torch calls"
                     " a policy with an OpOverload (`torch.ops.aten.mm.default`), so this never"
                     " matches and the op is recomputed, never saved: compare with the"
                     " overload (`torch.ops.aten.mm.default`) or with `op.overloadpacket`"
                 )
-                yield context.finding(compare, self.code, message)
+                yield context.finding(policy.report_at(compare), self.code, message)
 
 
 def _never_true(analysis: ProjectAnalysis, policy: Policy) -> Iterator[tuple[ast.Compare, str]]:

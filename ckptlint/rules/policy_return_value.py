@@ -123,21 +123,22 @@ def policy(ctx, op, *args, **kwargs):
                 misread = _misread(value)
                 if misread is not None:
                     message = (
-                        f"the selective-checkpoint policy returns {misread}: torch saves only"
+                        f"{policy.named()} returns {misread}{policy.line_of(statement)}: torch"
+                        " saves only"
                         " for `CheckpointPolicy.MUST_SAVE`/`PREFER_SAVE` or `True` and reads"
                         " anything else as recompute, so this op is never saved; return a"
                         " `CheckpointPolicy` member"
                     )
-                    return context.finding(statement, self.code, message)
+                    return context.finding(policy.report_at(statement), self.code, message)
             if not values or any(not (isinstance(v, Constant) and v.value is None) for v in values):
                 every_none = False
         if every_none:
             message = (
-                "the selective-checkpoint policy returns None for every op (no `return` of a"
-                " value): torch reads None as recompute, so the policy saves nothing; return"
-                " a `CheckpointPolicy` member"
+                f"{policy.named()} returns None for every op (no `return` of a value): torch"
+                " reads None as recompute, so the policy saves nothing; return a"
+                " `CheckpointPolicy` member"
             )
-            return context.finding(node, self.code, message)
+            return context.finding(policy.report_at(node), self.code, message)
         return None
 
 

@@ -8,24 +8,37 @@ from collections.abc import Iterator
 from ckptlint.analysis import ProjectAnalysis
 from ckptlint.core import Finding
 from ckptlint.effects.reach import header_nodes
-from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, statements_at
-from ckptlint.regions.sites import Site
+from ckptlint.project.scopes import (
+    COMPREHENSIONS,
+    FUNCTIONS,
+    Scope,
+    node_position,
+    statements_at,
+)
+from ckptlint.regions.sites import MAX_WRAPPER_DEPTH, Site
 from ckptlint.regions.steps import loops_around, runs_backward
 from ckptlint.resolution.values import (
     External,
+    Flow,
     Instance,
     known,
 )
 from ckptlint.rules.base import FileContext, Rule
 from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS
 
-DDP_EFFECT = (
+TWICE = (
     "its parameters get gradients in several reentrant backward passes of one step, which"
     " DistributedDataParallel cannot reduce: without `find_unused_parameters` the ranks"
     " silently end up with gradients that differ from the true average, with it DDP raises"
-    " `Expected to mark a variable ready only once`; pass `use_reentrant=False` (or build"
-    " DDP with `static_graph=True`)"
+    " `Expected to mark a variable ready only once`"
 )
+OUTSIDE = (
+    "its parameters get gradients in the region's own backward pass and in the outer one,"
+    " and DistributedDataParallel raises `Expected to mark a variable ready only once`"
+    " (with or without `find_unused_parameters`)"
+)
+OUTSIDE_MARK = ", outside the region"
+FIX = "pass `use_reentrant=False` (or build DDP with `static_graph=True`)"
 
 
 class ReentrantReuse(Rule):
@@ -154,7 +167,8 @@ def train(model, batches, optimizer):
             reason = self._reuse(analysis, site)
             if reason is not None:
                 how = _reentrant_how(analysis, site)
-                message = f"{site.subject} is reentrant ({how}) and {reason}: {DDP_EFFECT}"
+                effect = OUTSIDE if reason.endswith(OUTSIDE_MARK) else TWICE
+                message = f"{site.subject} is reentrant ({how}) and {reason}: {effect}; {FIX}"
                 yield context.finding(site.node, self.code, message)
 
     def _reuse(self, analysis: ProjectAnalysis, site: Site) -> str | None:
@@ -203,22 +217,40 @@ def _reentrant_how(analysis: ProjectAnalysis, site: Site) -> str:
 
 
 def _region_expression(analysis: ProjectAnalysis, site: Site) -> ast.expr | None:
-    """The region argument as written at the site, when every reentrant path takes it
-    from there."""
+    """The region argument as written at the site (followed back through the parameters
+    of the wrappers it passes), when every reentrant path takes it from there."""
     found: ast.expr | None = None
-    node = site.node
     for path in analysis.effective_paths(site):
         if analysis.reentrancy(path) is None:
             continue
         flow = path.region_flow()
-        if flow is None or flow[1].module is not site.module:
-            return None
-        expression = flow[0]
-        inside = node.lineno <= expression.lineno <= (node.end_lineno or node.lineno)  # type: ignore[attr-defined]
-        if not inside or (found is not None and found is not expression):
+        expression = None if flow is None else _written_at(site, flow)
+        if expression is None or (found is not None and found is not expression):
             return None
         found = expression
     return found
+
+
+def _written_at(site: Site, flow: Flow) -> ast.expr | None:
+    """The expression at the site that a flow's value comes from: a wrapper's parameter
+    is followed to the argument its caller passed."""
+    node = site.node
+    for _ in range(MAX_WRAPPER_DEPTH + 1):
+        expression, context = flow
+        if context.module is site.module and (
+            node.lineno <= expression.lineno <= (node.end_lineno or node.lineno)  # type: ignore[attr-defined]
+        ):
+            return expression
+        if not isinstance(expression, ast.Name):
+            return None
+        bindings = context.scope.lookup(expression.id, node_position(expression))
+        if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+            return None
+        argument = context.argument(bindings[0].node)
+        if argument is None or argument.expression is None or argument.context is None:
+            return None
+        flow = (argument.expression, argument.context)
+    return None
 
 
 def _has_parameters(analysis: ProjectAnalysis, site: Site, expression: ast.expr) -> bool | None:
@@ -332,7 +364,7 @@ def _again_in_block(
             if not isinstance(inner, ast.Call) or inner is node:
                 continue
             if ast.dump(inner.func) == wanted:
-                return f"`{label}` also runs outside it at line {inner.lineno}"
+                return f"`{label}` also runs at line {inner.lineno}{OUTSIDE_MARK}"
             earlier = (inner.lineno, inner.col_offset) < start
             if earlier and id(inner) in sites and inner.args and ast.dump(inner.args[0]) == wanted:
                 return f"`{label}` is also checkpointed at line {inner.lineno}"

@@ -117,15 +117,15 @@ def policy(ctx, op, *args, **kwargs):
                 continue
             statement, state = found
             message = (
-                f"the selective-checkpoint policy changes `{state}` between calls and decides"
-                " by it, but never reads `ctx.is_recompute`: torch 2.12 and earlier call the"
-                " policy again during the recompute, where the count has moved on, so the"
+                f"{policy.named()} changes `{state}`{policy.line_of(statement)} between calls"
+                " and decides by it, but never reads `ctx.is_recompute`: torch 2.12 and earlier"
+                " call the policy again during the recompute, where the count has moved on, so the"
                 " recompute makes other save decisions than the forward and takes another"
                 " call's saved output (silently wrong gradients) or fails ('not found in"
                 " storage'); count forward and recompute apart (`ctx.is_recompute`) or"
                 " decide from the op alone"
             )
-            yield context.finding(statement, self.code, message)
+            yield context.finding(policy.report_at(statement), self.code, message)
 
 
 def _state_change(analysis: ProjectAnalysis, policy: Policy) -> tuple[ast.stmt, str] | None:
