@@ -11,22 +11,27 @@ import ast
 from collections.abc import Iterator
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, Scope, statements_at
+from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, statements_at
 from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import Context
 
 
 def calls_at(evaluator: Evaluator, module: Module, line: int) -> Iterator[tuple[ast.Call, Context]]:
-    """The calls whose span holds ``line``, innermost statement's, with the context of the
-    function (or class, or module) holding them."""
+    """The calls whose span holds ``line``, in the innermost statement there, each with the
+    context it is evaluated in (its function, lambda or comprehension)."""
     path = statements_at(module.tree.body, line)
     if not path:
         return
-    scope: Scope = module.scopes.module
+    scopes = module.scopes
+    scope: Scope = scopes.module
     for statement in path[:-1]:
         if isinstance(statement, (*FUNCTIONS, ast.ClassDef)):
-            scope = module.scopes.function_scope(statement) or scope
-    context = Context(module, scope)
-    for node in ast.walk(path[-1]):
-        if isinstance(node, ast.Call) and node.lineno <= line <= (node.end_lineno or node.lineno):
-            yield node, context
+            scope = scopes.function_scope(statement) or scope
+    stack: list[tuple[ast.AST, Scope]] = [(path[-1], scope)]
+    while stack:
+        node, node_scope = stack.pop()
+        if isinstance(node, (ast.Lambda, *COMPREHENSIONS)):
+            node_scope = scopes.function_scope(node) or scopes.build_nested(node, node_scope)
+        elif isinstance(node, ast.Call) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            yield node, Context(module, node_scope)
+        stack.extend((child, node_scope) for child in reversed(list(ast.iter_child_nodes(node))))
