@@ -28,10 +28,11 @@ def loops_around(function: ast.AST, call: ast.AST) -> Iterator[Loop]:
 
 
 def runs_backward(node: ast.AST) -> bool:
-    """``loss.backward()`` or ``torch.autograd.grad(...)`` inside ``node``."""
+    """``loss.backward()``, ``torch.autograd.grad(...)`` or ``optimizer.zero_grad()`` (a
+    training loop whose backward a helper runs) inside ``node``."""
     for inner in ast.walk(node):
         if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
-            if inner.func.attr == "backward":
+            if inner.func.attr in ("backward", "zero_grad"):
                 return True
             if inner.func.attr == "grad" and "autograd" in callee_label(inner.func.value):
                 return True

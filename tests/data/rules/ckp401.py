@@ -71,8 +71,11 @@ class Universal(nn.Module):
         return checkpoint(self.block, x, use_reentrant=True) if self.training else self.block(x)
 
 
-def train(model, batches, optimizer):
+def train(model, batches, optimizer, update):
     for batch in batches:
         loss = checkpoint(model.block, batch, use_reentrant=True)
         loss.backward()
         optimizer.step()
+    for batch in batches:
+        optimizer.zero_grad()
+        update(checkpoint(model.block, batch, use_reentrant=True))
