@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ckptlint.analysis import ProjectAnalysis
 from ckptlint.core import Finding
-from ckptlint.effects.reach import header_nodes
+from ckptlint.effects.reach import header_nodes, root_name
 from ckptlint.project.scopes import (
     COMPREHENSIONS,
     FUNCTIONS,
@@ -20,7 +20,9 @@ from ckptlint.regions.steps import loops_around, runs_backward
 from ckptlint.resolution.values import (
     External,
     Flow,
+    FunctionValue,
     Instance,
+    Parameter,
     known,
 )
 from ckptlint.rules.base import FileContext, Rule
@@ -266,7 +268,39 @@ def _has_parameters(analysis: ProjectAnalysis, site: Site, expression: ast.expr)
             values = analysis.evaluator.evaluate(argument, site.context)
             if analysis.holds_parameters(values):
                 return True
+    if any(_calls_an_enclosing_module(analysis, f) for f in region if isinstance(f, FunctionValue)):
+        return True
     return False if known(region) else None
+
+
+def _calls_an_enclosing_module(analysis: ProjectAnalysis, function: FunctionValue) -> bool:
+    """A def or lambda that calls a module it reaches through an enclosing function's name:
+    ``sent_encoder.encoder(...)`` with ``sent_encoder`` a parameter of the method around
+    it, ``self.conv1(x)`` in a closure of ``forward`` (the module's own parameters run in
+    the region even where the analysis cannot tell its class)."""
+    if function.bound is not None:
+        return False
+    body = function.node.body
+    statements = [body] if isinstance(body, ast.expr) else body
+    own = analysis.evaluator.scope_of(function)
+    context = analysis.evaluator.bind(function, None)
+    for node, scope in analysis.reaches.nodes_with_scopes(statements, own, function.module):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        root = root_name(node.func)
+        if root is None:
+            continue
+        bindings = scope.lookup(root.id, node_position(root))
+        if not bindings or any(b.scope.kind != "function" or b.scope is own for b in bindings):
+            continue  # a global, an import, or the region's own variable (its inputs)
+        receiver = [
+            v
+            for v in known(analysis.evaluator.evaluate(node.func.value, context.at(scope)))
+            if not isinstance(v, Parameter)  # what the caller passes: not known here
+        ]
+        if not receiver or analysis.holds_parameters(tuple(receiver)):
+            return True
+    return False
 
 
 def _enclosing_function(scope: Scope | None) -> Scope | None:

@@ -79,3 +79,22 @@ def train(model, batches, optimizer, update):
     for batch in batches:
         optimizer.zero_grad()
         update(checkpoint(model.block, batch, use_reentrant=True))
+
+
+def embed_in_chunks(encoder, embeddings, chunk):
+    """RetriBERT's pattern: one encoder checkpointed once per mini-batch."""
+
+    def encode(*inputs):
+        return encoder.layers(inputs[0])
+
+    outputs = []
+    for start in range(0, embeddings.shape[0], chunk):
+        outputs.append(checkpoint(encode, embeddings[start : start + chunk]))  # expect: CKP401@24
+    return outputs
+
+
+def activations_in_chunks(embeddings, chunk):
+    def activate(*inputs):
+        return inputs[0].relu().tanh()
+
+    return [checkpoint(activate, embeddings[i : i + chunk]) for i in range(0, len(embeddings), chunk)]
