@@ -134,9 +134,14 @@ def build(rank):
                 ]
                 if not classes:
                     continue
-                regions = _reentrant_regions(analysis, classes)
-                if regions:
-                    yield context.finding(call, self.code, _message(classes, regions, module))
+                by_class = {cls: _reentrant_regions(analysis, [cls]) for cls in classes}
+                named = [cls for cls, regions in by_class.items() if regions]
+                if named:
+                    regions = sorted(
+                        {id(site): site for cls in named for site in by_class[cls]}.values(),
+                        key=lambda s: (s.module.path, s.node.lineno),  # type: ignore[attr-defined]
+                    )
+                    yield context.finding(call, self.code, _message(named, regions, module))
 
 
 def _model_values(
@@ -177,7 +182,7 @@ def _keyword(call: ast.Call, name: str) -> ast.expr | None:
 
 
 def _reentrant_regions(analysis: ProjectAnalysis, classes: list[ClassValue]) -> list[Site]:
-    """The reentrant regions with parameters that the models' code makes, in source order."""
+    """The reentrant regions with parameters that the models' code makes."""
     reach = analysis.reaches.reach(tuple(Instance(cls, exact=False) for cls in classes))
     found: dict[int, Site] = {}
     for function in reach.functions:
@@ -191,11 +196,11 @@ def _reentrant_regions(analysis: ProjectAnalysis, classes: list[ClassValue]) -> 
             reentrant = any(analysis.reentrancy(p) for p in analysis.effective_paths(site))
             if reentrant and analysis.holds_parameters(analysis.region(site)):
                 found[id(site)] = site
-    return sorted(found.values(), key=lambda s: (s.module.path, s.node.lineno))  # type: ignore[attr-defined]
+    return list(found.values())
 
 
 def _message(classes: list[ClassValue], regions: list[Site], module: Module) -> str:
-    names = ", ".join(f"`{cls.node.name}`" for cls in dict.fromkeys(classes))
+    names = " or ".join(f"`{cls.node.name}`" for cls in dict.fromkeys(classes))
     places = ", ".join(
         f"{site.subject} at {Location(site.module, site.node.lineno).describe(module)}"  # type: ignore[attr-defined]
         for site in regions[:MAX_NAMED]

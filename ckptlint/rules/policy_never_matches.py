@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ckptlint.analysis import ProjectAnalysis
 from ckptlint.core import Finding
@@ -124,18 +125,25 @@ def policy(ctx, op, *args, **kwargs):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for policy in analysis.policies(context.module):
-            for compare, what in _never_true(analysis, policy):
+            for compare, mismatch in _never_true(analysis, policy):
                 message = (
-                    f"{policy.named()} compares the op with {what}{policy.line_of(compare)};"
-                    " torch calls"
-                    " a policy with an OpOverload (`torch.ops.aten.mm.default`), so this never"
-                    " matches and the op is recomputed, never saved: compare with the"
-                    " overload (`torch.ops.aten.mm.default`) or with `op.overloadpacket`"
+                    f"{policy.named()} compares the op with {mismatch.what}"
+                    f"{policy.line_of(compare)}; torch calls a policy with an OpOverload"
+                    " (`torch.ops.aten.mm.default`), so this never matches and the op is"
+                    f" recomputed, never saved: {mismatch.fix}"
                 )
                 yield context.finding(policy.report_at(compare), self.code, message)
 
 
-def _never_true(analysis: ProjectAnalysis, policy: Policy) -> Iterator[tuple[ast.Compare, str]]:
+@dataclass(frozen=True)
+class Mismatch:
+    what: str  # "`torch.ops.aten.mm`, an OpOverloadPacket (in the set at line 4)"
+    fix: str
+
+
+def _never_true(
+    analysis: ProjectAnalysis, policy: Policy
+) -> Iterator[tuple[ast.Compare, Mismatch]]:
     """Comparisons of the op with a packet or a Python function, and what it is."""
     evaluator = analysis.evaluator
     bound = evaluator.bind(policy.function, None)
@@ -156,11 +164,11 @@ def _never_true(analysis: ProjectAnalysis, policy: Policy) -> Iterator[tuple[ast
             if other is None:
                 continue
             values = known(evaluator.evaluate(other, here))
-            descriptions = [_not_an_op(v) for v in values]
-            if values and all(descriptions):
-                yield node, descriptions[0]  # type: ignore[misc]
+            mismatches = [_not_an_op(v) for v in values]
+            if values and all(mismatches):
+                yield node, mismatches[0]  # type: ignore[misc]
         elif isinstance(operator, MEMBERSHIP) and _is_op(left, policy, here):
-            found = _bad_element(analysis, evaluator.evaluate(right, here), module)
+            found = _bad_element(analysis, evaluator.evaluate(right, here), node, module)
             if found is not None:
                 yield node, found
 
@@ -172,26 +180,32 @@ def _is_op(expression: ast.expr, policy: Policy, context: Context) -> bool:
     return bool(bindings) and all(b.node is policy.op for b in bindings)
 
 
-def _not_an_op(value: Value) -> str | None:
+def _not_an_op(value: Value) -> Mismatch | None:
     """How a value differs from what torch passes a policy, or None."""
     if not isinstance(value, External):
         return None
     name = value.name
     parts = name.split(".")
     if parts[:2] == ["torch", "ops"] and len(parts) == 4 and parts[2] != "higher_order":
-        return f"`{name}`, an OpOverloadPacket"
+        fix = f"compare with `{name}.default`, or with `op.overloadpacket`"
+        return Mismatch(f"`{name}`, an OpOverloadPacket", fix)
     is_function = name.startswith(FUNCTION_NAMESPACES) or (
         len(parts) == 2
         and parts[0] == "torch"
         and parts[1][:1].islower()
         and parts[1] not in TORCH_SUBMODULES
     )
-    return f"`{name}`, a Python function" if is_function else None
+    if not is_function:
+        return None
+    fix = "compare with the aten overload it runs as (`torch.ops.aten.<op>.default`)"
+    return Mismatch(f"`{name}`, a Python function", fix)
 
 
-def _bad_element(analysis: ProjectAnalysis, containers: Values, module: Module) -> str | None:
+def _bad_element(
+    analysis: ProjectAnalysis, containers: Values, compare: ast.Compare, module: Module
+) -> Mismatch | None:
     """The first packet or Python function among the elements (or dict keys) of
-    ``containers``, described with where the container is written."""
+    ``containers``, with where the container is written when not in the comparison."""
     for container in known(containers):
         elements: Values = ()
         node = getattr(container, "node", None)
@@ -205,12 +219,20 @@ def _bad_element(analysis: ProjectAnalysis, containers: Values, module: Module) 
         elif isinstance(container, (Sequence, Elements)):
             elements = analysis.evaluator.iterate((container,))
         for element in known(elements):
-            described = _not_an_op(element)
-            if described is None:
+            mismatch = _not_an_op(element)
+            if mismatch is None:
                 continue
             where = getattr(container, "context", None)
-            if node is not None and where is not None:
-                location = Location(where.module, node.lineno).describe(module)
-                return f"{described} (in the container at {location})"
-            return described
+            if (
+                node is None
+                or where is None
+                or (
+                    where.module is module
+                    and compare.lineno <= node.lineno <= (compare.end_lineno or 0)
+                )
+            ):
+                return mismatch
+            location = Location(where.module, node.lineno).describe(module)
+            kind = "dict" if isinstance(container, Mapping) else type(node).__name__.lower()
+            return Mismatch(f"{mismatch.what} (in the {kind} at {location})", mismatch.fix)
     return None
