@@ -12,14 +12,21 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from ckptlint.effects.changes import ChangeFinder
 from ckptlint.effects.reach import Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
+from ckptlint.regions.policies import Policy, policies
 from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
-from ckptlint.regions.sources import SourceTable
+from ckptlint.regions.sources import (
+    CHECKPOINT,
+    CHECKPOINT_SEQUENTIAL,
+    CHECKPOINT_WRAPPER,
+    ReentrantArgument,
+    SourceTable,
+)
 from ckptlint.resolution.evaluator import PARTIAL, Evaluator, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
@@ -28,11 +35,15 @@ from ckptlint.resolution.values import (
     Context,
     External,
     FunctionValue,
+    Instance,
     PartialValue,
     Value,
     Values,
 )
 from ckptlint.source import lines_with_words
+from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS, is_parameter_module_class
+
+Reentrancy = Literal["explicit", "default"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,7 @@ class ProjectAnalysis:
         self._modules: dict[str, ModuleRegions] = {}
         self._regions: dict[int, Values] = {}
         self._reach: dict[tuple[int, str], Reach] = {}
+        self._policies: dict[str, list[Policy]] = {}
 
     # -- per module ------------------------------------------------------------------------
     def regions_of(self, module: Module) -> ModuleRegions:
@@ -85,6 +97,13 @@ class ProjectAnalysis:
 
     def sites(self, module: Module) -> list[Site]:
         return self.regions_of(module).sites
+
+    def policies(self, module: Module) -> list[Policy]:
+        """The selective-checkpoint policies the module defines (see ``regions.policies``)."""
+        found = self._policies.get(module.path)
+        if found is None:
+            found = self._policies[module.path] = policies(self.evaluator, module)
+        return found
 
     def region(self, site: Site) -> Values:
         key = id(site)
@@ -131,6 +150,61 @@ class ProjectAnalysis:
                 for value in self.evaluator.evaluate(*flow)
             ):
                 return True
+        return False
+
+    def reentrancy(self, path: SourceCall) -> Reentrancy | None:
+        """How a source call selects torch's reentrant checkpoint: ``"explicit"``
+        (``use_reentrant=True``, ``checkpoint_impl=CheckpointImpl.REENTRANT``), ``"default"``
+        (``use_reentrant`` not passed or None: torch 2.13 still defaults to reentrant), or
+        None when it is not reentrant, not torch's, or cannot be told."""
+        name = path.source.names[0]
+        arguments = path.arguments
+        if name == CHECKPOINT_WRAPPER:
+            if "checkpoint_fn" in arguments.keywords:
+                return None  # a checkpoint function of the caller's: its own rules
+            flow = arguments.get(1, "checkpoint_impl")
+            reentrant = flow is not None and all(
+                isinstance(v, External) and v.name.endswith("CheckpointImpl.REENTRANT")
+                for v in self.evaluator.evaluate(*flow)
+            )
+            return "explicit" if reentrant else None
+        if name not in (CHECKPOINT, CHECKPOINT_SEQUENTIAL):
+            return None
+        flow = arguments.keywords.get("use_reentrant")
+        if flow is None and path.source.reentrant is ReentrantArgument.FOURTH_POSITIONAL:
+            leading = arguments.positional[:4]
+            if None in leading:
+                return None  # a *args may carry it
+            flow = leading[3] if len(leading) == 4 else None
+        if flow is None:
+            return None if arguments.double_star else "default"
+        values = self.evaluator.evaluate(*flow)
+        if all(isinstance(v, Constant) and v.value is None for v in values):
+            return "default"
+        if all(isinstance(v, Constant) and v.value in (True, None) for v in values):
+            return "explicit"
+        return None
+
+    def holds_parameters(self, values: Values) -> bool:
+        """Whether a region's values include a module with parameters: a project module (or
+        a method of one), a torch layer with weights, a container of such, a partial of
+        one."""
+        stack = list(values)
+        for _ in range(64):
+            if not stack:
+                break
+            value = stack.pop()
+            if isinstance(value, PartialValue):
+                stack.extend(value.inner)
+            elif isinstance(value, FunctionValue) and value.bound is not None:
+                stack.extend(v for v in value.bound if isinstance(v, Instance))
+            elif isinstance(value, Instance):
+                if isinstance(value.cls, ClassValue):
+                    return True
+                if is_parameter_module_class(value.cls.name):
+                    return True
+                if value.cls.name in SEQUENTIAL_CONTAINERS:
+                    stack.extend(self.evaluator.iterate((value,)))
         return False
 
     def _find(self, module: Module) -> ModuleRegions:

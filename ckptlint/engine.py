@@ -50,7 +50,7 @@ from ckptlint.project.dependencies import Dependencies, ScanKey
 from ckptlint.project.files import MISSING, Snapshot, StoredFile, digest_of
 from ckptlint.project.index import Module, Project, scan
 from ckptlint.project.layout import Layout
-from ckptlint.project.search import matches
+from ckptlint.project.search import NAMES, matches
 from ckptlint.regions.sources import SourceTable, configured_source
 from ckptlint.rules import ALL_RULES
 from ckptlint.rules.base import FileContext
@@ -69,6 +69,7 @@ from ckptlint.source import (
 
 TOO_DEEP = "too deeply nested to analyse"
 ALL_CODES = frozenset(rule.code for rule in ALL_RULES)
+TRIGGERS = tuple(sorted({word for rule in ALL_RULES for word in rule.TRIGGERS}))
 # Below this many files to analyse per process, a worker costs more than it saves.
 FILES_PER_PROCESS = 40
 
@@ -670,7 +671,7 @@ class Engine:
             earlier = trace[index] if following and index < len(trace) else None
             if earlier is None or earlier.new != new:
                 earlier, following = None, False
-            pending = self._pending(state, new, earlier)
+            pending = self._pending(state, new, earlier, TRIGGERS if index == 0 else ())
             reprocess = self._reprocess(state, owned, new, earlier) if index else ()
             state.rounds.append(Round(new, pending, reprocess))
             state.analysed.update(pending)
@@ -691,8 +692,11 @@ class Engine:
             words = Words(words.calls | added.calls, words.classes | added.classes)
             new = added
 
-    def _pending(self, state: _State, new: Words, earlier: Round | None) -> tuple[str, ...]:
-        """Files not analysed yet whose bytes can name one of the round's new words."""
+    def _pending(
+        self, state: _State, new: Words, earlier: Round | None, triggers: Sequence[str]
+    ) -> tuple[str, ...]:
+        """Files not analysed yet whose bytes can name one of the round's new words (or, in
+        the first round, a rule's trigger anywhere)."""
         prefilter = Prefilter(new.names)
         known = set(earlier.pending) if earlier is not None else None
         found = []
@@ -704,10 +708,11 @@ class Engine:
                     found.append(path)
                 continue
             try:
-                if prefilter.passes(state.snapshot.data(path)):
-                    found.append(path)
+                data = state.snapshot.data(path)
             except UnreadableSource:
                 continue
+            if prefilter.passes(data) or any(matches(NAMES, word, data) for word in triggers):
+                found.append(path)
         return tuple(found)
 
     def _reprocess(

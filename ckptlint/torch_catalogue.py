@@ -31,6 +31,20 @@ SEQUENTIAL_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList"}
 MAPPING_CONTAINERS = frozenset({"torch.nn.ModuleDict"})
 CONTAINERS = SEQUENTIAL_CONTAINERS | MAPPING_CONTAINERS
 
+# Modules that hold parameters (a region of an activation has none to reduce).
+PARAMETER_MODULES = frozenset(
+    "Linear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d"
+    " Embedding EmbeddingBag LayerNorm GroupNorm BatchNorm1d BatchNorm2d BatchNorm3d RMSNorm"
+    " MultiheadAttention LSTM GRU RNN Transformer TransformerEncoder TransformerDecoder"
+    " TransformerEncoderLayer TransformerDecoderLayer PReLU".split()
+)
+
+
+def is_parameter_module_class(qualified: str) -> bool:
+    name = canonical(qualified)
+    return is_torch_module_class(name) and short_name(name) in PARAMETER_MODULES
+
+
 # Random numbers: functions, tensor methods (named so that no other common type has them)
 # and modules that draw from torch's RNG.
 RANDOM_FUNCTIONS = frozenset(

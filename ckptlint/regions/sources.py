@@ -50,13 +50,18 @@ class RegionSource:
         return self.names[0].rsplit(".", 1)[-1]
 
 
-_TORCH_RNG = "CPU and the devices of tensor positional arguments, unless preserve_rng_state=False"
 _WRAPPER = "torch.distributed.algorithms._checkpoint.checkpoint_wrapper"
+# Rows that rules tell apart by name (what each passes on to torch's checkpoint).
+CHECKPOINT = "torch.utils.checkpoint.checkpoint"
+CHECKPOINT_SEQUENTIAL = "torch.utils.checkpoint.checkpoint_sequential"
+CHECKPOINT_WRAPPER = f"{_WRAPPER}.checkpoint_wrapper"
+
+_TORCH_RNG = "CPU and the devices of tensor positional arguments, unless preserve_rng_state=False"
 
 SOURCES: tuple[RegionSource, ...] = (
     RegionSource(
         "torch",
-        ("torch.utils.checkpoint.checkpoint",),
+        (CHECKPOINT,),
         "function",
         (0, "function"),
         ReentrantArgument.KEYWORD_ONLY,
@@ -65,7 +70,7 @@ SOURCES: tuple[RegionSource, ...] = (
     ),
     RegionSource(
         "torch",
-        ("torch.utils.checkpoint.checkpoint_sequential",),
+        (CHECKPOINT_SEQUENTIAL,),
         "sequence",
         (0, "functions"),
         ReentrantArgument.FOURTH_POSITIONAL,
@@ -74,7 +79,7 @@ SOURCES: tuple[RegionSource, ...] = (
     ),
     RegionSource(
         "torch",
-        (f"{_WRAPPER}.checkpoint_wrapper",),
+        (CHECKPOINT_WRAPPER,),
         "module",
         (0, "module"),
         rng_keyword="preserve_rng_state",

@@ -59,6 +59,9 @@ class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
     summary: ClassVar[str]
+    # Identifiers that make a file worth analysing for this rule wherever they appear, also
+    # in a file whose text names no region source (a trainer building DDP).
+    TRIGGERS: ClassVar[frozenset[str]] = frozenset()
     VALID: ClassVar[list[str]]
     INVALID: ClassVar[list[str]]
 

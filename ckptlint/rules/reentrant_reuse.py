@@ -1,0 +1,427 @@
+"""CKP401: a reentrant region whose module runs more than once in one step."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ckptlint.analysis import ProjectAnalysis
+from ckptlint.core import Finding
+from ckptlint.effects.reach import header_nodes, root_name
+from ckptlint.project.scopes import (
+    COMPREHENSIONS,
+    FUNCTIONS,
+    Scope,
+    node_position,
+    statements_at,
+)
+from ckptlint.regions.sites import MAX_WRAPPER_DEPTH, Site
+from ckptlint.regions.steps import loops_around, runs_backward
+from ckptlint.resolution.values import (
+    External,
+    Flow,
+    FunctionValue,
+    Instance,
+    Parameter,
+    known,
+)
+from ckptlint.rules.base import FileContext, Rule
+from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS
+
+TWICE = (
+    "its parameters get gradients in several reentrant backward passes of one step, which"
+    " DistributedDataParallel cannot reduce: it raises `Expected to mark a variable ready only"
+    " once`, or (without `find_unused_parameters`) may raise nothing and leave each rank with"
+    " gradients that differ from the true average"
+)
+OUTSIDE = (
+    "its parameters get gradients in the region's own backward pass and in the outer one,"
+    " and DistributedDataParallel raises `Expected to mark a variable ready only once`"
+    " (with or without `find_unused_parameters`)"
+)
+OUTSIDE_MARK = ", outside the region"
+FIX = "pass `use_reentrant=False` (or build DDP with `static_graph=True`)"
+
+
+class ReentrantReuse(Rule):
+    """A reentrant checkpoint region whose module runs more than once per step.
+
+    A reentrant region (`use_reentrant=True`, or `use_reentrant` left out: torch 2.13
+    still defaults to the reentrant variant) computes its gradients in a backward pass of
+    its own. A module checkpointed twice in one forward therefore gets its parameters'
+    gradients in two such passes, and `DistributedDataParallel` reduces a parameter's
+    gradient as soon as its first pass produces it. With `find_unused_parameters`, DDP raises
+    `RuntimeError: Expected to mark a variable ready only once ... Reused parameters in
+    multiple reentrant backward passes`; without it, it raises the same error or nothing at
+    all, depending on the model (measured on torch 2.13, gloo, 2 ranks: a block applied
+    twice raised nothing and each rank kept gradients off the true average by up to 0.4; an
+    encoder checkpointed per mini-batch, as RetriBERT does, raised). A module that runs
+    inside a reentrant region and again outside it raises the error in both cases.
+
+    `use_reentrant=False` handles all of these (gradients identical to the unchecked model);
+    so does DDP's `static_graph=True` for a model whose graph never changes.
+
+    Reported when the same module (by the same expression: `self.block`) is checkpointed
+    reentrantly
+    - inside a `for`/`while` loop or a comprehension that does not rebind anything the
+      region expression uses, and does not also run the backward (`loss.backward()`);
+    - twice in one block of statements, or checkpointed and called directly in it (not in
+      exclusive `if`/`else` branches);
+    - once per element of an `nn.ModuleList`/`nn.Sequential` that holds one module several
+      times (`nn.ModuleList([block] * n)`, `[block for _ in range(n)]`).
+    Only regions with parameters count: a module of the project, a method of one, or a
+    torch layer with weights (`nn.Linear`...), also through `functools.partial` or a
+    factory such as `create_custom_forward(self.block)`.
+    """
+
+    code = "CKP401"
+    name = "reentrant-region-reused"
+    summary = "reentrant region whose module runs more than once per step (DDP gradients)"
+
+    INVALID = [
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Sequential(nn.Linear(64, 64), nn.Tanh())
+
+    def forward(self, x):
+        for _ in range(4):
+            x = checkpoint(self.cell, x, use_reentrant=True)
+        return x
+""",
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Shared(nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.layers = nn.ModuleList([block] * 6)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = checkpoint(layer, x, use_reentrant=True)
+        return x
+""",
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Linear(64, 64)
+
+    def forward(self, x):
+        x = checkpoint(self.block, x, use_reentrant=True)
+        return self.block(x)
+""",
+    ]
+    VALID = [
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.Sequential(nn.Linear(64, 64), nn.Tanh())
+
+    def forward(self, x):
+        for _ in range(4):
+            x = checkpoint(self.cell, x, use_reentrant=False)
+        return x
+""",
+        """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Stack(nn.Module):
+    def __init__(self, make_block):
+        super().__init__()
+        self.layers = nn.ModuleList([make_block() for _ in range(6)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.gradient_checkpointing:
+                x = checkpoint(layer, x, use_reentrant=True)
+            else:
+                x = layer(x)
+        return x
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
+def train(model, batches, optimizer):
+    for batch in batches:
+        loss = checkpoint(model, batch, use_reentrant=True)
+        loss.backward()
+        optimizer.step()
+""",
+    ]
+
+    def check(self, context: FileContext) -> Iterator[Finding]:
+        analysis = context.analysis
+        for site in analysis.sites(context.module):
+            reason = self._reuse(analysis, site)
+            if reason is not None:
+                how = _reentrant_how(analysis, site)
+                effect = OUTSIDE if reason.endswith(OUTSIDE_MARK) else TWICE
+                message = f"{site.subject} is reentrant ({how}) and {reason}: {effect}; {FIX}"
+                yield context.finding(site.node, self.code, message)
+
+    def _reuse(self, analysis: ProjectAnalysis, site: Site) -> str | None:
+        """How the site's module runs again in the same step, or None."""
+        if not isinstance(site.node, ast.Call) or site.delegates:
+            return None
+        expression = _region_expression(analysis, site)
+        if expression is None:
+            return None
+        parameters = _has_parameters(analysis, site, expression)
+        if parameters is False:
+            return None
+        label = ast.unparse(expression)
+        scope = site.context.scope
+        if isinstance(scope.node, COMPREHENSIONS):
+            if parameters and not _uses_names(expression, set(scope.bindings)):
+                return f"runs `{label}` for every element of the comprehension at line" + (
+                    f" {scope.node.lineno}"  # type: ignore[attr-defined]
+                )
+            return None
+        owner = _enclosing_function(scope)
+        if owner is None:
+            return None
+        certain = parameters is True
+        for loop in loops_around(owner.node, site.node):
+            if runs_backward(loop):
+                break  # one step per iteration, here and in the loops around it
+            if not _rebinds(loop, owner, expression):
+                if not certain:
+                    return None
+                return f"runs `{label}` on every pass of the loop at line {loop.lineno}"
+            repeated = _repeating_container(analysis, site, loop, expression)
+            if repeated is not None:
+                return (
+                    f"runs `{label}` for every element of `{ast.unparse(loop.iter)}`, which"  # type: ignore[union-attr]
+                    f" holds one module several times (line {repeated})"
+                )
+        return _again_in_block(analysis, site, owner, expression, label) if certain else None
+
+
+def _reentrant_how(analysis: ProjectAnalysis, site: Site) -> str:
+    kinds = {analysis.reentrancy(path) for path in analysis.effective_paths(site)}
+    if "explicit" in kinds:
+        return "`use_reentrant=True`"
+    return "no `use_reentrant`: torch's default is the reentrant variant"
+
+
+def _region_expression(analysis: ProjectAnalysis, site: Site) -> ast.expr | None:
+    """The region argument as written at the site (followed back through the parameters
+    of the wrappers it passes), when every reentrant path takes it from there."""
+    found: ast.expr | None = None
+    for path in analysis.effective_paths(site):
+        if analysis.reentrancy(path) is None:
+            continue
+        flow = path.region_flow()
+        expression = None if flow is None else _written_at(site, flow)
+        if expression is None or (found is not None and found is not expression):
+            return None
+        found = expression
+    return found
+
+
+def _written_at(site: Site, flow: Flow) -> ast.expr | None:
+    """The expression at the site that a flow's value comes from: a wrapper's parameter
+    is followed to the argument its caller passed."""
+    node = site.node
+    for _ in range(MAX_WRAPPER_DEPTH + 1):
+        expression, context = flow
+        if context.module is site.module and (
+            node.lineno <= expression.lineno <= (node.end_lineno or node.lineno)  # type: ignore[attr-defined]
+        ):
+            return expression
+        if not isinstance(expression, ast.Name):
+            return None
+        bindings = context.scope.lookup(expression.id, node_position(expression))
+        if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+            return None
+        argument = context.argument(bindings[0].node)
+        if argument is None or argument.expression is None or argument.context is None:
+            return None
+        flow = (argument.expression, argument.context)
+    return None
+
+
+def _has_parameters(analysis: ProjectAnalysis, site: Site, expression: ast.expr) -> bool | None:
+    """The region is (or wraps) a module with parameters, or a method of one: True; known
+    and without any: False; None when nothing says (elements of a container unseen)."""
+    region = analysis.region(site)
+    if analysis.holds_parameters(region):
+        return True
+    for call in ast.walk(expression):  # ``create_custom_forward(self.block)``
+        if not isinstance(call, ast.Call):
+            continue
+        for argument in (*call.args, *(k.value for k in call.keywords)):
+            values = analysis.evaluator.evaluate(argument, site.context)
+            if analysis.holds_parameters(values):
+                return True
+    if any(_calls_an_enclosing_module(analysis, f) for f in region if isinstance(f, FunctionValue)):
+        return True
+    return False if known(region) else None
+
+
+def _calls_an_enclosing_module(analysis: ProjectAnalysis, function: FunctionValue) -> bool:
+    """A def or lambda that calls a module it reaches through an enclosing function's name:
+    ``sent_encoder.encoder(...)`` with ``sent_encoder`` a parameter of the method around
+    it, ``self.conv1(x)`` in a closure of ``forward`` (the module's own parameters run in
+    the region even where the analysis cannot tell its class)."""
+    if function.bound is not None:
+        return False
+    body = function.node.body
+    statements = [body] if isinstance(body, ast.expr) else body
+    own = analysis.evaluator.scope_of(function)
+    context = analysis.evaluator.bind(function, None)
+    for node, scope in analysis.reaches.nodes_with_scopes(statements, own, function.module):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        root = root_name(node.func)
+        if root is None:
+            continue
+        bindings = scope.lookup(root.id, node_position(root))
+        if not bindings or any(b.scope.kind != "function" or b.scope is own for b in bindings):
+            continue  # a global, an import, or the region's own variable (its inputs)
+        receiver = [
+            v
+            for v in known(analysis.evaluator.evaluate(node.func.value, context.at(scope)))
+            if not isinstance(v, Parameter)  # what the caller passes: not known here
+        ]
+        if not receiver or analysis.holds_parameters(tuple(receiver)):
+            return True
+    return False
+
+
+def _enclosing_function(scope: Scope | None) -> Scope | None:
+    while scope is not None and not isinstance(scope.node, FUNCTIONS):
+        if scope.kind != "function":
+            return None  # a class body or the module: no function runs it repeatedly
+        scope = scope.parent
+    return scope
+
+
+def _uses_names(expression: ast.expr, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(expression))
+
+
+def _rebinds(loop: ast.AST, owner: Scope, expression: ast.expr) -> bool:
+    """Whether the loop binds a name the expression uses, or assigns the expression or a
+    part of it (``self.current = ...``): the region may be another module each pass."""
+    first, last = loop.lineno, loop.end_lineno or loop.lineno  # type: ignore[attr-defined]
+    names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    for name in names:
+        if any(first <= b.position[0] <= last for b in owner.bindings.get(name, [])):
+            return True
+    parts = {
+        ast.dump(n) for n in ast.walk(expression) if isinstance(n, (ast.Attribute, ast.Subscript))
+    }
+    for node in ast.walk(loop):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        if any(ast.dump(t) in parts for t in targets):
+            return True
+    return False
+
+
+def _repeating_container(
+    analysis: ProjectAnalysis, site: Site, loop: ast.AST, expression: ast.expr
+) -> int | None:
+    """The line of ``nn.ModuleList([block] * n)`` (one module held several times) when the
+    loop iterates over it and the region is the loop's element."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(loop.target, ast.Name):
+        return None
+    if not _uses_names(expression, {loop.target.id}):
+        return None
+    for value in analysis.evaluator.evaluate(loop.iter, site.context):
+        if not (
+            isinstance(value, Instance)
+            and isinstance(value.cls, External)
+            and value.cls.name in SEQUENTIAL_CONTAINERS
+            and value.call is not None
+        ):
+            continue
+        arguments = [a.value if isinstance(a, ast.Starred) else a for a in value.call.args]
+        if any(_repeats_one_object(argument) for argument in arguments):
+            return value.call.lineno
+    return None
+
+
+def _repeats_one_object(node: ast.expr) -> bool:
+    """``[block] * n``, or ``[block for _ in range(n)]`` whose element is no new object."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return any(isinstance(side, (ast.List, ast.Tuple)) for side in (node.left, node.right))
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        targets = {
+            n.id
+            for generator in node.generators
+            for n in ast.walk(generator.target)
+            if isinstance(n, ast.Name)
+        }
+        element = node.elt
+        return isinstance(element, (ast.Name, ast.Attribute)) and not _uses_names(element, targets)
+    return False
+
+
+def _again_in_block(
+    analysis: ProjectAnalysis, site: Site, owner: Scope, expression: ast.expr, label: str
+) -> str | None:
+    """A direct call of the same module, or an earlier site of it, in the block of
+    statements that holds the site (not in a branch of its own, which may be exclusive)."""
+    node = site.node
+    block = _block_of(owner.node, node)
+    if block is None:
+        return None
+    wanted = ast.dump(expression)
+    sites = {id(other.node) for other in analysis.sites(site.module) if other is not site}
+    start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    for statement in block:
+        nodes = [statement, *header_nodes(statement)]
+        if any(isinstance(n, (ast.IfExp, ast.BoolOp)) for n in nodes) and any(
+            n is node for n in nodes
+        ):
+            continue  # ``checkpoint(...) if ... else self.block(x)``: one or the other
+        for inner in nodes:
+            if not isinstance(inner, ast.Call) or inner is node:
+                continue
+            if ast.dump(inner.func) == wanted:
+                return f"`{label}` also runs at line {inner.lineno}{OUTSIDE_MARK}"
+            earlier = (inner.lineno, inner.col_offset) < start
+            if earlier and id(inner) in sites and inner.args and ast.dump(inner.args[0]) == wanted:
+                return f"`{label}` is also checkpointed at line {inner.lineno}"
+    return None
+
+
+def _block_of(function: ast.AST, node: ast.AST) -> list[ast.stmt] | None:
+    """The statement list that directly holds the statement containing ``node``."""
+    path = statements_at(function.body, node.lineno)  # type: ignore[attr-defined]
+    if not path:
+        return None
+    if len(path) == 1:
+        return function.body  # type: ignore[attr-defined]
+    parent = path[-2]
+    for body in (
+        getattr(parent, "body", []),
+        getattr(parent, "orelse", []),
+        getattr(parent, "finalbody", []),
+    ):
+        if path[-1] in body:
+            return body
+    for handler in getattr(parent, "handlers", []):
+        if path[-1] in handler.body:
+            return handler.body
+    return None
