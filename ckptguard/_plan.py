@@ -54,7 +54,21 @@ _LIBRARY_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch", 
 _MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
 
 
-_library_files: dict[str, bool] = {}
+PLAN_CACHE_ENTRIES = 4096  # per cache keyed by code object or file name
+
+
+class BoundedCache(dict):
+    """A dict that forgets its oldest entry past ``PLAN_CACHE_ENTRIES``: code objects cannot
+    be weakly referenced, and generated code (torch.fx's ``<eval_with_key>``, ``exec``) makes
+    new ones for every model, so caches keyed by them must not grow with the run."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        while len(self) > PLAN_CACHE_ENTRIES:
+            del self[next(iter(self))]
+
+
+_library_files: dict[str, bool] = BoundedCache()
 
 
 def is_library_code(code: types.CodeType) -> bool:
@@ -225,7 +239,7 @@ def _scan(
             _scan(const, arguments, free, found)
 
 
-_code_reads: dict[types.CodeType, CodeReads] = {}
+_code_reads: dict[types.CodeType, CodeReads] = BoundedCache()
 
 
 def code_reads(code: types.CodeType) -> CodeReads:
@@ -579,7 +593,7 @@ def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
     return out
 
 
-_function_plans: dict[tuple[types.CodeType, int], FunctionPlan] = {}
+_function_plans: dict[tuple[types.CodeType, int], FunctionPlan] = BoundedCache()
 
 
 def function_plan(func: types.FunctionType) -> FunctionPlan:

@@ -34,6 +34,7 @@ from ckptguard._fingerprint import (
     value_fp,
 )
 from ckptguard._plan import (
+    BoundedCache,
     FunctionPlan,
     ModulePlan,
     cell_contents,
@@ -437,7 +438,7 @@ def store_reader(key: tuple, anchor: Any, reader: RegionReader) -> None:
 
 
 # regions that run no module (a plain function): keyed by their function plans, few
-_unanchored: dict[tuple, RegionReader] = {}
+_unanchored: dict[tuple, RegionReader] = BoundedCache()
 
 
 def cache_sizes() -> dict[str, int]:

@@ -277,11 +277,11 @@ def _reader_key(
 ) -> tuple[tuple, Any]:
     """(cache key, anchor module) of a region's reader: a module region's reader is stored
     under its module, a function region's under the first module it ran. Functions count by
-    the ids of their code and globals (the function plans cache holds those code objects, so
-    an id is never reused while its key can be looked up)."""
+    their code object (held by the key, which lives as long as its anchor) and the id of
+    their globals."""
     functions = []
     for function in roots:
-        functions.append((id(function.__code__), id(function.__globals__)))
+        functions.append((function.__code__, id(function.__globals__)))
     frozen = frozenset(loose) if loose else None
     if target is not None:
         return ("tree", tuple(functions), reentrant, frozen), target
