@@ -71,6 +71,8 @@ _FIXES = {
 
 
 def _describe_value(value: Any) -> str:
+    if isinstance(value, Described):
+        return str(value)
     value = readable(value)
     if isinstance(value, TensorFP):
         where = f" {tuple(value.shape)}" if value.shape is not None else ""
