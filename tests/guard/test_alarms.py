@@ -15,13 +15,13 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import grads_equal, grads_of
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.checkpoint import (
     CheckpointError,
     CheckpointPolicy,
     checkpoint,
     create_selective_checkpoint_contexts,
 )
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import ckptguard
 from ckptguard import _plan, _reader, _strict
