@@ -98,17 +98,22 @@ def enable(
     options = intercept.Options(
         strict=strict, on_mismatch=on_mismatch, report=report, on_lost_gradients=on_lost_gradients
     )
-    previous = intercept.current_options()
     intercept.install(options)
     if report and not _exit_report_registered:
         _register_exit_report()
-    if options != previous:
-        _announce(options)
+    _announce(options)
+
+
+_announced: set = set()
 
 
 def _announce(options: Any) -> None:
-    """Say once (per change of options) what is guarded and how, through ``logging``: the
-    ``ckptguard`` logger at INFO, shown on stderr unless the program configured logging."""
+    """Say once per process and set of options what is guarded and how, through
+    ``logging``: the ``ckptguard`` logger at INFO, shown on stderr unless the program
+    configured logging (enabling again, or after ``disable()``, says nothing new)."""
+    if options in _announced:
+        return
+    _announced.add(options)
     if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))

@@ -451,9 +451,12 @@ def test_warnings_point_at_the_users_backward_call() -> None:
 # ------------------------------------------------------------------------ switching it on
 
 
-def test_enable_logs_once_what_it_guards(caplog) -> None:
+def test_enable_logs_once_what_it_guards(caplog, monkeypatch) -> None:
+    monkeypatch.setattr(ckptguard, "_announced", set())
     with caplog.at_level(logging.INFO, logger="ckptguard"):
         ckptguard.enable()
+        ckptguard.enable()
+        ckptguard.disable()
         ckptguard.enable()
         ckptguard.enable(strict=True)
     lines = [r.getMessage() for r in caplog.records if r.name == "ckptguard"]
