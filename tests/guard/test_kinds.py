@@ -328,6 +328,9 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x)
 
 
+_ORIGINAL_TANH = _tanh
+
+
 class Table:
     def __len__(self) -> int:
         return 1
@@ -400,7 +403,7 @@ def test_what_changed_reads_as_one_sentence(change, what_changed, forward_saw, n
             change(model)
             out.sum().backward()
     finally:
-        globals()["_tanh"] = torch.tanh
+        globals()["_tanh"] = _ORIGINAL_TANH
     lines = str(info.value).splitlines()
     assert lines[1] == f"  what changed: {what_changed}", lines[1]
     assert info.value.details["old"].startswith(forward_saw), info.value.details
