@@ -265,10 +265,10 @@ class Region:
     def name(self) -> str:
         if self._name is None:
             fingerprint = self.fingerprint
-            function = self.binding.function
-            code = function.__code__ if function is not None else None
-            if fingerprint is not None:
-                code = fingerprint.code  # as it was at the forward
+            # as it was at the forward
+            code = (
+                fingerprint.code if fingerprint is not None else _verify.region_code(self.binding)
+            )
             self._name = _names.region_name(self.fn, self.found_root(), self.modules, code)
         return self._name
 

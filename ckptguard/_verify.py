@@ -388,10 +388,15 @@ def capture(
     fingerprint.written = written
     fingerprint.mask = mask
     fingerprint.values = values
-    function = binding.function
-    fingerprint.code = function.__code__ if function is not None else None
+    fingerprint.code = region_code(binding)
     _capture_arguments(fingerprint, binding, args, kwargs)
     return fingerprint
+
+
+def region_code(binding: Binding) -> Any:
+    """The code a region runs, under its decorators (what names it)."""
+    function = unwrap_function(binding.function) if binding.function is not None else None
+    return function.__code__ if function is not None else None
 
 
 def refresh_own_writes(fingerprint: RegionFingerprint, own_hooks: frozenset) -> None:
