@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +45,7 @@ __all__ = [
     "region_report",
 ]
 
+logger = logging.getLogger("ckptguard")
 _ON_MISMATCH = ("raise", "warn")
 _ON_LOST_GRADIENTS = ("warn", "raise")
 _PLANNER_NAMES = ("plan", "Plan")
@@ -98,6 +101,65 @@ def enable(
     intercept.install(options)
     if report and not _exit_report_registered:
         _register_exit_report()
+    _announce(options)
+
+
+_announced: set = set()
+
+
+def _announce(options: Any) -> None:
+    """Say once per process and set of options what is guarded and how, through
+    ``logging``: the ``ckptguard`` logger at INFO, shown on stderr unless the program
+    configured logging (enabling again, or after ``disable()``, says nothing new)."""
+    if options in _announced:
+        return
+    _announced.add(options)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    mode = (
+        "strict mode (fingerprints, and the values backward uses)"
+        if options.strict
+        else ("default mode (fingerprints of what each region reads)")
+    )
+    action = "raise CheckpointMismatchError" if options.on_mismatch == "raise" else "warn"
+    logger.info(
+        "guarding every torch.utils.checkpoint region in this process (use_reentrant=True and "
+        "False, checkpoint_sequential, checkpoint_wrapper, composable checkpoint) in %s; "
+        "mismatches %s%s",
+        mode,
+        action,
+        "; report mode collects per-region figures" if options.report else "",
+    )
+
+
+ENVIRONMENT = "CKPTGUARD"
+_ENVIRONMENT_MODES = {
+    "1": {},
+    "default": {},
+    "strict": {"strict": True},
+    "warn": {"on_mismatch": "warn"},
+    "report": {"report": True},
+}
+
+
+def options_from_environment(value: str | None = None) -> dict[str, Any] | None:
+    """``enable()``'s keywords from ``CKPTGUARD`` (``1``, ``strict``, ``warn``, ``report``,
+    or several joined by commas); None when it is unset, empty or ``0``."""
+    value = os.environ.get(ENVIRONMENT, "") if value is None else value
+    words = [w.strip().lower() for w in value.split(",") if w.strip()]
+    if not words or words == ["0"]:
+        return None
+    options: dict[str, Any] = {}
+    for word in words:
+        if word not in _ENVIRONMENT_MODES:
+            raise ValueError(
+                f"{ENVIRONMENT}={value!r}: use 1, strict, warn or report (comma-separated)"
+            )
+        options.update(_ENVIRONMENT_MODES[word])
+    return options
 
 
 _exit_report_registered = False
@@ -185,3 +247,21 @@ def guard(
             disable()
         else:
             intercept.install(previous)
+
+
+def _enable_from_environment() -> None:
+    """``CKPTGUARD=1`` (``strict``, ``warn``, ``report``): guard a program that imports
+    ckptguard without a change to its code; ``python -m ckptguard script.py`` covers one that
+    does not import it."""
+    try:
+        options = options_from_environment()
+    except ValueError as error:
+        import warnings
+
+        warnings.warn(f"ckptguard: {error}; the guard stays off", stacklevel=3)
+        return
+    if options is not None:
+        enable(**options)
+
+
+_enable_from_environment()

@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_leaves
 
 from ckptguard._explain import compatibility_error
+from ckptguard.errors import derive_from_checkpoint_error
 
 MINIMUM_TORCH = (2, 4)
 GENERATOR_NAMES = (
@@ -266,6 +267,7 @@ def resolve() -> Torch:
     _require(
         _resolved.checkpoint_frame, "check_recomputed_tensors_match", f"{where}._CheckpointFrame"
     )
+    derive_from_checkpoint_error(_resolved.checkpoint_error)
     return _resolved
 
 

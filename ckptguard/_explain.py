@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import sysconfig
 import types
 import warnings
 from typing import Any
 
-from ckptguard._fingerprint import LooseTensorFP, ObjectFP, TensorFP, readable
+from ckptguard._fingerprint import Described, LooseTensorFP, ObjectFP, TensorFP, readable
 from ckptguard.errors import (
     CheckpointGuardCompatibilityError,
     CheckpointGuardError,
@@ -14,9 +17,10 @@ from ckptguard.errors import (
     CheckpointMismatchError,
     CheckpointMismatchWarning,
     LostGradientsError,
-    RecomputeSideEffectError,
     abbreviate,
 )
+
+Location = tuple[str, int]  # (file, line)
 
 _FIXES = {
     "function": (
@@ -29,8 +33,17 @@ _FIXES = {
     ),
     "closure": (
         "the region closes over a variable that was rebound after the forward (often a loop "
-        "variable: late binding), or a functools.partial argument changed; bind the value now "
-        "with functools.partial(fn, name=value) or a default argument"
+        "variable: late binding); bind the value now with functools.partial(fn, name=value) or "
+        "a default argument"
+    ),
+    "defaults": (
+        "a default argument of a function the region runs was changed after the forward; "
+        "pass the value explicitly, or change defaults only between steps"
+    ),
+    "contents": (
+        "a container the region reads (a closure variable, a global or a partial argument) "
+        "was changed in place after the forward; change it only between steps, or pass the "
+        "value to the region as an argument"
     ),
     "attribute": (
         "change module attributes, children and config objects only after backward (e.g. after "
@@ -58,6 +71,8 @@ _FIXES = {
 
 
 def _describe_value(value: Any) -> str:
+    if isinstance(value, Described):
+        return str(value)
     value = readable(value)
     if isinstance(value, TensorFP):
         where = f" {tuple(value.shape)}" if value.shape is not None else ""
@@ -106,7 +121,12 @@ def _refine(kind: str, old: Any, new: Any) -> tuple[str, str]:
     old_r, new_r = readable(old), readable(new)
     if isinstance(old_r, (TensorFP, LooseTensorFP)) or isinstance(new_r, (TensorFP, LooseTensorFP)):
         return _tensor_change(old_r, new_r)
-    if isinstance(old_r, ObjectFP) and isinstance(new_r, ObjectFP):
+    if isinstance(old_r, (ObjectFP, Described)) and isinstance(new_r, (ObjectFP, Described)):
+        if isinstance(old_r, Described) or isinstance(new_r, Described):
+            modules = [v.module for v in (old_r, new_r) if isinstance(v, Described)]
+            if all(modules):
+                return kind, "was replaced by another module"
+            return kind, "now refers to another object"
         known = [t for t in (old_r.type, new_r.type) if t is not None]
         if known and all("Module" in {k.__name__ for k in t.__mro__} for t in known):
             return kind, "was replaced by another module"
@@ -139,12 +159,42 @@ def _descend(name: str, old: Any, new: Any) -> tuple[str, Any, Any]:
     return name, old, new
 
 
+# what plain PyTorch does with each kind of change, where it does not stay silent
+_TORCH_DOES = {
+    "training": (
+        "plain PyTorch raises an opaque CheckpointError in backward under "
+        "use_reentrant=False when the switch changes what the region saves (dropout, "
+        "BatchNorm: a different number of saved tensors), and otherwise computes the other "
+        "mode's gradients without a word"
+    ),
+    "placement": (
+        "plain PyTorch fails inside the recompute with an opaque error at the first op that "
+        "meets the moved or cast tensor (a dtype or device mismatch such as 'mat1 and mat2 "
+        "must have the same dtype'), or raises CheckpointError about the saved tensors' "
+        "metadata"
+    ),
+}
+_TORCH_SILENT = "plain PyTorch does not notice"
+
+
+def _fix_for(kind: str, name: str, where: str, old: Any) -> str:
+    if kind == "closure" and name.endswith(("__defaults__", "__kwdefaults__")):
+        return _FIXES["defaults"]
+    if kind in ("closure", "global") and type(old) is tuple and old and old[0] in _CONTAINERS:
+        return _FIXES["contents"]
+    return _FIXES.get(kind, _FIXES["tensor"])
+
+
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
 def mismatch_error(
     region: str, kind: str, name: str, where: str, old: Any, new: Any
 ) -> CheckpointMismatchError:
     """A fingerprinted state that differs at recompute from what the forward saw."""
     if kind == "argument":
         kind = "tensor"
+    fix = _fix_for(kind, name, where, old)
     name, old, new = _descend(name, old, new)
     kind, change = _refine(kind, old, new)
     old_text, new_text = _describe_value(old), _describe_value(new)
@@ -155,11 +205,52 @@ def mismatch_error(
         f"  forward saw:  {old_text}\n"
         f"  now:          {new_text}\n"
         f"  effect: backward reruns the region with the new state, so its gradients belong to a "
-        f"different computation than the forward's output; plain PyTorch does not notice.\n"
-        f"  how to fix: {_FIXES.get(kind, _FIXES['tensor'])}."
+        f"different computation than the forward's output; {_TORCH_DOES.get(kind, _TORCH_SILENT)}"
+        f".\n"
+        f"  how to fix: {fix}."
     )
     details = {"name": name, "where": where, "old": old_text, "new": new_text}
     return CheckpointMismatchError(message, kind=kind, region=region, details=details)
+
+
+def torch_state_error(
+    region: str, name: str, old: Any, new: Any, evidence: str, certain: bool
+) -> CheckpointMismatchError:
+    """A process-wide torch setting that changed between forward and recompute, judged by
+    what the recompute ran: ``certain`` when an op's result depends on the setting (a tensor
+    made from the default dtype), else the recompute ran ops the setting may change."""
+    if certain:
+        effect = (
+            f"the recompute ran {evidence}, so it computed differently from the forward and "
+            f"the gradients belong to a different computation; plain PyTorch does not notice "
+            f"(or fails later with an opaque dtype or device error)"
+        )
+        headline = "was recomputed differently from its forward pass"
+    else:
+        effect = (
+            f"the recompute ran {evidence}, whose results this setting may change (depending "
+            f"on the backend and the kernels chosen): the gradients may differ from the "
+            f"forward's computation; the guard cannot tell whether they do (strict=True "
+            f"compares the values backward uses)"
+        )
+        headline = "may have been recomputed differently from its forward pass"
+    message = (
+        f"ckptguard [torch_state]: checkpointed region {region} {headline}.\n"
+        f"  what changed: {name} (process-wide torch setting) changed\n"
+        f"  forward saw:  {abbreviate(old)}\n"
+        f"  now:          {abbreviate(new)}\n"
+        f"  effect: {effect}.\n"
+        f"  how to fix: {_FIXES['torch_state']}."
+    )
+    details = {
+        "name": name,
+        "where": "process-wide torch setting",
+        "old": abbreviate(old),
+        "new": abbreviate(new),
+        "certain": certain,
+        "evidence": evidence,
+    }
+    return CheckpointMismatchError(message, kind="torch_state", region=region, details=details)
 
 
 def rng_device_error(region: str, devices: list[str], preserve: bool) -> CheckpointMismatchError:
@@ -242,12 +333,15 @@ def checkpoint_error_explained(
             f"    forward:   {first_op['forward']}\n"
             f"    recompute: {first_op['recompute']}"
         )
+    rest = torch_message.strip()[len(first_line) :].strip("\n")
+    torch_text = f"\n  torch's full report:\n{rest}" if rest else ""
     message = (
         f"ckptguard [{kind}]: torch's checkpoint found that the recompute of region {region} "
         f"saved different tensors than its forward.\n"
         f"  torch: {first_line}\n"
         f"{cause}{op_text}\n"
         f"  effect: the recompute is a different computation; torch refuses to use it."
+        f"{torch_text}"
     )
     details: dict[str, Any] = {"torch": torch_message, "changes": [d for _, d in found]}
     if first_op is not None:
@@ -255,13 +349,22 @@ def checkpoint_error_explained(
     return CheckpointMismatchError(message, kind=kind, region=region, details=details)
 
 
-def side_effect(region: str, names: list[str], statistics_only: bool, strict: bool) -> None:
-    """The recompute updated module state the forward had already updated (raise in strict).
-    ``statistics_only``: normalisation statistics, which no gradient depends on."""
+def side_effect(
+    region: str, names: list[str], statistics_only: bool, fallback: Location | None
+) -> None:
+    """The recompute updated module state the forward had already updated: a warning in
+    every mode (strict mode compares what backward uses, and raises only there)."""
     if statistics_only:
         effect = (
             "gradients are not affected (a normalisation layer in training computes its output "
-            "from the batch's own statistics), but these statistics now count the step twice"
+            "from the batch's own statistics), but each checkpointed step updates the running "
+            "statistics twice: they move as if momentum were about twice as large "
+            "(num_batches_tracked counts two per step), which the model uses in eval()"
+        )
+        fix = (
+            "keep the normalisation layer outside the checkpointed region, halve its momentum "
+            "to compensate, or use a norm without running statistics (GroupNorm, LayerNorm); "
+            "this is reported once per module"
         )
     else:
         effect = (
@@ -269,20 +372,19 @@ def side_effect(region: str, names: list[str], statistics_only: bool, strict: bo
             "region computes its output from it (power-iteration vectors of spectral_norm, an "
             "EMA codebook, a counter feeding a schedule) its gradients are wrong; if it only "
             "records it (a call counter) the step counts twice. Strict mode compares the "
-            "tensors backward uses and says which"
+            "tensors backward uses and raises where they differ"
+        )
+        fix = (
+            "keep such modules outside checkpointed regions, or skip the update during the "
+            "recompute (e.g. a flag checked in forward); this is reported once per module"
         )
     message = (
         f"ckptguard [side_effect]: the recompute of checkpointed region {region} updated state "
         f"a second time: {', '.join(names)}.\n"
         f"  effect: {effect}.\n"
-        f"  how to fix: keep such modules outside checkpointed regions, or switch the update off "
-        f"during the recompute (e.g. BatchNorm momentum handling, a flag checked in forward)."
+        f"  how to fix: {fix}."
     )
-    if strict:
-        raise RecomputeSideEffectError(
-            message, kind="side_effect", region=region, details={"names": names}
-        )
-    warnings.warn(message, CheckpointGuardWarning, stacklevel=3)
+    warn(message, CheckpointGuardWarning, fallback)
 
 
 def internal_error(region: str, stage: str, error: Exception) -> None:
@@ -296,10 +398,12 @@ def internal_error(region: str, stage: str, error: Exception) -> None:
         f"  how to fix: this is a ckptguard bug; please report it with this message (run with "
         f"-W error::ckptguard.CheckpointGuardWarning for the traceback)."
     )
-    warnings.warn(message, CheckpointGuardWarning, stacklevel=4)
+    warn(message, CheckpointGuardWarning, None)
 
 
-def lost_gradients(region: str, parameters: list[str], nested: list[str], raise_: bool) -> None:
+def lost_gradients(
+    region: str, parameters: list[str], nested: list[str], raise_: bool, fallback: Location | None
+) -> None:
     """A reentrant region whose parameters or nested tensor inputs will get no gradient."""
     parts = []
     if parameters:
@@ -324,7 +428,7 @@ def lost_gradients(region: str, parameters: list[str], nested: list[str], raise_
     if raise_:
         details = {"parameters": parameters, "nested": nested}
         raise LostGradientsError(message, kind="lost_gradients", region=region, details=details)
-    warnings.warn(message, CheckpointGuardWarning, stacklevel=4)
+    warn(message, CheckpointGuardWarning, fallback)
 
 
 def compatibility_error(version: str, missing: str) -> CheckpointGuardCompatibilityError:
@@ -335,8 +439,55 @@ def compatibility_error(version: str, missing: str) -> CheckpointGuardCompatibil
     )
 
 
-def report(error: CheckpointGuardError, on_mismatch: str) -> None:
+def report(error: CheckpointGuardError, on_mismatch: str, fallback: Location | None) -> None:
     if on_mismatch == "warn":
-        warnings.warn(str(error), CheckpointMismatchWarning, stacklevel=3)
+        warn(str(error), CheckpointMismatchWarning, fallback)
     else:
         raise error
+
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_PACKAGE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+
+def _is_user_file(filename: str) -> bool:
+    """Not ckptguard's, torch's or the standard library's (installed packages count as the
+    user's: transformers' layer is where its region is called)."""
+    if filename.startswith("<"):
+        return filename in ("<stdin>", "<string>") or filename.startswith("<ipython")
+    from ckptguard._compat import torch_dir  # _compat imports this module
+
+    if filename.startswith((_OWN_DIR, torch_dir())):
+        return False
+    return not filename.startswith(_STDLIB_DIR) or any(d in filename for d in _PACKAGE_DIRS)
+
+
+def user_location() -> tuple[Any, Location] | None:
+    """(module globals, (file, line)) of the innermost frame outside ckptguard, torch and the
+    standard library: the user's backward call during a recompute, the region's checkpoint
+    call during a forward."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if _is_user_file(frame.f_code.co_filename):
+            return frame.f_globals, (frame.f_code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return None
+
+
+def warn(message: str, category: type[Warning], fallback: Location | None) -> None:
+    """A warning at the user's code (so ``-W`` filters by module and the printed location
+    help), or at ``fallback`` (the region's code) when no user frame is on this thread's
+    stack (a backward run by an accelerator's worker thread)."""
+    found = user_location()
+    if found is not None:
+        module_globals, (filename, lineno) = found
+        registry = module_globals.setdefault("__warningregistry__", {})
+        module = module_globals.get("__name__", "__main__")
+        warnings.warn_explicit(
+            message, category, filename, lineno, module, registry, module_globals
+        )
+    elif fallback is not None:
+        warnings.warn_explicit(message, category, fallback[0], fallback[1])
+    else:
+        warnings.warn(message, category, stacklevel=2)

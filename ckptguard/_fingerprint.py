@@ -36,6 +36,21 @@ MISSING = _Marker("<unset>")
 SKIPPED = _Marker("<not evaluated>")  # a property or other descriptor: reading it runs code
 
 
+class Described(str):
+    """An object a message names by what it is (``blocks.2 (Block)``, ``function f (x.py:3)``),
+    shown without quotes; ``module`` says whether it is a module."""
+
+    module: bool
+
+    def __new__(cls, text: str, module: bool = False) -> Described:
+        described = super().__new__(cls, text)
+        described.module = module
+        return described
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 class TensorFP(NamedTuple):
     """Readable view of ``(TENSOR, id, version, data_ptr, dtype[, device, shape])``; parameters
     and buffers leave out device and shape (a move or a resize changes the data pointer or the

@@ -20,6 +20,7 @@ the side-effect check and, in strict mode, the comparison of what backward uses.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import types
@@ -30,7 +31,17 @@ from typing import Any
 import torch
 from torch.nn.parameter import is_lazy
 
-from ckptguard import _compat, _explain, _names, _plan, _report, _rng, _strict, _verify
+from ckptguard import (
+    _compat,
+    _explain,
+    _names,
+    _plan,
+    _report,
+    _rng,
+    _settings,
+    _strict,
+    _verify,
+)
 from ckptguard._fingerprint import MISSING, SCALAR_TYPES, nested_tensors
 from ckptguard.errors import CheckpointGuardError
 
@@ -198,6 +209,8 @@ class Region:
         "found",
         "forward_done",
         "unguarded",
+        "scoped",
+        "pending",
         "_name",
         "__weakref__",
     )
@@ -223,6 +236,10 @@ class Region:
         self.found: list = []
         self.forward_done = False
         self.unguarded = False  # the guard failed on this region: torch runs it plainly
+        # strict mode's recompute pass is entered by a wrapped context_fn, under the user's
+        # recompute context (whose dispatch mode must stay on top), not inside the function
+        self.scoped = False
+        self.pending: list | None = None  # the watched state, while a scoped recompute runs
         self._name: str | None = None
 
     # names ------------------------------------------------------------------------------
@@ -247,8 +264,21 @@ class Region:
     @property
     def name(self) -> str:
         if self._name is None:
-            self._name = _names.region_name(self.fn, self.found_root(), self.modules)
+            fingerprint = self.fingerprint
+            # as it was at the forward
+            code = (
+                fingerprint.code if fingerprint is not None else _verify.region_code(self.binding)
+            )
+            self._name = _names.region_name(self.fn, self.found_root(), self.modules, code)
         return self._name
+
+    def location(self) -> tuple[str, int] | None:
+        """Where the region's function is defined: a warning's place when no user frame is
+        on the stack (a backward run by an accelerator's worker thread)."""
+        function = self.binding.function
+        if function is None:
+            return None
+        return function.__code__.co_filename, function.__code__.co_firstlineno
 
     # forward ----------------------------------------------------------------------------
 
@@ -389,7 +419,7 @@ class Region:
         self.rng_before = None
         if devices:
             error = _explain.rng_device_error(self.name, devices, self.preserve)
-            _explain.report(error, self.options.on_mismatch)
+            _explain.report(error, self.options.on_mismatch, self.location())
 
     def check_lost_gradients(self, args: tuple) -> None:
         """Reentrant only: with no positional tensor that requires grad, the region's output
@@ -412,7 +442,9 @@ class Region:
         ]
         if parameters or nested:
             raise_ = self.options.on_lost_gradients == "raise"
-            _explain.lost_gradients(self.name, list(dict.fromkeys(parameters)), nested, raise_)
+            _explain.lost_gradients(
+                self.name, list(dict.fromkeys(parameters)), nested, raise_, self.location()
+            )
 
     # recompute --------------------------------------------------------------------------
 
@@ -437,8 +469,9 @@ class Region:
         return self.fn(*args, **kwargs)
 
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
+        settings: list = []
         try:
-            _verify.compare(
+            settings = _verify.compare(
                 self.fingerprint, self.binding, args, kwargs, _observation.own, self.name_module
             )
         except _verify.Difference as difference:
@@ -454,25 +487,67 @@ class Region:
                     self.name, found.kind, found.name, found.where, found.old, found.new
                 )
             )
+        resolved = _compat.resolve()
+        if not settings:
+            return self._recompute_body(args, kwargs, resolved)
+        # only torch settings changed: judged by what the recompute runs
+        watch = _settings.SettingsWatch(settings)
+        try:
+            with watch:
+                out = self._recompute_body(args, kwargs, resolved)
+        except resolved.stop_recomputation_error:
+            self._judge_settings(watch)
+            raise
+        self._judge_settings(watch)
+        return out
+
+    def _judge_settings(self, watch: _settings.SettingsWatch) -> None:
+        found = watch.verdict()
+        if found is not None:
+            name, old, new, evidence, certain = found
+            self._report(_explain.torch_state_error(self.name, name, old, new, evidence, certain))
+
+    def _recompute_body(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
         if self.watch or self.strict_forward is not None or self.stats is not None:
-            return self._recompute_observed(args, kwargs, _compat.resolve())
+            return self._recompute_observed(args, kwargs, resolved)
         state = _local.__dict__
         state["depth"] = state.get("depth", 0) + 1
+        finished = False
         try:
-            return self.fn(*args, **kwargs)
-        except _compat.resolve().checkpoint_error as error:
+            out = self.fn(*args, **kwargs)
+            finished = True
+            return out
+        except resolved.stop_recomputation_error:
+            finished = True
+            raise
+        except resolved.checkpoint_error as error:
             raise self.explain(error) from error
         finally:
             state["depth"] -= 1
+            if finished and self.fingerprint.reader.self_written:
+                self._refresh_own_writes()
+
+    def _refresh_own_writes(self) -> None:
+        """Containers the region's own code mutates (``calls[0] += 1``): the next recompute
+        of the same graph (``retain_graph=True``) starts from what this one left there."""
+        try:
+            _verify.refresh_own_writes(self.fingerprint, _observation.own)
+        except Exception as error:
+            self.give_up("fingerprint", error)
 
     def _report(self, error: CheckpointGuardError) -> None:
         """Raise (or warn) a recompute's error, kept to explain torch's own error after it."""
         self.found.append((error.kind, error.details))
-        _explain.report(error, self.options.on_mismatch)
+        _explain.report(error, self.options.on_mismatch, self.location())
 
     def _recompute_observed(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
         """The recompute of a region with state it updates, strict mode or report figures."""
         watched = self._watched_state()
+        if self.scoped and self.strict_forward is not None:
+            # the strict pass is already running around this call (see StrictScope), which
+            # checks the recompute once it ends
+            self.pending = watched
+            return self._run_counted(args, kwargs, resolved)
         strict = _strict.StrictRecompute(self.strict_forward) if self.strict_forward else None
         self.last_strict = strict
         finished = stopped = False
@@ -497,6 +572,15 @@ class Region:
             if finished or stopped:
                 self._after_recompute(watched, strict, stopped)
 
+    def _run_counted(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
+        _local.depth = _local.__dict__.get("depth", 0) + 1
+        try:
+            return self._run(args, kwargs)
+        except resolved.checkpoint_error as error:
+            raise self.explain(error) from error
+        finally:
+            _local.depth -= 1
+
     def _run(self, args: tuple, kwargs: dict) -> Any:
         if self.stats is None:
             return self.fn(*args, **kwargs)
@@ -516,6 +600,8 @@ class Region:
         return state
 
     def _after_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
+        if self.fingerprint is not None and self.fingerprint.reader.self_written:
+            self._refresh_own_writes()
         try:
             self._check_recompute(watched, strict, stopped)
         except CheckpointGuardError:
@@ -527,8 +613,9 @@ class Region:
         changed: list[str] = []
         statistics_only = True
         for module, buffer_state, attrs, scalars in watched:
+            if module in _side_effects_reported:
+                continue  # once per module and run
             table, values = module._buffers, module.__dict__
-            prefix = self.name_module(module)
             buffers = [n for n, old in buffer_state.items() if _buffer_changed(old, table.get(n))]
             attributes = [
                 n
@@ -536,6 +623,8 @@ class Region:
                 if _rebound(a, values.get(n, MISSING))
             ]
             if buffers or attributes:
+                _side_effects_reported.add(module)
+                prefix = self.name_module(module)
                 changed += [f"{prefix}.{n}" for n in (*buffers, *attributes)]
                 statistics_only &= not attributes and _only_statistics(module, buffers)
         if strict is not None:  # wrong values first: a side effect may be their cause
@@ -546,7 +635,7 @@ class Region:
                     _explain.values_error(self.name, what, difference, strict.first_diverging_op())
                 )
         if changed:
-            _explain.side_effect(self.name, changed, statistics_only, self.options.strict)
+            _explain.side_effect(self.name, changed, statistics_only, self.location())
 
     def explain(self, error: BaseException) -> BaseException:
         strict = self.last_strict
@@ -556,6 +645,59 @@ class Region:
 
 def _same(tensor: Any) -> Any:
     return tensor
+
+
+# modules whose second update in a recompute was reported: once per module and run
+_side_effects_reported: weakref.WeakSet = weakref.WeakSet()
+
+
+class StrictScope:
+    """Strict mode's recompute pass entered around the user's recompute context (from
+    ``context_fn``), so that the user's dispatch mode, e.g. selective checkpointing's, stays
+    the innermost one the region's code sees; checks the recompute when the pass ends."""
+
+    def __init__(self, region: Region, recompute_context: Any) -> None:
+        self.region = region
+        self.context = recompute_context
+        self.strict: _strict.StrictRecompute | None = None
+
+    def __enter__(self) -> Any:
+        region = self.region
+        if region.strict_forward is not None and not region.unguarded and region.forward_done:
+            self.strict = strict = _strict.StrictRecompute(region.strict_forward)
+            region.last_strict = strict
+            region.pending = None
+            strict.__enter__()
+        try:
+            return self.context.__enter__()
+        except BaseException:
+            if self.strict is not None:
+                self.strict.__exit__(*sys.exc_info())
+            raise
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            suppressed = self.context.__exit__(*exc)
+        finally:
+            strict, self.strict = self.strict, None
+            if strict is not None:
+                strict.__exit__(*exc)
+        region = self.region
+        watched, region.pending = region.pending, None
+        stopped = exc[0] is not None and issubclass(
+            exc[0], _compat.resolve().stop_recomputation_error
+        )
+        if strict is not None and watched is not None and (exc[0] is None or stopped):
+            region._after_recompute(watched, strict, stopped)
+        return suppressed
+
+
+def _scoped_context_fn(region: Region, context_fn: Any) -> Any:
+    def context() -> tuple[Any, Any]:
+        forward_context, recompute_context = context_fn()
+        return forward_context, StrictScope(region, recompute_context)
+
+    return context
 
 
 _NORMS_WITH_STATISTICS = (
@@ -619,8 +761,6 @@ def _generator_call_reader(original: Any) -> Any:
     ``_checkpoint_without_reentrant_generator_impl(fn, args, kwargs, *, preserve_rng_state, ...)``
     takes them packed, with keyword-only options.
     """
-    import inspect
-
     signature = inspect.signature(original)
     parameters = list(signature.parameters.values())
     if signature.parameters["args"].kind is not inspect.Parameter.VAR_POSITIONAL:
@@ -641,6 +781,8 @@ def _generator_call_reader(original: Any) -> Any:
 
 def _guard_generator(original: Any) -> Any:
     read_call = _generator_call_reader(original)
+    signature = inspect.signature(original)
+    noop_context = signature.parameters["context_fn"].default
 
     def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
         options = _options
@@ -648,6 +790,8 @@ def _guard_generator(original: Any) -> Any:
             return (yield from original(fn, *args, **kwargs))
         preserve, user_args, user_kwargs = read_call(fn, args, kwargs)
         region = Region(fn, options, reentrant=False, preserve=preserve)
+        if options.strict:
+            args, kwargs = _scope_strict_recompute(signature, noop_context, region, args, kwargs)
         inner = original(region, *args, **kwargs)
         first = next(inner)
         region.enter_forward()
@@ -661,11 +805,30 @@ def _guard_generator(original: Any) -> Any:
                 return
             raise
         region.exit_forward((None, None, None))
-        yield from inner  # torch's post-forward logic; it yields nothing more
-        region.finish_forward(user_args, user_kwargs)
+        try:
+            # still inside torch's forward context (context_fn's first), as the recompute
+            # runs inside its recompute context: both fingerprints see the same state
+            region.finish_forward(user_args, user_kwargs)
+        finally:
+            yield from inner  # torch's post-forward logic; it yields nothing more
 
     generator.__wrapped__ = original
     return generator
+
+
+def _scope_strict_recompute(
+    signature: inspect.Signature, noop_context: Any, region: Region, args: tuple, kwargs: dict
+) -> tuple[tuple, dict]:
+    """The generator's arguments with a ``context_fn`` whose recompute context enters strict
+    mode's pass first (see ``StrictScope``); unchanged without a user context_fn or with
+    ``debug``, which torch only accepts with its own."""
+    bound = signature.bind(None, *args, **kwargs)
+    context_fn = bound.arguments.get("context_fn", noop_context)
+    if context_fn is noop_context or bound.arguments.get("debug"):
+        return args, kwargs
+    bound.arguments["context_fn"] = _scoped_context_fn(region, context_fn)
+    region.scoped = True
+    return bound.args[1:], bound.kwargs
 
 
 def _guard_saved_tensor_check(original: Any, checkpoint_error: type) -> Any:

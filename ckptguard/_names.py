@@ -107,22 +107,27 @@ def _region_target(fn: Any) -> Any:
     return unwrap_function(target) or target
 
 
-def _describe(target: Any) -> str:
-    """Qualified name and file:line of what a region runs (see ``_region_target``)."""
+def _describe(target: Any, code: Any = None) -> str:
+    """Qualified name and file:line of what a region runs (see ``_region_target``); ``code``
+    is the code it ran at its forward (a later patch must not rename the region)."""
     if isinstance(target, torch.jit.ScriptModule):
         return f"{class_name(target)}.forward, TorchScript"
     if isinstance(target, torch.nn.Module):
-        forward = forward_of(target)
-        source = unwrap_function(forward) or getattr(forward, "__func__", forward)
-        code = getattr(source, "__code__", None)
+        if code is None:
+            forward = forward_of(target)
+            source = unwrap_function(forward) or getattr(forward, "__func__", forward)
+            code = getattr(source, "__code__", None)
         return f"{type(target).__qualname__}.forward, {code_location(code)}"
-    return f"{function_name(target)}, {code_location(getattr(target, '__code__', None))}"
+    if code is None:
+        code = getattr(target, "__code__", None)
+    return f"{function_name(target)}, {code_location(code)}"
 
 
-def region_name(fn: Any, root: torch.nn.Module | None, modules: list) -> str:
-    """``blocks.7 (Block.forward, file:line)``; a segment running several blocks names them."""
+def region_name(fn: Any, root: torch.nn.Module | None, modules: list, code: Any = None) -> str:
+    """``blocks.7 (Block.forward, file:line)``; a segment running several blocks names them.
+    ``code``: the code the region ran at its forward, as the user wrote it."""
     target = _region_target(fn)
-    function = _describe(target)
+    function = _describe(target, code)
     plain = function.replace(", ", " (", 1) + ")"
     if not modules:
         return plain

@@ -54,7 +54,21 @@ _LIBRARY_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch", 
 _MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
 
 
-_library_files: dict[str, bool] = {}
+PLAN_CACHE_ENTRIES = 4096  # per cache keyed by code object or file name
+
+
+class BoundedCache(dict):
+    """A dict that forgets its oldest entry past ``PLAN_CACHE_ENTRIES``: code objects cannot
+    be weakly referenced, and generated code (torch.fx's ``<eval_with_key>``, ``exec``) makes
+    new ones for every model, so caches keyed by them must not grow with the run."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        while len(self) > PLAN_CACHE_ENTRIES:
+            del self[next(iter(self))]
+
+
+_library_files: dict[str, bool] = BoundedCache()
 
 
 def is_library_code(code: types.CodeType) -> bool:
@@ -103,12 +117,37 @@ class CodeReads:
     stored: frozenset  # attribute names assigned or deleted (outputs, not inputs)
     dynamic_args: frozenset  # arguments whose attributes are read by computed names
     parameter_chains: tuple  # sorted (named parameter, its position or None, (attr, ...))
+    mutated: frozenset  # global and free names whose contents the code changes in place
 
 
 def _argument_names(code: types.CodeType) -> tuple[str, ...]:
     count = code.co_argcount + code.co_kwonlyargcount
     count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
     return code.co_varnames[:count]
+
+
+# methods that change a container in place: ``calls.append(1)`` mutates ``calls``
+_MUTATORS = frozenset(
+    {
+        "append",
+        "extend",
+        "insert",
+        "pop",
+        "popitem",
+        "remove",
+        "clear",
+        "update",
+        "setdefault",
+        "add",
+        "discard",
+        "sort",
+        "reverse",
+        "__setitem__",
+        "__delitem__",
+        "__iadd__",
+    }
+)
+_SUBSCRIPT_WRITES = frozenset({"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_SLICE"})
 
 
 def _scan(
@@ -118,11 +157,14 @@ def _scan(
     root: tuple | None = None
     attrs: list[str] = []
     pending_super = False
+    line_roots: dict[int | None, set[str]] = {}  # global and free names loaded per line
 
     def flush() -> None:
         if root is None:
             return
         kind, name = root
+        if kind != "arg" and attrs and attrs[-1] in _MUTATORS:
+            found["mutated"].add(name)
         if kind == "global":
             found["global"].add((name, *attrs))
         elif kind == "arg":
@@ -150,6 +192,9 @@ def _scan(
 
     for index, ins in enumerate(instructions):
         op = ins.opname
+        line = ins.positions.lineno if ins.positions is not None else None
+        if op in _SUBSCRIPT_WRITES:  # calls[0] += 1: a container loaded on this line
+            found["mutated"].update(line_roots.get(line, ()))
         if pending_super:
             if op in _ATTR_LOADS:
                 found["super"].add(ins.argval)
@@ -171,6 +216,8 @@ def _scan(
             found["stored"].add(ins.argval)
             continue
         root = classify(ins)
+        if root is not None and root[0] != "arg":
+            line_roots.setdefault(line, set()).add(root[1])
         if root is None or root[0] != "global":
             continue
         if root[1] == "super":
@@ -192,15 +239,15 @@ def _scan(
             _scan(const, arguments, free, found)
 
 
-_code_reads: dict[types.CodeType, CodeReads] = {}
+_code_reads: dict[types.CodeType, CodeReads] = BoundedCache()
 
 
 def code_reads(code: types.CodeType) -> CodeReads:
     """Cached per code object (code objects are immutable, so the cache never goes stale)."""
     reads = _code_reads.get(code)
     if reads is None:
-        found: dict[str, set] = {k: set() for k in ("global", "arg", "free", "super", "stored")}
-        found["dynamic"] = set()
+        kinds = ("global", "arg", "free", "super", "stored", "dynamic", "mutated")
+        found: dict[str, set] = {k: set() for k in kinds}
         _scan(code, frozenset(_argument_names(code)), frozenset(code.co_freevars), found)
         reads = _code_reads[code] = CodeReads(
             frozenset(found["global"]),
@@ -210,6 +257,7 @@ def code_reads(code: types.CodeType) -> CodeReads:
             frozenset(found["stored"]),
             frozenset(found["dynamic"]),
             _parameter_chains(code, found["arg"]),
+            frozenset(found["mutated"]),
         )
     return reads
 
@@ -523,26 +571,29 @@ def cell_contents(func: types.FunctionType, index: int) -> Any:
 
 
 def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
-    """(kind, name, where) for each value an entry reads."""
+    """(kind, name, where) for each value an entry reads; ``where`` names the function by
+    its qualified name and file:line."""
     _, chains, cells, cell_chains, defaults, _ = entry
     name = function_name(func) if func is not None else "<collected function>"
     module = getattr(func, "__module__", "?")
-    out = [("function", f"{name}.__code__", code_location(getattr(func, "__code__", None)))]
-    out += [("global", ".".join(c[0]), f"global of {module}, read by {name}") for c in chains]
+    location = code_location(getattr(func, "__code__", None))
+    of = f"{name} ({location})"
+    out = [("function", f"{name}.__code__", f"code of {of}")]
+    out += [("global", ".".join(c[0]), f"global of {module}, read by {of}") for c in chains]
     names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
-    out += [("closure", var, f"closure of {name}") for var in names[: len(cells)]]
+    out += [("closure", var, f"closure cell of {of}") for var in names[: len(cells)]]
     out += [
-        ("closure", ".".join((names[index], *attrs)), f"closure of {name}")
+        ("closure", ".".join((names[index], *attrs)), f"read through a closure cell of {of}")
         for index, attrs, _ in cell_chains
     ]
     if defaults[0]:
-        out.append(("closure", f"{name}.__defaults__", "default arguments"))
+        out.append(("closure", f"{name}.__defaults__", f"default arguments of {of}"))
     if defaults[1]:
-        out.append(("closure", f"{name}.__kwdefaults__", "default arguments"))
+        out.append(("closure", f"{name}.__kwdefaults__", f"keyword defaults of {of}"))
     return out
 
 
-_function_plans: dict[tuple[types.CodeType, int], FunctionPlan] = {}
+_function_plans: dict[tuple[types.CodeType, int], FunctionPlan] = BoundedCache()
 
 
 def function_plan(func: types.FunctionType) -> FunctionPlan:

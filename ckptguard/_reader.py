@@ -34,10 +34,12 @@ from ckptguard._fingerprint import (
     value_fp,
 )
 from ckptguard._plan import (
+    BoundedCache,
     FunctionPlan,
     ModulePlan,
     cell_contents,
     cell_fp,
+    code_reads,
     function_labels,
     plan_cache_sizes,
     read_chain,
@@ -163,6 +165,7 @@ class RegionReader:
         "raw_positions",
         "identity_positions",
         "stateful",
+        "self_written",
         "safe",
         "top_hooks",
         "_getters",
@@ -200,6 +203,7 @@ class RegionReader:
         tensor_positions: dict[tuple[int, str], int] = {}
         raw: list[int] = []  # positions holding a value as it is, not its fingerprint
         identity: list[int] = []  # positions holding an object's id (an int, not a value)
+        self_written: list[int] = []  # containers the functions' own code mutates
 
         for index, (label, getter) in enumerate(torch_state):
             namespace[f"ts{index}"] = getter
@@ -301,24 +305,31 @@ class RegionReader:
                 shape_positions.append(first + chain_index)
                 shape.append(ident)
             values = [f"{name}.__code__"]
-            # (expression, kind of value, whether the expression already fingerprints it)
-            read: list[tuple[str, str, bool]] = []
+            mutated = code_reads(func.__code__).mutated if func is not None else frozenset()
+            freevars = func.__code__.co_freevars if func is not None else ()
+            # (expression, kind of value, whether the expression already fingerprints it,
+            # whether the function's own code mutates the value in place)
+            read: list[tuple[str, str, bool, bool]] = []
             for number, (chain, kind, spec) in enumerate(chains):
                 expression, inline = _global_chain(
                     f"G{position}", chain, spec, f"I{position}_{number}"
                 )
                 namespace.update(inline)
-                read.append((expression, kind, False))
+                read.append((expression, kind, False, len(chain) == 1 and chain[0] in mutated))
             for c, kind in enumerate(cells):
+                own = c < len(freevars) and freevars[c] in mutated
                 if kind == "empty" or safe:  # safe: an empty cell reads as MISSING
-                    read.append((f"cell_fp({name}, {c}, {kind == 'object'})", kind, True))
+                    read.append((f"cell_fp({name}, {c}, {kind == 'object'})", kind, True, own))
                 else:
-                    read.append((f"{name}.__closure__[{c}].cell_contents", kind, False))
+                    read.append((f"{name}.__closure__[{c}].cell_contents", kind, False, own))
             for c, attrs, kind in cell_chains:
-                read.append((f"read_chain(cell_contents({name}, {c}), {attrs!r})", kind, False))
-            for expression, kind, converted in read:
+                expression = f"read_chain(cell_contents({name}, {c}), {attrs!r})"
+                read.append((expression, kind, False, False))
+            for expression, kind, converted, own in read:
                 if kind == "object":
                     identity.append(len(items) + len(values))
+                if own and kind != "object":
+                    self_written.append(len(items) + len(values))
                 values.append(expression if converted else _convert(expression, kind))
             if defaults[0] == "scalars":  # the tuple itself: immutable, compared by value
                 raw.append(len(items) + len(values))
@@ -337,6 +348,7 @@ class RegionReader:
         self.tensor_positions = tensor_positions
         self.raw_positions = frozenset(raw)
         self.identity_positions = frozenset(identity)
+        self.self_written = tuple(self_written)
         self._shape_of = operator.itemgetter(*shape_positions) if shape_positions else None
         body = ",\n        ".join(items)
         lines.append(f"    return (\n        {body},\n    )")
@@ -426,7 +438,7 @@ def store_reader(key: tuple, anchor: Any, reader: RegionReader) -> None:
 
 
 # regions that run no module (a plain function): keyed by their function plans, few
-_unanchored: dict[tuple, RegionReader] = {}
+_unanchored: dict[tuple, RegionReader] = BoundedCache()
 
 
 def cache_sizes() -> dict[str, int]:

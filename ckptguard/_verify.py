@@ -24,6 +24,7 @@ from ckptguard._fingerprint import (
     MISSING,
     OBJECT,
     SCALAR_TYPES,
+    Described,
     arguments_fp,
     input_fp,
     of_type,
@@ -176,6 +177,7 @@ class RegionFingerprint:
         "arguments",
         "argument_chains",
         "argument_values",
+        "code",
     )
 
 
@@ -275,11 +277,11 @@ def _reader_key(
 ) -> tuple[tuple, Any]:
     """(cache key, anchor module) of a region's reader: a module region's reader is stored
     under its module, a function region's under the first module it ran. Functions count by
-    the ids of their code and globals (the function plans cache holds those code objects, so
-    an id is never reused while its key can be looked up)."""
+    their code object (held by the key, which lives as long as its anchor) and the id of
+    their globals."""
     functions = []
     for function in roots:
-        functions.append((id(function.__code__), id(function.__globals__)))
+        functions.append((function.__code__, id(function.__globals__)))
     frozen = frozenset(loose) if loose else None
     if target is not None:
         return ("tree", tuple(functions), reentrant, frozen), target
@@ -386,8 +388,26 @@ def capture(
     fingerprint.written = written
     fingerprint.mask = mask
     fingerprint.values = values
+    fingerprint.code = region_code(binding)
     _capture_arguments(fingerprint, binding, args, kwargs)
     return fingerprint
+
+
+def region_code(binding: Binding) -> Any:
+    """The code a region runs, under its decorators (what names it)."""
+    function = unwrap_function(binding.function) if binding.function is not None else None
+    return function.__code__ if function is not None else None
+
+
+def refresh_own_writes(fingerprint: RegionFingerprint, own_hooks: frozenset) -> None:
+    """After a recompute: the containers the region's own code mutates hold what it left
+    there, the state its next recompute (the same graph backpropagated again) starts from."""
+    reader = fingerprint.reader
+    values = reader.read(fingerprint.modules, fingerprint.roots, own_hooks)
+    refreshed = list(fingerprint.values)
+    for position in reader.self_written:
+        refreshed[position] = values[position]
+    fingerprint.values = tuple(refreshed)
 
 
 def compare(
@@ -397,9 +417,11 @@ def compare(
     kwargs: dict,
     own_hooks: frozenset,
     name_module: Any,
-) -> None:
-    """Raise ``Difference`` for the first value that differs from the forward's. When nothing
-    changed (the usual case) this is one read, one ``==`` and the arguments' fingerprints."""
+) -> list[tuple[str, Any, Any]]:
+    """Raise ``Difference`` for the first value that differs from the forward's, torch
+    settings aside: those are returned as (setting, forward's value, now), to be judged by
+    what the recompute runs. When nothing changed (the usual case) this is one read, one
+    ``==`` and the arguments' fingerprints."""
     reader = fingerprint.reader
     try:
         values = reader.read(fingerprint.modules, fingerprint.roots, own_hooks)
@@ -411,9 +433,11 @@ def compare(
         same = values == fingerprint.values
     except Exception:  # an element's own __eq__ raised: it differs
         same = False
+    settings: list[tuple[str, Any, Any]] = []
     if not same:
-        _explain_values(fingerprint, values, name_module)
+        settings = _explain_values(fingerprint, values, name_module)
     _compare_arguments(fingerprint, binding, args, kwargs)
+    return settings
 
 
 _READ_ERRORS = (RuntimeError, AttributeError, ValueError, IndexError, TypeError)
@@ -429,24 +453,30 @@ def _equal(old: Any, new: Any) -> bool:
         return False
 
 
-def _explain_values(fingerprint: RegionFingerprint, values: tuple, name_module: Any) -> None:
+def _explain_values(
+    fingerprint: RegionFingerprint, values: tuple, name_module: Any
+) -> list[tuple[str, Any, Any]]:
     """The first differing position, by its label; a module whose shape alone changed is
-    read again through a fresh plan (a new instance attribute may now shadow a class one)."""
+    read again through a fresh plan (a new instance attribute may now shadow a class one).
+    Torch settings that differ are returned, not raised."""
     reader, modules = fingerprint.reader, fingerprint.modules
     reshaped: list[int] = []
+    settings: list[tuple[str, Any, Any]] = []
+    objects = _KnownObjects(fingerprint, name_module)
     for position, (old, new) in enumerate(zip(fingerprint.values, values, strict=True)):
         if old is new or _equal(old, new):
             continue
         owner, kind, name, where = reader.labels[position]
-        old, new = _shown(reader, position, old), _shown(reader, position, new)
+        if owner == TORCH:
+            settings.append((name, old, new))
+            continue
+        old, new = objects.shown(position, old), objects.shown(position, new)
         if kind == "shape":
             if name in _CONTENTS and isinstance(modules[owner], _CONTAINERS):
                 _raise_contents(modules[owner], name, old, new, name_module)
             if owner not in reshaped:
                 reshaped.append(owner)
             continue
-        if owner == TORCH:
-            raise Difference(kind, name, where, old, new)
         if owner == HOOKS:
             tables = _compat.GLOBAL_HOOK_DICTS
             before, after = old or ((),) * len(tables), new or ((),) * len(tables)
@@ -458,6 +488,64 @@ def _explain_values(fingerprint: RegionFingerprint, values: tuple, name_module: 
         _raise_module(kind, name, modules[owner], old, new, name_module)
     for index in reshaped:
         _explain_reshaped(fingerprint, index, name_module)
+    return settings
+
+
+class _KnownObjects:
+    """Objects a mismatch message can name by what they are (``blocks.2 (Block)``,
+    ``patched_forward (train.py:60)``) where the reader kept only their ids: those the
+    fingerprint holds (its modules and functions, alive since the forward, so their ids
+    are theirs) and those the region's functions and modules hold now."""
+
+    def __init__(self, fingerprint: RegionFingerprint, name_module: Any) -> None:
+        self.fingerprint = fingerprint
+        self.name_module = name_module
+        self._by_id: dict[int, Any] | None = None
+
+    def _objects(self) -> dict[int, Any]:
+        if self._by_id is None:
+            fingerprint = self.fingerprint
+            found: dict[int, Any] = {}
+            functions = [f for f in (*fingerprint.roots, *fingerprint.functions) if f is not None]
+            for module in fingerprint.modules:
+                found[id(module)] = module
+                forward = module.__dict__.get("forward") or type(module).forward
+                found.setdefault(id(forward), forward)
+            for function in functions:
+                found.setdefault(id(function), function)
+                for cell in getattr(function, "__closure__", None) or ():
+                    try:
+                        contents = cell.cell_contents
+                    except ValueError:
+                        continue
+                    found.setdefault(id(contents), contents)
+                namespace = function.__globals__
+                for chain in code_reads(function.__code__).global_chains:
+                    value = read_chain(namespace.get(chain[0], MISSING), chain[1:])
+                    found.setdefault(id(value), value)
+            self._by_id = found
+        return self._by_id
+
+    def shown(self, position: int, value: Any) -> Any:
+        reader = self.fingerprint.reader
+        if position in reader.identity_positions:
+            known = self._objects().get(value, MISSING)
+            if known is not MISSING:
+                return self.describe(known)
+        return _shown(reader, position, value)
+
+    def describe(self, value: Any) -> Described:
+        if of_type(value, torch.nn.Module):
+            return Described(f"{self.name_module(value)} ({type(value).__name__})", True)
+        function = unwrap_function(getattr(value, "__func__", value))
+        if function is not None:
+            code = function.__code__
+            where = f"{code.co_filename}:{code.co_firstlineno}"
+            return Described(f"function {function.__qualname__} ({where})")
+        if of_type(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+            owner = getattr(value, "__module__", None) or type(value.__self__).__name__
+            return Described(f"built-in {owner}.{value.__name__}")
+        return Described(f"{type(value).__qualname__} object")
 
 
 # Modules whose contents are what their users read (iterated, indexed, run in order): a

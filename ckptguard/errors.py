@@ -35,12 +35,24 @@ class CheckpointGuardError(RuntimeError):
 class CheckpointMismatchError(CheckpointGuardError):
     """A checkpointed region's recompute differs (or would differ) from its forward.
 
-    ``kind`` is one of ``MISMATCH_KINDS``.
+    ``kind`` is one of ``MISMATCH_KINDS``. Once the guard is enabled this class is also a
+    subclass of torch's ``torch.utils.checkpoint.CheckpointError`` (added by
+    ``derive_from_checkpoint_error``: importing ckptguard does not import torch), so
+    ``except CheckpointError`` keeps matching where the guard explains torch's error.
     """
 
 
+def derive_from_checkpoint_error(checkpoint_error: type) -> None:
+    """Make ``CheckpointMismatchError`` a subclass of torch's ``CheckpointError`` (a plain
+    ``RuntimeError`` subclass, so the two bases share one layout)."""
+    if not issubclass(CheckpointMismatchError, checkpoint_error):
+        CheckpointMismatchError.__bases__ = (CheckpointGuardError, checkpoint_error)
+
+
 class RecomputeSideEffectError(CheckpointGuardError):
-    """Strict mode: the recompute changed module state a second time (kind ``side_effect``)."""
+    """Kept so that code catching it still imports: the guard no longer raises it. A
+    recompute's second update of module state is a ``CheckpointGuardWarning`` in every mode
+    (strict mode raises only where the tensors backward uses differ, kind ``values``)."""
 
 
 class LostGradientsError(CheckpointGuardError):

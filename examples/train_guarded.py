@@ -8,12 +8,15 @@ Each --inject makes one change between a step's forward and its backward, the ki
 that plain PyTorch lets through because the backward recomputes checkpointed blocks from the
 *current* state: a rebound global, a late-bound loop variable, a train/eval switch, a changed
 module attribute, an optimizer step, a cast, a monkeypatch, unpreserved RNG, a hook registered
-mid-step, or a process-wide torch setting (the default dtype).
+mid-step, or a process-wide torch setting (the default dtype, which the blocks' position ramp
+is made in). Without --guard the script compares step 2's gradients with a clean run's and
+says whether they changed; plain PyTorch's own error ends the run where it raises one.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -53,16 +56,18 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, hidden = x.shape
+        ramp = torch.linspace(0.0, 1.0, seq)  # made in the default dtype
+        x = x + 0.1 * ramp.to(x.dtype)[:, None]
         q, k, v = self.qkv(self.norm1(x)).view(batch, seq, 3, self.heads, -1).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         attn = F.scaled_dot_product_attention(q / TEMPERATURE, k, v, is_causal=True)
         x = x + self.dropout(self.proj(attn.transpose(1, 2).reshape(batch, seq, hidden)))
-        return x + self.dropout(self.mlp(self.norm2(x))) * self.residual_scale
+        return x + self.dropout(self.mlp(self.norm2(x) * self.residual_scale))
 
 
 def patched_forward(self: Block, x: torch.Tensor) -> torch.Tensor:
     """A 'hot fix' applied mid-step: same block, attention turned off."""
-    return x + self.dropout(self.mlp(self.norm2(x))) * self.residual_scale
+    return x + self.dropout(self.mlp(self.norm2(x) * self.residual_scale))
 
 
 class TinyLM(nn.Module):
@@ -104,9 +109,53 @@ def inject(name: str, model: TinyLM) -> None:
     elif name == "function":
         Block.forward = patched_forward
     elif name == "hook":  # e.g. a debugging hook added by a callback mid-step
-        model.blocks[0].mlp.register_forward_hook(lambda module, args, out: out * 0.5)
+        model.blocks[0].norm2.register_forward_hook(lambda module, args, out: out * 0.5)
     elif name == "torch_state":
         torch.set_default_dtype(torch.float64)
+
+
+def train(
+    steps: int,
+    mistake: str | None = None,
+    guard: bool = False,
+    strict: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[torch.Tensor]:
+    """Train from a fixed seed, making ``mistake`` at step 2; returns step 2's gradients."""
+    torch.manual_seed(0)
+    model = TinyLM()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.randint(0, 128, (8, 33))
+    original_forward, original_dtype = Block.forward, torch.get_default_dtype()
+    step_two: list[torch.Tensor] = []
+    if guard or strict:
+        ckptguard.enable(strict=strict)
+    try:
+        for step in range(steps):
+            injected = mistake if step == 2 else None
+            model.late_binding = injected == "closure"
+            model.preserve_rng_state = injected != "rng_device"
+            logits = model(data[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), data[:, 1:].flatten())
+            if injected:
+                inject(injected, model)
+            loss.backward()
+            if step == 2:
+                step_two = [p.grad.clone() for p in model.parameters()]
+            optimizer.step()
+            optimizer.zero_grad()
+            log(
+                f"step {step}: loss {loss.item():.4f}"
+                + (f"  (injected: {injected})" * bool(injected))
+            )
+    finally:
+        Block.forward = original_forward
+        torch.set_default_dtype(original_dtype)
+        global TEMPERATURE
+        TEMPERATURE = 1.0
+        if guard or strict:
+            ckptguard.disable()
+    return step_two
 
 
 def main() -> None:
@@ -115,34 +164,24 @@ def main() -> None:
     )
     parser.add_argument("--guard", action="store_true", help="run under ckptguard.enable()")
     parser.add_argument(
-        "--strict", action="store_true", help="also compare every op's values at recompute"
+        "--strict", action="store_true", help="also compare the values backward uses"
     )
     parser.add_argument("--inject", choices=INJECTIONS, help="make this mistake at step 2")
     parser.add_argument("--steps", type=int, default=4)
     args = parser.parse_args()
-
-    torch.manual_seed(0)
-    model = TinyLM()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    data = torch.randint(0, 128, (8, 33))
-    if args.guard or args.strict:
-        ckptguard.enable(strict=args.strict)
-    for step in range(args.steps):
-        mistake = args.inject if step == 2 else None
-        model.late_binding = mistake == "closure"
-        model.preserve_rng_state = mistake != "rng_device"
-        logits = model(data[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), data[:, 1:].flatten())
-        if mistake:
-            inject(mistake, model)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        print(
-            f"step {step}: loss {loss.item():.4f}" + (f"  (injected: {mistake})" if mistake else "")
-        )
+    gradients = train(args.steps, args.inject, args.guard, args.strict)
+    if not args.inject or args.steps < 3:
+        print("finished without an error")
+        return
+    clean = train(args.steps, log=lambda line: None)
+    same = all(torch.equal(a, b) for a, b in zip(gradients, clean, strict=True))
     print(
-        "finished without an error" + (" (gradients of step 2 were wrong)" if args.inject else "")
+        "finished without an error; step 2's gradients "
+        + (
+            "are identical to a clean run's (this change did not reach them)"
+            if same
+            else "differ from a clean run's: they were wrong"
+        )
     )
 
 

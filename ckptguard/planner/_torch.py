@@ -10,6 +10,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -77,3 +80,38 @@ def _same_device(reported: Any, device: torch.device) -> bool:
     if reported.type != device.type:
         return False
     return device.index is None or reported.index in (None, device.index)
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """The process's stderr (file descriptor 2) sent to /dev/null: kineto prints its
+    ``USDT ... profiler_start`` / ``profiler_stop`` lines from C++, past Python's streams."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no descriptor 2 to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+@contextlib.contextmanager
+def quiet_profile(**kwargs: Any) -> Iterator[Any]:
+    """``torch.profiler.profile(**kwargs)`` whose start and stop print nothing on stderr."""
+    from torch.profiler import profile
+
+    prof = profile(**kwargs)
+    with _stderr_silenced():
+        prof.__enter__()
+    try:
+        yield prof
+    finally:
+        with _stderr_silenced():
+            prof.__exit__(None, None, None)

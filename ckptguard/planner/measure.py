@@ -30,6 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ckptguard.planner import _torch
+from ckptguard.planner.progress import progress
 from ckptguard.planner.regions import must_save_ops
 from ckptguard.pricing import storage_nbytes, tensor_leaves, unpack_saved
 
@@ -195,8 +196,10 @@ def measure(
     """Profile one unplanned step and time every call (the model is left as it was)."""
     device = model_device(model, args, kwargs)
     with isolated_steps(model, device) as state:
+        progress("measure", "warm-up step")
         run_step(model, args, kwargs, loss_fn)  # warm-up: lazy init, allocator caches
         state.reset()
+        progress("measure", "profiled step")
         trace = _profiled_step(model, args, kwargs, loss_fn, device)
         state.reset()
         trace.timings = _time_calls(model, args, kwargs, device, len(trace.calls), timing_repeats)
@@ -308,14 +311,14 @@ def _profiled_step(
     loss_fn: LossFn | None,
     device: torch.device,
 ) -> Trace:
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     recorder = _Recorder(model, device, time.time_ns)  # the profiler's clock
     ops = _OpRecorder(recorder)
-    with profile(activities=activities, profile_memory=True) as prof:
+    with _torch.quiet_profile(activities=activities, profile_memory=True) as prof:
         with recorder.hooked():
             with ops:
                 output = model(*args, **kwargs)
@@ -375,7 +378,8 @@ def _time_calls(
 ) -> list[CallTiming]:
     """Per call: seconds up to its last saved tensor, and the share of kept ops in them."""
     recompute: list[list[float]] = [[] for _ in range(expected_calls)]
-    for _ in range(repeats):
+    for repeat in range(repeats):
+        progress("measure", f"timing the {expected_calls} module calls", repeat + 1, repeats)
         recorder = _Recorder(model, device, time.perf_counter_ns)
         with recorder.hooked(), torch.enable_grad():
             model(*args, **kwargs)

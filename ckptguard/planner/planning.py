@@ -110,22 +110,27 @@ class Plan:
     ) -> VerifyReport:
         """Measure the step with and without the plan (memory, time) and compare gradients;
         ``print`` the report for a table."""
+        from ckptguard.planner.progress import shown
         from ckptguard.planner.verify import verify_plan
 
-        return verify_plan(
-            self, unwrap(model), example_inputs, example_kwargs, loss_fn, repeats=repeats
-        )
+        _validate(model, loss_fn)
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"repeats must be a positive int, got {repeats!r}")
+        with shown():
+            return verify_plan(
+                self, unwrap(model), example_inputs, example_kwargs, loss_fn, repeats=repeats
+            )
 
     # -- the trade-off ---------------------------------------------------------------------------
 
-    def tradeoff(self, budgets: Sequence[int] | None = None, points: int = 16) -> list[dict]:
-        """Least recompute time at each budget (default: ``points`` budgets from the least
-        achievable peak to the unplanned peak), from the costs already measured."""
+    def tradeoff(self, budgets: Sequence[int] | None = None, points: int = 256) -> list[dict]:
+        """Least recompute time per budget, from the costs already measured. Default: the
+        exact front, every plan where the least recompute time steps down (walking from the
+        unplanned peak down to the least achievable one, at most ``points`` of them), so any
+        plan, this one included, lies on or above it; else the optimum at each of ``budgets``."""
         tree = self._require_tree()
         if budgets is None:
-            low, _, _ = least_peak(tree)
-            high = max(low, evaluate(tree, {}).peak_bytes)
-            budgets = [low + (high - low) * i // max(1, points - 1) for i in range(points)]
+            return _front(tree, points)
         curve = []
         for budget in budgets:
             try:
@@ -155,7 +160,7 @@ class Plan:
             "recompute_seconds": outcome.seconds,
         }
 
-    def plot(self, path: str, points: int = 16) -> str:
+    def plot(self, path: str, points: int = 256) -> str:
         """Draw the memory/recompute trade-off to ``path`` (needs the ``plot`` extra)."""
         from ckptguard.planner.report import plot_tradeoff
 
@@ -223,6 +228,40 @@ class Plan:
         return format_plan(self)
 
 
+def _front(tree: CostTree, points: int) -> list[dict]:
+    """The exact trade-off front: from the unplanned peak down, the optimal plan for a budget
+    one byte below the previous plan's peak, until no plan fits (each is a step of the least
+    recompute time as a function of the budget), in order of rising peak."""
+    low, _, _ = least_peak(tree)
+    budget = max(low, evaluate(tree, {}).peak_bytes)
+    curve: list[dict] = []
+    while len(curve) < points and budget >= low:
+        try:
+            choices = solve(tree, budget).choices
+        except ValueError:
+            break
+        outcome = evaluate(tree, choices)
+        curve.append(
+            {
+                "budget_bytes": budget,
+                "peak_bytes": outcome.peak_bytes,
+                "recompute_seconds": outcome.seconds,
+                "regions": len(choices),
+            }
+        )
+        budget = outcome.peak_bytes - 1
+    return curve[::-1]
+
+
+def _validate(model: Any, loss_fn: Any) -> None:
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if loss_fn is not None and not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable or None, got {type(loss_fn).__name__}")
+
+
 def every_layer_choices(tree: CostTree) -> dict[str, str]:
     """Full regions on the children of the container with the most numbered children that can
     be regions (a ModuleList or Sequential of layers: ``model.layers.0``, ``blocks.3``)."""
@@ -266,6 +305,22 @@ def plan(
     """
     import torch.distributed as dist
 
+    from ckptguard.planner.progress import shown
+
+    _validate(model, loss_fn)
+    parse_budget(budget, 1)  # its form, before the model is measured (fractions need the peak)
+    with shown():
+        return _plan_distributed(model, example_inputs, example_kwargs, budget, loss_fn, dist)
+
+
+def _plan_distributed(
+    model: Any,
+    example_inputs: Sequence[Any],
+    example_kwargs: Mapping[str, Any],
+    budget: str | int | float,
+    loss_fn: Any,
+    dist: Any,
+) -> Plan:
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     if not distributed:
         return _plan_here(unwrap(model), example_inputs, example_kwargs, budget, loss_fn)
@@ -295,9 +350,13 @@ def _plan_here(
 
     if any(is_region(m) for m in model.modules()):
         raise RuntimeError("the model has a plan applied; remove it before planning again")
+    from ckptguard.planner.progress import progress
+
     with transformers_as_planned(model):
         trace = measure(model, args, kwargs, loss_fn)
+    progress("plan", "costing the call tree")
     tree = build_cost_tree(trace)
+    progress("plan", "solving")
     return plan_from_tree(tree, parse_budget(budget, tree.unplanned_peak), type(model).__name__)
 
 

@@ -38,7 +38,30 @@ def format_plan(plan: Any) -> str:
     return "\n".join(lines)
 
 
-def plot_tradeoff(plan: Any, path: str, points: int = 16) -> str:
+def plot_data(plan: Any, points: int = 256) -> dict[str, Any]:
+    """What the trade-off plot draws, in MiB and ms: the exact front (a staircase: each
+    step holds its recompute time up to the next point's peak), this plan and every layer.
+    The front is the least recompute time at each peak, so both marks lie on or above it."""
+    curve = plan.tradeoff(points=points)
+    every = plan.every_layer()
+    data: dict[str, Any] = {
+        "front": [(p["peak_bytes"] / MIB, p["recompute_seconds"] * 1e3) for p in curve],
+        "plan": (plan.predicted_peak_bytes / MIB, plan.recompute_seconds * 1e3),
+        "every_layer": None,
+    }
+    if every["choices"]:
+        data["every_layer"] = (every["peak_bytes"] / MIB, every["recompute_seconds"] * 1e3)
+    return data
+
+
+def front_at(front: list[tuple[float, float]], peak: float) -> float:
+    """The staircase's recompute time at ``peak``: that of the last front point at or below
+    it (infinite below the least peak)."""
+    below = [seconds for at, seconds in front if at <= peak]
+    return below[-1] if below else float("inf")
+
+
+def plot_tradeoff(plan: Any, path: str, points: int = 256) -> str:
     """Least recompute time against activation peak, the plan and "every layer" marked."""
     try:
         import matplotlib
@@ -47,31 +70,24 @@ def plot_tradeoff(plan: Any, path: str, points: int = 16) -> str:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ImportError("plotting needs matplotlib: pip install 'ckptlint[plot]'") from exc
-    curve = plan.tradeoff(points=points)
-    every = plan.every_layer()
+    data = plot_data(plan, points)
     figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
+    front = data["front"]
     axes.step(
-        [p["peak_bytes"] / MIB for p in curve],
-        [p["recompute_seconds"] * 1e3 for p in curve],
+        [x for x, _ in front],
+        [y for _, y in front],
         where="post",
         marker=".",
-        label="planner optimum per budget",
+        label="planner optimum (exact front)",
     )
     axes.plot(
-        plan.predicted_peak_bytes / MIB,
-        plan.recompute_seconds * 1e3,
+        *data["plan"],
         "o",
         markersize=9,
         label=f"this plan (budget {format_bytes(plan.budget_bytes)})",
     )
-    if every["choices"]:
-        axes.plot(
-            every["peak_bytes"] / MIB,
-            every["recompute_seconds"] * 1e3,
-            "s",
-            markersize=8,
-            label="checkpoint every layer",
-        )
+    if data["every_layer"] is not None:
+        axes.plot(*data["every_layer"], "s", markersize=8, label="checkpoint every layer")
     axes.set_xlabel("predicted activation peak (MiB)")
     axes.set_ylabel("recompute added per step (ms)")
     axes.set_title(f"ckptguard plan: {plan.model or 'model'}")

@@ -20,6 +20,7 @@ import torch
 
 from ckptguard.planner import _torch
 from ckptguard.planner.measure import LossFn, isolated_steps, run_step, synchronize
+from ckptguard.planner.progress import progress
 from ckptguard.pricing import format_bytes
 
 
@@ -34,6 +35,7 @@ class VerifyReport:
     unplanned_measured_peak_bytes: int
     step_seconds: float
     unplanned_step_seconds: float
+    predicted_recompute_seconds: float  # the plan's recompute time, from measured call times
     gradients_identical: bool
     differing_gradients: list[str] = field(default_factory=list)
     memory_source: str = ""
@@ -46,6 +48,15 @@ class VerifyReport:
         )
 
     @property
+    def predicted_step_seconds(self) -> float:
+        """The unplanned step as measured here plus the recompute the plan predicts."""
+        return self.unplanned_step_seconds + self.predicted_recompute_seconds
+
+    @property
+    def measured_recompute_seconds(self) -> float:
+        return self.step_seconds - self.unplanned_step_seconds
+
+    @property
     def budget_met(self) -> bool:
         return self.measured_peak_bytes <= self.budget_bytes
 
@@ -53,6 +64,8 @@ class VerifyReport:
         data = asdict(self)
         data["peak_error"] = self.peak_error
         data["budget_met"] = self.budget_met
+        data["predicted_step_seconds"] = self.predicted_step_seconds
+        data["measured_recompute_seconds"] = self.measured_recompute_seconds
         return data
 
     def __str__(self) -> str:
@@ -67,9 +80,14 @@ class VerifyReport:
             ),
             f"budget {format_bytes(self.budget_bytes)}: "
             + ("met" if self.budget_met else "EXCEEDED"),
-            f"step time: {self.step_seconds * 1e3:.1f} ms with the plan, "
-            f"{self.unplanned_step_seconds * 1e3:.1f} ms without "
-            f"(x{self.step_seconds / max(1e-12, self.unplanned_step_seconds):.2f})",
+            _time_row("step time, plan", self.predicted_step_seconds, self.step_seconds),
+            _time_row(
+                "recompute added",
+                self.predicted_recompute_seconds,
+                self.measured_recompute_seconds,
+            ),
+            f"step time without the plan: {self.unplanned_step_seconds * 1e3:.1f} ms measured "
+            f"(x{self.step_seconds / max(1e-12, self.unplanned_step_seconds):.2f} with it)",
             "gradients: bit-identical to the unplanned model"
             if self.gradients_identical
             else "gradients: DIFFER for " + ", ".join(self.differing_gradients[:8]),
@@ -82,6 +100,11 @@ def _row(label: str, predicted: int, measured: int) -> str:
     return f"{label:<24}{format_bytes(predicted):>12}{format_bytes(measured):>12}{error:>+8.1%}"
 
 
+def _time_row(label: str, predicted: float, measured: float) -> str:
+    error = (predicted - measured) / max(1e-12, abs(measured))
+    return f"{label:<24}{predicted * 1e3:>9.1f} ms{measured * 1e3:>9.1f} ms{error:>+8.1%}"
+
+
 def measured_peak(device: torch.device, step: Callable[[], None]) -> tuple[int, str]:
     """Peak tensor memory allocated by ``step`` above what was allocated before it."""
     if device.type == "cuda":
@@ -91,9 +114,9 @@ def measured_peak(device: torch.device, step: Callable[[], None]) -> tuple[int, 
         step()
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before, "torch.cuda.max_memory_allocated"
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _torch.quiet_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     allocations, _ = _torch.profiler_events(prof, device)
     if not allocations:
@@ -126,14 +149,18 @@ def verify_plan(
                 run_step(model, args, kwargs, loss_fn)
 
             state.reset()
+            progress("verify", "warm-up step")
             step()  # warm-up
             state.reset()
+            progress("verify", "unplanned peak")
             unplanned_peak, source = measured_peak(device, step)
             state.reset()
+            progress("verify", "unplanned gradients")
             step()
             reference = [p.grad.clone() for p in state.params]
             plan.apply(model)
             state.reset()
+            progress("verify", "planned gradients")
             step()
             differing = [
                 name
@@ -141,9 +168,11 @@ def verify_plan(
                 if not torch.equal(p.grad, ref)
             ]
             state.reset()
+            progress("verify", "planned peak")
             planned_peak, _ = measured_peak(device, step)
             planned_times, unplanned_times = [], []
-            for _ in range(repeats):  # interleaved: the machine's load hits both alike
+            for repeat in range(repeats):  # interleaved: the machine's load hits both alike
+                progress("verify", "timing steps with and without the plan", repeat + 1, repeats)
                 for times, planned in ((planned_times, True), (unplanned_times, False)):
                     if planned != plan.is_applied(model):
                         (plan.apply if planned else plan.remove)(model)
@@ -164,6 +193,7 @@ def verify_plan(
         unplanned_measured_peak_bytes=unplanned_peak,
         step_seconds=statistics.median(planned_times),
         unplanned_step_seconds=statistics.median(unplanned_times),
+        predicted_recompute_seconds=plan.recompute_seconds,
         gradients_identical=not differing,
         differing_gradients=differing,
         memory_source=source,

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / "examples" / "train_guarded.py"
 EXPECTED_KIND = {
@@ -39,3 +40,43 @@ def test_injected_mistake_is_named(mistake: str) -> None:
     result = _run("--guard", "--inject", mistake)
     assert result.returncode != 0
     assert f"CheckpointMismatchError: ckptguard [{EXPECTED_KIND[mistake]}]" in result.stderr
+
+
+def _example_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_guarded_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# plain torch raises its own, less specific error for these (no gradients to compare)
+TORCH_RAISES = {
+    "training": "CheckpointError",
+    "placement": "RuntimeError",
+    "function": "CheckpointError",
+}
+
+
+@pytest.mark.parametrize("mistake", list(EXPECTED_KIND))
+def test_each_injection_changes_the_gradients_without_the_guard(mistake: str) -> None:
+    """Every alarm of the example is for a change the recompute really sees: without the guard,
+    step 2's gradients differ from a clean run's (torch.equal), or plain torch raises."""
+    example = _example_module()
+    quiet = lambda line: None  # noqa: E731
+    clean = example.train(3, log=quiet)
+    if mistake in TORCH_RAISES:
+        with pytest.raises(RuntimeError) as info:
+            example.train(3, mistake, log=quiet)
+        assert type(info.value).__name__ == TORCH_RAISES[mistake]
+        return
+    changed = example.train(3, mistake, log=quiet)
+    assert len(changed) == len(clean)
+    assert not all(torch.equal(a, b) for a, b in zip(changed, clean, strict=True))
+
+
+def test_example_says_the_gradients_were_wrong_only_after_checking() -> None:
+    result = _run("--inject", "global")
+    assert result.returncode == 0, result.stderr
+    assert "step 2's gradients differ from a clean run's: they were wrong" in result.stdout

@@ -211,8 +211,107 @@ def test_to_dict_from_dict_round_trip(net_and_input, half_plan):
         Plan.from_dict({**data, "format": 99})
 
 
+def test_plotted_plan_lies_on_or_above_the_front(net_and_input):
+    """The plot's "this plan" and "every layer" marks never lie below its optimum staircase
+    (a sampled staircase put plans below it): the front is exact, and the plan on it."""
+    from ckptguard.planner.report import front_at, plot_data
+
+    model, x = net_and_input
+    plan = ckptguard.plan(model, x, budget=0.4)
+    data = plot_data(plan)
+    front = data["front"]
+    peaks = [peak for peak, _ in front]
+    assert peaks == sorted(peaks) and len(front) >= 3
+    plan_peak, plan_ms = data["plan"]
+    assert plan_ms == pytest.approx(front_at(front, plan_peak))  # optimal: on the front
+    every_peak, every_ms = data["every_layer"]
+    assert every_ms >= front_at(front, every_peak) - 1e-9
+    for budget in range(int(min(peaks) * 2**20), int(max(peaks) * 2**20), 50_000):
+        other = ckptguard.planner.plan_from_tree(plan.tree, budget)
+        assert (
+            other.recompute_seconds * 1e3
+            >= front_at(front, other.predicted_peak_bytes / 2**20) - 1e-9
+        )
+
+
+def test_budget_and_arguments_are_checked_before_measuring(net_and_input, monkeypatch):
+    from ckptguard.planner import measure
+
+    def never(*args, **kwargs):
+        raise AssertionError("measured before the arguments were checked")
+
+    monkeypatch.setattr(measure, "measure", never)
+    model, x = net_and_input
+    with pytest.raises(ValueError, match="cannot read budget 'lots'"):
+        ckptguard.plan(model, x, budget="lots")
+    with pytest.raises(ValueError, match=r"fractional budget must be in \(0, 1\]"):
+        ckptguard.plan(model, x, budget=1.5)
+    with pytest.raises(TypeError, match="loss_fn must be callable"):
+        ckptguard.plan(model, x, budget="1GiB", loss_fn="mse")
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        ckptguard.plan(lambda t: t, x, budget="1GiB")
+
+
+def test_profiler_prints_nothing_and_progress_stays_off_a_terminal(net_and_input):
+    """Planning and verifying run the profiler: its C++ start/stop lines (kineto's USDT
+    lines, written to file descriptor 2) are silenced, and progress is not drawn where
+    stderr is not a terminal. Run in a child process, whose descriptor 2 is a pipe."""
+    import subprocess
+    import sys
+
+    script = (
+        "import torch, ckptguard\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(16, 64), "
+        "torch.nn.GELU(), torch.nn.Linear(64, 16)) for _ in range(3)])\n"
+        "x = torch.randn(8, 16)\n"
+        "plan = ckptguard.plan(m, x, budget=1.0)\n"
+        "report = plan.verify(m, x, repeats=1)\n"
+        "print(report)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "step time, plan" in result.stdout and "recompute added" in result.stdout
+
+
+def test_verify_reports_measured_beside_predicted_step_time(net_and_input, half_plan):
+    model, x = net_and_input
+    report = half_plan.verify(model, x, repeats=1)
+    assert report.predicted_recompute_seconds == half_plan.recompute_seconds
+    assert report.predicted_step_seconds == pytest.approx(
+        report.unplanned_step_seconds + half_plan.recompute_seconds
+    )
+    assert report.measured_recompute_seconds == pytest.approx(
+        report.step_seconds - report.unplanned_step_seconds
+    )
+    lines = str(report).splitlines()
+    row = next(line for line in lines if line.startswith("step time, plan"))
+    assert f"{report.predicted_step_seconds * 1e3:.1f} ms" in row
+    assert f"{report.step_seconds * 1e3:.1f} ms" in row
+    data = report.to_dict()
+    assert data["predicted_step_seconds"] == report.predicted_step_seconds
+
+
+def test_progress_draws_stage_and_step_on_a_terminal(monkeypatch, capsys):
+    from ckptguard.planner import progress
+
+    monkeypatch.setattr(progress, "_terminal", lambda: True)
+    with progress.shown():
+        progress.progress("verify", "timing steps", 1, 3)
+        progress.progress("verify", "timing steps", 2, 3)
+    err = capsys.readouterr().err
+    assert "\rckptguard verify: timing steps (1/3)" in err
+    assert "\rckptguard verify: timing steps (2/3)" in err
+    assert err.endswith("\r")  # the line is cleared at the end
+    progress.progress("verify", "outside any plan")  # nothing drawn outside a plan or verify
+    assert capsys.readouterr().err == ""
+
+
 def test_tradeoff_curve_and_every_layer(half_plan, tmp_path):
-    curve = half_plan.tradeoff(points=6)
+    curve = half_plan.tradeoff(budgets=None, points=6)
     assert len(curve) >= 2
     assert all(p["peak_bytes"] <= p["budget_bytes"] for p in curve)
     seconds = [p["recompute_seconds"] for p in curve]

@@ -536,7 +536,7 @@ def test_attribute_of_object_in_closure(reentrant: bool) -> None:
         lambda: setattr(settings, "scale", 1.0),
         "closure",
         "settings.scale",
-        "closure of _closure_region.<locals>.region",
+        "read through a closure cell of _closure_region.<locals>.region (",
     )
 
 
