@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import textwrap
 import urllib.parse
 from collections import Counter
 from collections.abc import Sequence
@@ -307,8 +308,9 @@ def explain(code: str) -> str:
     """The rule's explanation with its first bad and first fixed example."""
     rule = RULES_BY_CODE[code]
     doc = inspect.cleandoc(rule.__doc__ or "")
+    guard = f"{textwrap.fill(rule.GUARD, 88)}\n\n" if rule.GUARD else ""
     return (
-        f"{rule.code} ({rule.name}): {rule.summary}\n\n{doc}\n\n"
+        f"{rule.code} ({rule.name}): {rule.summary}\n\n{doc}\n\n{guard}"
         f"Example that is reported:\n\n{_indent(rule.INVALID[0])}\n"
         f"Written correctly:\n\n{_indent(rule.VALID[0])}"
     )

@@ -34,6 +34,12 @@ class GlobalSideEffect(Rule):
     """
 
     code = "CKP203"
+    GUARD = (
+        "At run time, ckptguard warns (kind `side_effect`, once per module) when a recompute "
+        "updates a module's buffers or attributes again (a BatchNorm's running statistics); a "
+        "module global the region writes is not watched at run time, which is why this rule "
+        "looks for it."
+    )
     name = "global-side-effect"
     summary = "checkpoint region writes global state"
 

@@ -61,6 +61,11 @@ class LateBinding(Rule):
     """
 
     code = "CKP202"
+    GUARD = (
+        "At run time, `ckptguard.enable()` raises `CheckpointMismatchError` (kind `closure`) "
+        "naming the closure variable and its two values when the loop moved on before the "
+        "recompute."
+    )
     name = "late-binding"
     summary = "checkpoint region closes over a loop variable"
 

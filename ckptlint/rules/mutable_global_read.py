@@ -42,6 +42,11 @@ class MutableGlobalRead(Rule):
     """
 
     code = "CKP201"
+    GUARD = (
+        "At run time, `ckptguard.enable()` fingerprints every global the region reads and "
+        "raises `CheckpointMismatchError` (kind `global`) naming the global and its two values "
+        "when it changed before the recompute."
+    )
     name = "mutable-global-read"
     summary = "checkpoint region reads a module global that is changed"
 

@@ -35,6 +35,10 @@ class RngNotPreserved(Rule):
     """
 
     code = "CKP301"
+    GUARD = (
+        "At run time, `ckptguard.enable()` raises (kind `rng_device`) when a region run with "
+        "`preserve_rng_state=False` draws random numbers, and names the op in strict mode."
+    )
     name = "rng-not-preserved"
     summary = "`preserve_rng_state=False` with a region that draws random numbers"
 

@@ -65,6 +65,10 @@ class TinyRegion(Rule):
     """
 
     code = "CKP101"
+    GUARD = (
+        "At run time, `with ckptguard.profile():` prices each region (the memory its checkpoint"
+        " saves against the recompute it adds) and lists those that save nothing."
+    )
     name = "tiny-region"
     summary = "checkpoint region is a single cheap op"
 
