@@ -1,21 +1,29 @@
 """ckptlint's speed against ruff (a speed reference) and flake8, and its peer TorchFix.
 
 On the 15 pinned public trees of ``benchmarks/trees.py`` (fetched once into
-benchmarks/.cache), in one run with interleaved repetitions and medians:
+benchmarks/.cache), in one run with interleaved repetitions and medians. The trees are linked
+(hard links, no copy) into a folder outside any git work tree, so that each is a project of
+its own as on a user's machine (inside this repository the git work tree would be the
+project):
 
 - **cold**: ``ckptlint --no-cache`` over all trees at once (every file read, candidates
   parsed and analysed, worker processes as the CLI chooses them);
-- **warm**: ``ckptlint`` again, nothing changed (the results cache is reused);
+- **warm**: ``ckptlint`` again, nothing changed (the cache is reused);
 - **ruff**: ``ruff check --select E9 --no-cache`` over the same trees;
 - **parse floor**: CPython's ``ast.parse`` alone on the files that name a region source (the
   files any cold run must parse), spread over the cores: what no Python linter can go under;
+- **pre-commit, one changed file**: transformers 5.24 as a project, its cache warm, one file
+  (``modeling_llama.py``) edited, then ``ckptlint`` on that file alone (what a commit runs);
+- **chunks**: all of transformers 5.24's files passed in two chunks run at once, as
+  pre-commit does on a 2-CPU machine, cold and warm, beside one whole-tree run;
 - **flake8**: ``flake8 --select E9`` on transformers 4.34.1 in two virtualenvs, without and
-  with ckptlint installed (flake8 runs every installed plugin on every file), wall and CPU
-  time (CPU time is what a busy machine does not disturb);
-- with ``--torchfix``: ``torchfix --select TOR003`` on transformers 4.34.1 (~13 minutes) and
-  the use_reentrant sites both report, compared.
+  with ckptlint installed (flake8 runs every installed plugin on every file), cold (no
+  ckptlint cache) and warm, wall and CPU time;
+- with ``--torchfix``: ``torchfix --select TOR003`` on transformers 4.34.1 (~13 minutes).
 
-    python benchmarks/lint_speed.py [--repeat N] [--torchfix] [--skip-flake8]
+    python benchmarks/lint_speed.py [--repeat N] [--torchfix] [--skip-flake8] [--write-docs]
+
+``--write-docs`` writes the table into docs/performance.md (the README links it).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,15 +50,24 @@ from ckptlint.source import Prefilter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "benchmarks" / ".cache"
-# The cache folder of the timed runs (the trees live under a git-ignored folder of this
-# repository, so configuration and .gitignore are left out: --isolated, no gitignore).
-RESULTS_CACHE = CACHE / "lint-speed-results"
-CKPTLINT = [sys.executable, "-m", "ckptlint", "--isolated", "--no-respect-gitignore"]
-CKPTLINT += ["--exit-zero", "--quiet", "--cache-dir", str(RESULTS_CACHE)]
-# Tools installed next to this interpreter (its virtualenv need not be on PATH).
+WORK = Path(tempfile.gettempdir()) / f"ckptlint-bench-{os.getuid()}"
+CKPTLINT = [sys.executable, "-m", "ckptlint", "--no-respect-gitignore", "--exit-zero", "--quiet"]
 BIN = str(Path(sys.executable).parent)
 RUFF = shutil.which("ruff", path=BIN) or "ruff"
 TORCHFIX = shutil.which("torchfix", path=BIN) or "torchfix"
+EDITED = "src/transformers/models/llama/modeling_llama.py"
+
+
+def linked_trees(folders: list[Path]) -> list[Path]:
+    """Each tree hard-linked under WORK (made once): outside any git work tree."""
+    WORK.mkdir(exist_ok=True)
+    linked = []
+    for folder in folders:
+        target = WORK / folder.name
+        if not target.exists():
+            subprocess.run(["cp", "-al", str(folder), str(target)], check=True)
+        linked.append(target)
+    return linked
 
 
 def virtualenv(name: str, *packages: str) -> Path:
@@ -62,30 +80,31 @@ def virtualenv(name: str, *packages: str) -> Path:
     return python
 
 
-def timed(command: list[str], cwd: Path) -> tuple[float, str]:
-    return timed_with_cpu(command, cwd)[::2]
-
-
-def timed_with_cpu(command: list[str], cwd: Path) -> tuple[float, float, str]:
-    """Wall seconds, CPU seconds (user + system, all its processes) and standard output."""
+def timed(command: list[str], cwd: Path) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds (all its processes), peak memory (KiB) and stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode not in (0, 1):
-        raise SystemExit(f"{command[:3]} failed ({result.returncode}): {result.stderr[-2000:]}")
+        raise SystemExit(f"{command[:4]} failed ({result.returncode}): {result.stderr[-2000:]}")
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return elapsed, cpu, result.stdout
+    return elapsed, cpu, after.ru_maxrss, result.stdout
 
 
-def interleaved(commands: dict[str, list[str]], cwd: Path, repeat: int) -> dict[str, float]:
-    """Median seconds of each command, run in turn so load hits all alike."""
-    times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(repeat):
-        for name, command in commands.items():
-            times[name].append(timed(command, cwd)[0])
-    return {name: statistics.median(values) for name, values in times.items()}
+def timed_together(commands: list[list[str]], cwd: Path) -> float:
+    """Wall seconds of commands run at the same time (pre-commit's chunks)."""
+    start = time.perf_counter()
+    processes = [
+        subprocess.Popen(c, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for c in commands
+    ]
+    for process in processes:
+        _, error = process.communicate()
+        if process.returncode not in (0, 1):
+            raise SystemExit(f"chunk failed ({process.returncode}): {error[-2000:]!r}")
+    return time.perf_counter() - start
 
 
 def parse_floor(folders: list[Path]) -> tuple[int, float]:
@@ -110,107 +129,172 @@ def parse_floor(folders: list[Path]) -> tuple[int, float]:
     return len(texts), statistics.median(passes) / (os.cpu_count() or 1)
 
 
-def plugin_seconds(source: Path, files: list[str]) -> float:
-    """CPU seconds the flake8 plugin spends on ``files`` (the median of three passes), on
-    the trees and lines flake8 would hand it: its share of a flake8 run, free of the noise
-    of two subprocesses' timings."""
-    from ckptlint.flake8_plugin import CheckpointChecker
+def edit(path: Path, round_number: int) -> None:
+    """A new version of the file (a new file replaces the link: the shared tree stays)."""
+    original = path.with_suffix(".py.original")
+    if not original.exists():
+        shutil.copyfile(path, original)
+    text = original.read_text() + f"\n# edited in round {round_number}\n"
+    temporary = path.with_suffix(".py.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
-    inputs = []
-    for name in files:
-        text = (source / name).read_text(encoding="utf-8", errors="replace")
-        inputs.append((ast.parse(text), text.splitlines(True), str(source / name)))
-    passes = []
-    for _ in range(3):
-        start = time.process_time()
-        for tree, lines, filename in inputs:
-            list(CheckpointChecker(tree, lines, filename).run())
-        passes.append(time.process_time() - start)
-    return statistics.median(passes)
+
+def restore(path: Path) -> None:
+    original = path.with_suffix(".py.original")
+    if original.exists():
+        temporary = path.with_suffix(".py.tmp")
+        shutil.copyfile(original, temporary)
+        os.replace(temporary, path)
+
+
+def median_of(runs: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(values) for name, values in runs.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--torchfix", action="store_true", help="(it takes ~13 minutes)")
     parser.add_argument("--skip-flake8", action="store_true")
+    parser.add_argument("--write-docs", action="store_true")
     arguments = parser.parse_args()
+    rows: list[str] = []
 
-    folders = trees.all_trees()
+    def say(line: str = "") -> None:
+        print(line, flush=True)
+        rows.append(line)
+
+    folders = linked_trees(trees.all_trees())
     names = [f.name for f in folders]
     files = sum(1 for f in folders for _ in f.rglob("*.py"))
     lines = sum(p.read_bytes().count(b"\n") for f in folders for p in f.rglob("*.py"))
-    print(f"{len(folders)} trees, {files:,} .py files, {lines:,} lines: {', '.join(names)}")
+    say(f"{len(folders)} trees, {files:,} .py files, {lines:,} lines; {os.cpu_count()} cores")
 
-    timed([*CKPTLINT, *names], CACHE)  # warm the OS file cache and the results cache alike
-    medians = interleaved(
-        {
-            "cold": [*CKPTLINT, "--no-cache", *names],
-            "warm": [*CKPTLINT, *names],
-            "ruff": [RUFF, "check", "--select", "E9", "--no-cache", "--isolated", "--quiet"]
-            + ["--exit-zero", *names],
-        },
-        CACHE,
-        arguments.repeat,
-    )
-    print(f"\n{'run':<40}{'seconds':>10}{'vs ruff':>10}")
+    # -- the 15 trees: cold, warm, ruff ------------------------------------------------------
+    timed([*CKPTLINT, *names], WORK)  # warm the OS file cache and ckptlint's cache alike
+    runs: dict[str, list[float]] = {"cold": [], "warm": [], "ruff": []}
+    memory = []
+    ruff = [RUFF, "check", "--select", "E9", "--no-cache", "--isolated", "--quiet"]
+    for _ in range(arguments.repeat):
+        wall, _, peak, _ = timed([*CKPTLINT, "--no-cache", *names], WORK)
+        runs["cold"].append(wall)
+        memory.append(peak)
+        runs["warm"].append(timed([*CKPTLINT, *names], WORK)[0])
+        runs["ruff"].append(timed([*ruff, "--exit-zero", *names], WORK)[0])
+    medians = median_of(runs)
+    count, floor = parse_floor(folders)
+    say()
+    say("| run | seconds | vs ruff | vs parse floor |")
+    say("| --- | --- | --- | --- |")
     labels = {
-        "cold": "ckptlint, cold (--no-cache)",
+        "cold": "ckptlint, cold (`--no-cache`)",
         "warm": "ckptlint, warm (nothing changed)",
-        "ruff": "ruff check --select E9 --no-cache",
+        "ruff": "`ruff check --select E9 --no-cache`",
     }
     for name, seconds in medians.items():
-        print(f"{labels[name]:<40}{seconds:>10.2f}{seconds / medians['ruff']:>9.2f}x")
-    count, floor = parse_floor(folders)
-    label = f"parse floor ({count:,} files, {os.cpu_count()} cores)"
-    print(f"{label:<40}{floor:>10.2f}{floor / medians['ruff']:>9.2f}x")
+        ratio = f"x{seconds / medians['ruff']:.2f}"
+        say(f"| {labels[name]} | {seconds:.2f} | {ratio} | x{seconds / floor:.2f} |")
+    say(
+        f"| `ast.parse` of the {count:,} files naming a source, per core | {floor:.2f} | "
+        f"x{floor / medians['ruff']:.2f} | x1 |"
+    )
+    say(f"peak memory of a cold run: {max(memory) / 1024:.0f} MiB")
 
-    source = trees.tree("transformers", "4.34.1")
+    # -- transformers 5.24: pre-commit, one changed file; chunks ------------------------------
+    project = WORK / next(n for n in names if n.startswith("transformers-5.24"))
+    edited = project / EDITED
+    restore(edited)
+    every = sorted(str(p.relative_to(project)) for p in project.rglob("*.py"))
+    halves = [every[0::2], every[1::2]]
+    base = [sys.executable, "-m", "ckptlint", "--exit-zero", "--quiet"]
+    timed([*base, "."], project)
+    runs = {
+        "one file": [],
+        "whole tree": [],
+        "chunks warm": [],
+        "chunks cold": [],
+        "whole tree cold": [],
+    }
+    for round_number in range(arguments.repeat):
+        edit(edited, round_number)
+        runs["one file"].append(timed([*base, EDITED], project)[0])
+        restore(edited)
+        runs["whole tree"].append(timed([*base, "."], project)[0])
+        runs["chunks warm"].append(timed_together([[*base, *h] for h in halves], project))
+        shutil.rmtree(project / ".ckptlint_cache", ignore_errors=True)
+        runs["chunks cold"].append(timed_together([[*base, *h] for h in halves], project))
+        runs["whole tree cold"].append(timed([*base, "--no-cache", "."], project)[0])
+        timed([*base, "."], project)
+    medians = median_of(runs)
+    say()
+    say(f"transformers 5.24 as a project ({len(every):,} files), 2 chunks as pre-commit makes:")
+    say("| run | seconds |")
+    say("| --- | --- |")
+    say(
+        f"| pre-commit: one changed file (`{EDITED.rsplit('/', 1)[1]}`), warm | "
+        f"{medians['one file']:.2f} |"
+    )
+    say(f"| whole tree, warm | {medians['whole tree']:.2f} |")
+    say(f"| two chunks at once, warm | {medians['chunks warm']:.2f} |")
+    say(f"| two chunks at once, cold | {medians['chunks cold']:.2f} |")
+    say(f"| whole tree, cold | {medians['whole tree cold']:.2f} |")
+
+    source = WORK / next(n for n in names if n.startswith("transformers-4.34"))
     if arguments.torchfix:
-        report = timed(
-            [*CKPTLINT, "--no-cache", "--select", "CKP001", "--format", "json", "."], source
-        )
-        ours = {(item["path"], item["line"]) for item in json.loads(report[1])}
-        torchfix_time, output = timed([TORCHFIX, "--select", "TOR003", "."], source)
-        # TorchFix may end a message without a line break (its multi-line code excerpts):
-        # a report starts at a path, wherever it stands on a line
+        report = timed([*base, "--no-cache", "--select", "CKP001", "--format", "json", "."], source)
+        ours = {(item["path"], item["line"]) for item in json.loads(report[3])}
+        torchfix_time, _, _, output = timed([TORCHFIX, "--select", "TOR003", "."], source)
         pattern = re.compile(r"(?:\./)?([^\s,]+?\.py):(\d+):\d+: TOR003")
         theirs = {(path, int(line)) for path, line in pattern.findall(output)}
-        print(f"\ntorchfix --select TOR003 on transformers 4.34.1: {torchfix_time:.1f} s")
-        print(f"use_reentrant sites: ckptlint {len(ours)}, TorchFix {len(theirs)}")
-        print(f"TorchFix sites ckptlint misses: {sorted(theirs - ours)[:20]}")
-        print(f"ckptlint sites TorchFix misses: {sorted(ours - theirs)[:20]}")
+        say(f"\ntorchfix --select TOR003 on transformers 4.34.1: {torchfix_time:.1f} s")
+        say(f"use_reentrant sites: ckptlint {len(ours)}, TorchFix {len(theirs)}")
 
     if not arguments.skip_flake8:
         plain = virtualenv("venv-flake8", "flake8")
         with_plugin = virtualenv("venv-flake8-ckptlint", "flake8", str(ROOT))
         install = [str(with_plugin), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall"]
         subprocess.run([*install, str(ROOT)], check=True)  # this checkout, not an older one
-        prefilter = Prefilter(SourceTable.build().words)
-        every = sorted(str(p.relative_to(source)) for p in source.rglob("*.py"))
-        unreachable = [p for p in every if not prefilter.passes((source / p).read_bytes())]
-        for label, files in (
-            (f"the {len(unreachable)} files that cannot reach a checkpoint", unreachable),
-            (f"all {len(every)} files", ["."]),
+        flake8 = ["-m", "flake8", "--isolated", "--select", "E9", "--exit-zero", "."]
+        results: dict[str, list[tuple[float, float]]] = {"without": [], "cold": [], "warm": []}
+        for _ in range(arguments.repeat):  # interleaved; up to a minute a run
+            results["without"].append(timed([str(plain), *flake8], source)[:2])
+            shutil.rmtree(source / ".ckptlint_cache", ignore_errors=True)
+            results["cold"].append(timed([str(with_plugin), *flake8], source)[:2])
+            results["warm"].append(timed([str(with_plugin), *flake8], source)[:2])
+        say()
+        say(
+            f"flake8 --select E9 on transformers 4.34.1 ({sum(1 for _ in source.rglob('*.py'))}"
+            " files), without and with the plugin:"
+        )
+        say("| run | wall s | CPU s | wall vs without | CPU vs without |")
+        say("| --- | --- | --- | --- | --- |")
+        wall = {k: statistics.median(r[0] for r in v) for k, v in results.items()}
+        cpu = {k: statistics.median(r[1] for r in v) for k, v in results.items()}
+        for kind, label in (
+            ("without", "without ckptlint"),
+            ("cold", "with, no cache"),
+            ("warm", "with, cache warm"),
         ):
-            flake8 = ["-m", "flake8", "--isolated", "--select", "E9", "--exit-zero", *files]
-            runs: dict[str, list[tuple[float, float, str]]] = {"without": [], "with": []}
-            for _ in range(3):  # interleaved; up to a minute a run
-                runs["without"].append(timed_with_cpu([str(plain), *flake8], source))
-                runs["with"].append(timed_with_cpu([str(with_plugin), *flake8], source))
-            wall = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
-            cpu = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
-            print(f"\nflake8 --select E9, transformers 4.34.1, {label}:")
-            if files is unreachable:
-                own = plugin_seconds(source, unreachable)
-                share = own / cpu["without"]
-                print(f"  the plugin's own work on them, in one process: {own:.2f} s ({share:.1%}")
-                print("  of flake8's CPU time without it)")
-            for kind, figures in (("wall", wall), ("CPU", cpu)):
-                print(
-                    f"  {kind}: without ckptlint {figures['without']:.2f} s, with ckptlint", end=""
-                )
-                print(f" {figures['with']:.2f} s ({figures['with'] / figures['without']:.3f}x)")
+            say(
+                f"| {label} | {wall[kind]:.2f} | {cpu[kind]:.2f} | "
+                f"x{wall[kind] / wall['without']:.3f} | x{cpu[kind] / cpu['without']:.3f} |"
+            )
+    say(f"[{arguments.repeat} interleaved rounds, medians]")
+
+    if arguments.write_docs:
+        write_docs(rows)
+
+
+def write_docs(rows: list[str]) -> None:
+    """Replace the ckptlint section of docs/performance.md with this run's figures."""
+    path = ROOT / "docs" / "performance.md"
+    start, end = "<!-- lint_speed: start -->", "<!-- lint_speed: end -->"
+    text = path.read_text() if path.exists() else "# Performance\n\n" + start + "\n" + end + "\n"
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    body = "\n".join(["## ckptlint (`benchmarks/lint_speed.py`)", "", *rows])
+    path.write_text(f"{head}{start}\n{body}\n{end}{tail}")
 
 
 if __name__ == "__main__":

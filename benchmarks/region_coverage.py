@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import io
+import os
 import re
 import sys
 import time
@@ -37,7 +38,7 @@ import trees  # noqa: E402
 
 from ckptlint.config import Settings  # noqa: E402
 from ckptlint.discovery import discover  # noqa: E402
-from ckptlint.engine import Linter, LintTarget, analyze  # noqa: E402
+from ckptlint.engine import Engine, analyze  # noqa: E402
 from ckptlint.resolution.values import known  # noqa: E402
 
 SCANNED_NAMES = frozenset(
@@ -76,14 +77,13 @@ def scan(path: str) -> list[int]:
 def measure(tree: Path, show_unresolved: int) -> tuple[collections.Counter, list[str]]:
     settings = Settings(root=tree, respect_gitignore=False)
     files = [f for f in discover([str(tree)], settings) if f.error is None]
-    linter = Linter(settings)
-    session = linter.session([LintTarget(f.path, explicit=False) for f in files])
-    analysis = session.analysis
+    engine = Engine(settings, [f.path for f in files], jobs=1)
+    owned, analysis = engine.analysis()
     counts: collections.Counter = collections.Counter()
     unresolved: list[str] = []
     sites_at: dict[tuple[str, int], list] = collections.defaultdict(list)
-    for path in session.owned:
-        module = session.project.module_at(path)
+    for path in owned:
+        module = analysis.project.module_at(path)
         if module is None:
             continue
         for site in analysis.sites(module):
@@ -96,7 +96,7 @@ def measure(tree: Path, show_unresolved: int) -> tuple[collections.Counter, list
     for file in files:
         for line in scan(file.path):
             counts["scan"] += 1
-            sites = sites_at.get((file.path, line), [])
+            sites = sites_at.get((os.path.abspath(file.path), line), [])
             if not sites:
                 unresolved.append(f"not recognised  {file.path}:{line}")
                 continue
@@ -113,10 +113,10 @@ def measure(tree: Path, show_unresolved: int) -> tuple[collections.Counter, list
                 unresolved.append(f"unresolved      {file.path}:{line}")
     every_site = {id(s): s for group in sites_at.values() for s in group}
     counts["+found"] = sum(1 for key in every_site if key not in matched)
-    for path in session.owned:
-        module = session.project.module_at(path)
+    for path in owned:
+        module = analysis.project.module_at(path)
         if module is not None:
-            for finding in analyze(module, analysis, linter.selected):
+            for finding in analyze(module, analysis):
                 counts[finding.code] += 1
     return counts, unresolved[:show_unresolved]
 
@@ -144,12 +144,8 @@ def main() -> None:
             print(f"    {entry}")
         if arguments.show_findings:
             settings = Settings(root=folder, respect_gitignore=False)
-            run = Linter(settings).lint_files(
-                LintTarget(f.path, explicit=False)
-                for f in discover([str(folder)], settings)
-                if f.error is None
-            )
-            for result in run:
+            paths = [f.path for f in discover([str(folder)], settings) if f.error is None]
+            for result in Engine(settings, paths).lint(paths):
                 for finding in result.findings:
                     if finding.code != "CKP001":
                         where = f"{result.path}:{finding.line}:{finding.column}"

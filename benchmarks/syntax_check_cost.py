@@ -17,26 +17,26 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import ckptlint.engine
+import ckptlint.project.index
 from ckptlint.config import Settings
-from ckptlint.engine import Linter
-from ckptlint.source import parse
+from ckptlint.engine import Engine
+from ckptlint.regions.sources import SourceTable
+from ckptlint.source import Prefilter, parse
 
-try:
-    from lint_speed import tree
-except ImportError:  # run as python -m benchmarks.syntax_check_cost
-    from benchmarks.lint_speed import tree
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import trees  # noqa: E402
 
 
 def lint_all(paths: list[str]) -> float:
-    linter = Linter(Settings())
+    """One cold run over the tree, in one process."""
     start = time.perf_counter()
-    for path in paths:
-        result = linter.lint_path(path)
-        assert result.internal_error is None, (path, result.internal_error)
+    for result in Engine(Settings(respect_gitignore=False), paths, jobs=1).lint(paths):
+        assert result.internal_error is None, (result.path, result.internal_error)
     return time.perf_counter() - start
 
 
@@ -46,9 +46,9 @@ def main() -> None:
     arguments = parser.parse_args()
     gc.set_threshold(100_000, 50, 100)  # as the CLI does
 
-    source = tree()
+    source = trees.tree("transformers", "4.34.1")
     paths = sorted(str(path) for path in source.rglob("*.py"))
-    prefilter = Linter(Settings()).prefilter
+    prefilter = Prefilter(SourceTable.build().words)
     parsed = [p for p in paths if prefilter.passes(Path(p).read_bytes())]
     lines = sum(Path(p).read_bytes().count(b"\n") for p in parsed)
     print(f"tree: {len(paths)} files; {len(parsed)} pass the prefilter ({lines:,} lines)")
@@ -66,11 +66,11 @@ def main() -> None:
             ckptlint.engine.check_unparsed_bodies = check
 
     def full_parse() -> float:
-        ckptlint.engine.parse = lambda text, path, words=None: parse(text, path)
+        ckptlint.project.index.parse = lambda text, path, words=None: parse(text, path)
         try:
             return lint_all(paths)
         finally:
-            ckptlint.engine.parse = parse
+            ckptlint.project.index.parse = parse
 
     variants = {
         "lazy + check (ckptlint)": lazy_with_check,

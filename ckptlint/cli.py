@@ -25,6 +25,7 @@ from ckptlint.config import (
     RuleSelection,
     Settings,
     load_settings,
+    loose_root,
     parse_code_list,
     project_root,
 )
@@ -331,8 +332,13 @@ class _Project:
     notes: list[str] = field(default_factory=list)
 
     def engine(self, arguments: argparse.Namespace, named: Sequence[str]) -> Engine:
-        """An engine that knows every file of the project and the files named."""
-        known = [f.path for f in discover([str(self.root.folder)], self.settings) if not f.error]
+        """An engine that knows every file of the project and the files named (the walk of
+        the root is not done twice when the root is what was named)."""
+        root = os.path.abspath(self.root.folder)
+        if any(os.path.abspath(p) == root for p in self.paths):
+            known: list[str] = []
+        else:
+            known = [f.path for f in discover([str(root)], self.settings) if not f.error]
         return Engine(self.settings, [*known, *named], self.store(arguments), arguments.jobs)
 
     def store(self, arguments: argparse.Namespace) -> cache.Store | None:
@@ -361,7 +367,8 @@ class _Project:
         how = {
             "pyproject": f"the folder of {self.root.pyproject} ([tool.ckptlint])",
             "git": "the git work tree (no pyproject.toml with [tool.ckptlint] above the paths)",
-            "paths": "the common folder of the paths (no [tool.ckptlint], no git work tree)",
+            "paths": "the working folder, or the common folder of paths outside it (no "
+            "[tool.ckptlint], no git work tree)",
         }[self.root.reason]
         rows = [
             ("paths", " ".join(self.paths)),
@@ -413,10 +420,7 @@ def _by_root(
         else:
             groups.setdefault(found.folder, (found, []))[1].append(path)
     if loose:
-        folders = [
-            os.path.abspath(p if os.path.isdir(p) else os.path.dirname(p) or ".") for p in loose
-        ]
-        root = ProjectRoot(Path(os.path.commonpath(folders)), "paths")
+        root = loose_root([Path(p) for p in loose])
         groups.setdefault(root.folder, (root, []))[1].extend(loose)
     return list(groups.values())
 

@@ -13,6 +13,7 @@ relative to the folder of the pyproject.toml that holds them.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -183,6 +184,17 @@ def project_root(path: Path, *, isolated: bool = False) -> ProjectRoot | None:
         if _exists(folder / ".git"):
             return ProjectRoot(folder, "git")
     return None
+
+
+def loose_root(paths: list[Path]) -> ProjectRoot:
+    """The root of paths outside any project: the working folder when they all lie inside
+    it (so ``ckptlint model.py`` and ``ckptlint .`` know the same files), else their common
+    folder."""
+    here = Path.cwd()
+    folders = [p.absolute() if _is_folder(p) else p.absolute().parent for p in paths]
+    if all(folder == here or here in folder.parents for folder in folders):
+        return ProjectRoot(here, "paths")
+    return ProjectRoot(Path(os.path.commonpath(folders)), "paths")
 
 
 def _exists(path: Path) -> bool:

@@ -144,6 +144,10 @@ class Analyser:
     def seed_scans(self, scans: Mapping[ScanKey, tuple[str, ...]]) -> None:
         self.project.seed_scans(scans)
 
+    def analysis(self) -> ProjectAnalysis:
+        """A fresh analysis of the project (the default view)."""
+        return self._analysis(self.project)
+
     def _analysis(self, project: Project) -> ProjectAnalysis:
         analysis = ProjectAnalysis(project, self.table)
         if self.words.classes:
@@ -409,6 +413,7 @@ class _State:
     analysed: set[str] = field(default_factory=set)  # files discovery analysed
     errors: dict[str, Finding] = field(default_factory=dict)  # CKP901 of those
     internal_errors: dict[str, str] = field(default_factory=dict)
+    dirty: bool = False  # learned something the store does not hold
     _analyser: Analyser | None = None
 
     def analyser(self, table: SourceTable) -> Analyser:
@@ -474,10 +479,13 @@ class Engine:
                 state = self._state_for(overrides or {})
                 absolute = [os.path.abspath(path) for path in reported]
                 analysed = self._analysed(state, list(dict.fromkeys(absolute)), fixes)
-                return [
+                results = [
                     self._result(state, path, shown, analysed.get(path), suppress)
                     for path, shown in zip(absolute, reported, strict=True)
                 ]
+                if state is self._disk and state.dirty and self.store is not None:
+                    self._save_project(state)  # the searches the findings ran, for next time
+                return results
         finally:
             if self._workers is not None:
                 self.notes.extend(self._workers.notes)
@@ -542,6 +550,15 @@ class Engine:
             and not (0 < f.line <= len(lines) and is_suppressed(lines[f.line - 1], f.code))
         ]
 
+    def analysis(self) -> tuple[list[str], ProjectAnalysis]:
+        """The files discovery analysed, and one analysis of the project for the words it
+        ended with (benchmarks read sites, regions and reaches from it)."""
+        state = self._state_for({})
+        analyser = state.analyser(self.table)
+        analyser.use(state.words)
+        analysed = [p for p in self.paths if p in state.analysed and p not in state.errors]
+        return analysed, analyser.analysis()
+
     # -- findings ---------------------------------------------------------------------------
     def _analysed(self, state: _State, paths: list[str], fixes: bool) -> dict[str, Analysed]:
         """The findings of the files discovery analysed among ``paths``: stored, or computed."""
@@ -562,6 +579,8 @@ class Engine:
             task = partial(FindingsTask, state.words, fixes=fixes)
             for result in workers.run(task, missing):
                 found[result.path] = result
+                state.scans.update(result.dependencies.scans)
+                state.dirty = True
                 if not fixes:
                     self._store_findings(state, result)
         return found
@@ -607,6 +626,7 @@ class Engine:
         found = state.scans.get(key)
         if found is None:
             found = state.scans[key] = scan(state.snapshot, state.paths, *key)
+            state.dirty = True
         return found
 
     # -- the project's state ----------------------------------------------------------------
@@ -620,7 +640,8 @@ class Engine:
             else:
                 with self.store.lock():  # concurrent runs (pre-commit's chunks) compute it once
                     disk = self._disk_state(self._load_project())
-                    self._save_project(disk)
+                    if disk.dirty:
+                        self._write_project(disk)
             self._disk = disk
         overrides = {os.path.abspath(p): data for p, data in overrides.items()}
         if all(disk.snapshot.digest(p) == digest_of(data) for p, data in overrides.items()):
@@ -655,6 +676,7 @@ class Engine:
         if stored is None:
             state.changed = set(self.paths)
         self._discover(state, stored.rounds if stored else [], stored.exported if stored else {})
+        state.dirty = state.dirty or stored is None or bool(changed) or snapshot.reads > 0
         return state
 
     def _discover(
@@ -757,6 +779,8 @@ class Engine:
             workers = self._workers_for(state, len(missing))
             for result in workers.run(partial(ExportsTask, words), missing):
                 found[result.path] = result
+                state.scans.update(result.dependencies.scans)
+                state.dirty = True
         results = [found[path] for path in paths]
         for result in results:
             state.exported[(result.path, words.digest)] = result
@@ -788,10 +812,22 @@ class Engine:
         except (cache.Invalid, ValueError, TypeError, KeyError):
             return None
 
-    def _save_project(self, state: _State) -> None:
+    def _write_project(self, state: _State) -> None:
         assert self.store is not None
         self.store.write("project.json", encode_project(state))
         self.store.prune()
+        state.dirty = False
+
+    def _save_project(self, state: _State) -> None:
+        """Write what this run learned, keeping the searches another run (a concurrent
+        chunk of pre-commit) stored meanwhile for the same files."""
+        assert self.store is not None
+        with self.store.lock():
+            stored = self._load_project()
+            if stored is not None and stored.files == state.snapshot.stored():
+                for key, paths in stored.scans.items():
+                    state.scans.setdefault(key, paths)
+            self._write_project(state)
 
 
 def updated_scans(

@@ -139,9 +139,9 @@ class CheckpointChecker:
 
 
 def _loose_root(folder: str) -> Any:
-    from ckptlint.config import ProjectRoot
+    from ckptlint.config import loose_root
 
-    return ProjectRoot(Path(folder), "paths")
+    return loose_root([Path(folder)])
 
 
 def _is_disk_text(path: str, text: str) -> bool:

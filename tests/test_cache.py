@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -388,3 +390,14 @@ def corrupted_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list
     findings(root, ".")
     yield root, expected
     shutil.rmtree(root, ignore_errors=True)
+
+
+def test_workers_forked_under_the_lock_never_hold_it(tree: Path) -> None:
+    """Workers are forked while the cache's lock is held: they must not keep holding it,
+    or the run's last write of the cache would wait for them forever."""
+    for index in range(8):
+        write(tree, f"m{index}.py", MISSING_KEYWORD)
+    command = [sys.executable, "-m", "ckptlint", "--jobs", "2", "--quiet", "."]
+    for _ in range(2):  # cold, then warm
+        result = subprocess.run(command, cwd=tree, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1 and result.stdout.count("CKP001") == 8, result.stderr

@@ -205,7 +205,9 @@ class Store:
             yield
             return
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            # A record lock, not flock: a worker forked while it is held does not hold it too
+            # (an flock would stay held by the fork's copy of the descriptor).
+            fcntl.lockf(descriptor, fcntl.LOCK_EX)
             yield
         finally:
             os.close(descriptor)

@@ -63,6 +63,7 @@ class Snapshot:
         self._digests: dict[str, str] = {p: digest_of(d) for p, d in self._overrides.items()}
         self._errors: dict[str, UnreadableSource] = {}
         self._stored: dict[str, StoredFile] = {}
+        self.reads = 0  # files read from disk (what the next run trusts changed)
 
     @property
     def overridden(self) -> frozenset[str]:
@@ -82,7 +83,7 @@ class Snapshot:
         return child
 
     def digest(self, path: str) -> str:
-        path = os.path.abspath(path)
+        """The digest of the file at ``path`` (absolute, as every path of a snapshot is)."""
         found = self._digests.get(path)
         if found is None:
             found = self._digests[path] = self._find_digest(path)
@@ -90,7 +91,6 @@ class Snapshot:
 
     def data(self, path: str) -> bytes:
         """The file's bytes; raises ``UnreadableSource`` (``CannotRead`` included)."""
-        path = os.path.abspath(path)
         data = self._data.get(path)
         if data is None:
             if path in self._errors:
@@ -136,6 +136,7 @@ class Snapshot:
                 signature = (status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino)
             except OSError:
                 signature = None
+        self.reads += 1
         try:
             data = self._read(path)
         except UnreadableSource as error:

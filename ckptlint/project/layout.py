@@ -14,7 +14,7 @@ what a result depended on is what the cache checks before it reuses the result.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ckptlint.project.dependencies import Dependencies
 
@@ -22,11 +22,14 @@ from ckptlint.project.dependencies import Dependencies
 class Layout:
     def __init__(self, files: Iterable[str] = ()) -> None:
         self.roots: list[str] = []
+        self._root_set: set[str] = set()
         self._registered: dict[str, str] = {}  # module name -> file, from the project's files
         self._names: dict[str, str] = {}  # absolute file -> module name
         self._found: dict[str, str | None] = {}
         self._found_names: dict[str, str] = {}  # a file found on disk: the name it was found by
         self._listings: dict[str, frozenset[str]] = {}
+        self._packages: dict[str, bool] = {}  # folder: holds an __init__.py
+        self._roots_naming: dict[str, list[str]] | None = None
         self.recorder: Dependencies | None = None
         for path in files:
             self.add(path)
@@ -36,15 +39,17 @@ class Layout:
         absolute = os.path.abspath(path)
         name = self._names.get(absolute)
         if name is None:
-            root, parts = _split_at_root(absolute)
+            root, parts = _split_at_root(absolute, self._is_package_folder)
             name = ".".join(parts)
             self._names[absolute] = name
             present = self._registered.get(name)
             if present is None or _shadows(absolute, present):
                 self._registered[name] = absolute
                 self._found.pop(name, None)
-            if root not in self.roots:
+            if root not in self._root_set:
+                self._root_set.add(root)
                 self.roots.append(root)
+                self._roots_naming = None
         return name
 
     def module_name(self, path: str) -> str:
@@ -54,7 +59,8 @@ class Layout:
         absolute = os.path.abspath(path)
         name = self._names.get(absolute) or self._found_names.get(absolute)
         if name is None:
-            name = self._found_names[absolute] = ".".join(_split_at_root(absolute)[1])
+            parts = _split_at_root(absolute, self._is_package_folder)[1]
+            name = self._found_names[absolute] = ".".join(parts)
         return name
 
     def is_package(self, path: str) -> bool:
@@ -78,14 +84,14 @@ class Layout:
     def is_project_package(self, name: str) -> bool:
         """A folder of the project that imports can name, with or without ``__init__.py``."""
         parts = name.split(".")
-        found = any(self._is_folder(root, parts) for root in self.roots)
+        found = any(self._is_folder(root, parts) for root in self._roots_holding(parts[0]))
         if self.recorder is not None:
             self.recorder.packages[name] = found
         return found
 
     def _on_disk(self, name: str) -> str | None:
         parts = name.split(".")
-        for root in self.roots:
+        for root in self._roots_holding(parts[0], f"{parts[0]}.py"):
             if self._is_folder(root, parts):
                 package = os.path.join(root, *parts, "__init__.py")
                 if os.path.isfile(package):
@@ -96,6 +102,25 @@ class Layout:
                 if os.path.isfile(module):
                     return module
         return None
+
+    def _roots_holding(self, *names: str) -> list[str]:
+        """The roots (in order) whose folder holds one of ``names``: a lookup of ``torch``
+        asks a few roots, not the hundreds a tree of loose scripts has."""
+        if self._roots_naming is None:
+            self._roots_naming = {}
+            for root in self.roots:
+                for entry in self._listing(root):
+                    self._roots_naming.setdefault(entry, []).append(root)
+        found: list[str] = []
+        for name in names:
+            found.extend(r for r in self._roots_naming.get(name, ()) if r not in found)
+        return sorted(found, key=self.roots.index) if len(names) > 1 else found
+
+    def _is_package_folder(self, folder: str) -> bool:
+        found = self._packages.get(folder)
+        if found is None:
+            found = self._packages[folder] = os.path.isfile(os.path.join(folder, "__init__.py"))
+        return found
 
     def _is_folder(self, root: str, parts: list[str]) -> bool:
         folder = root
@@ -130,7 +155,7 @@ _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
 _SOURCE_FOLDERS = frozenset({"src", "lib", "python"})
 
 
-def _split_at_root(path: str) -> tuple[str, list[str]]:
+def _split_at_root(path: str, is_package: Callable[[str], bool]) -> tuple[str, list[str]]:
     """The import root above ``path`` and the module name parts below it.
 
     The root is the first folder above the packages; but a folder without ``__init__.py``
@@ -140,7 +165,7 @@ def _split_at_root(path: str) -> tuple[str, list[str]]:
     folder, filename = os.path.split(path)
     stem = filename[:-3] if filename.endswith(".py") else filename
     parts = [] if stem == "__init__" else [stem]
-    while os.path.isfile(os.path.join(folder, "__init__.py")):
+    while is_package(folder):
         folder, package = os.path.split(folder)
         parts.insert(0, package)
         if not package:
