@@ -248,14 +248,14 @@ class ProjectAnalysis:
 
 
 def with_local_aliases(analysis: ProjectAnalysis, module: Module) -> Module:
-    """Scope the module again until the names it binds to sources are all scoped."""
-    for _ in range(8):
+    """Scope the module again until the names it binds to sources are all scoped (a fixed
+    point: each round scopes more of the module's own identifiers, so it ends)."""
+    while True:
         aliases = analysis.local_aliases(module) - module.words
         if not aliases:
             return module
         module = analysis.project.rescope(module, module.words | aliases)
         analysis.reset()
-    return module
 
 
 def names_any(module: Module, words: frozenset[str]) -> bool:

@@ -37,8 +37,10 @@ from ckptlint.resolution.values import (
     known,
 )
 
-# Wrappers are followed this many levels deep from a site.
-MAX_WRAPPER_DEPTH = 6
+# A wrapper that branches at every level of a chain reaches exponentially many source calls;
+# each wrapper passes at most this many on (the first ones, in source order). Chains of any
+# length are followed: a wrapper is expanded again only when it is not on the stack already.
+MAX_PATHS_PER_WRAPPER = 64
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class SiteFinder:
             name.rsplit(".", 1)[-1] for name, s in table.by_name.items() if s.kind == "layer"
         )
         self._wrappers: dict[tuple[ast.AST, int], list[ast.Call] | None] = {}
-        self._wrapper_depth = 0
+        self._expanding: set[ast.AST] = set()  # wrappers on the stack (a recursive one stops)
 
     # -- what a callee is ------------------------------------------------------------------
     def paths(
@@ -144,14 +146,14 @@ class SiteFinder:
                 SourceCall(p.source, p.arguments, p.wrappers, (value, *p.partials))
                 for p in self.paths(value.inner, merged)
             ]
-        if isinstance(value, FunctionValue) and self._wrapper_depth < MAX_WRAPPER_DEPTH:
+        if isinstance(value, FunctionValue) and value.node not in self._expanding:
             inner_calls = self.wrapper_calls(value)
             if not inner_calls:
                 return []
             context = self.evaluator.bind(value, arguments)
-            self._wrapper_depth += 1
+            self._expanding.add(value.node)
             try:
-                found = []
+                found: list[SourceCall] = []
                 for call in inner_calls:
                     callee = self.evaluator.evaluate(call.func, context)
                     for path in self.paths(callee, Arguments.of(call, context), call.func):
@@ -160,9 +162,9 @@ class SiteFinder:
                                 path.source, path.arguments, (value, *path.wrappers), path.partials
                             )
                         )
-                return found
+                return found[:MAX_PATHS_PER_WRAPPER]
             finally:
-                self._wrapper_depth -= 1
+                self._expanding.discard(value.node)
         return []
 
     def source_of(self, value: object) -> RegionSource | None:

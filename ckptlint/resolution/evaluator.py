@@ -63,6 +63,7 @@ PARTIAL = "functools.partial"
 # How deeply one evaluation may nest (names, calls, returns) before it gives up: UNKNOWN.
 MAX_DEPTH = 40
 _BUILTINS = frozenset(dir(builtins))
+_DEPTH_BOUND = object()  # what a lookup cut by MAX_DEPTH depends on
 _DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
 _ITERATION_BUILTINS = frozenset({"list", "tuple", "iter", "reversed", "sorted", "set", "frozenset"})
 
@@ -76,8 +77,14 @@ class Evaluator:
         self.project = project
         self.duck_typing = duck_typing
         self._memo: dict[object, Values] = {}
+        # Results that a cut (a cycle back to a lookup still in progress, or the depth bound)
+        # made incomplete: kept only until the outermost evaluation returns, so that the
+        # same lookup reached from elsewhere, with room to finish, is computed in full.
+        self._provisional: dict[object, Values] = {}
         self._in_progress: set[object] = set()
+        self._cuts: list[set[object] | None] = []  # per lookup in progress: what it cut
         self._depth = 0
+        self._contexts: dict[Context, Context] = {}
         self._mro: dict[ClassValue, list[ClassValue | External]] = {}
         self._methods_built: set[int] = set()
         self._visible: dict[str, list[ClassValue]] = {}
@@ -106,21 +113,49 @@ class Evaluator:
     def _guarded(
         self, key: object, compute: Callable[..., Iterable[Value]], *args: object
     ) -> Values:
-        """Memoised, and bounded: a cycle or a chain deeper than MAX_DEPTH is UNKNOWN."""
+        """Memoised, and bounded: a cycle or a chain deeper than MAX_DEPTH is UNKNOWN.
+
+        A result that depends on such a cut is not memoised for good (only a cycle back to
+        the lookup itself is complete once it returns: its values are the fixed point)."""
         cached = self._memo.get(key)
+        if cached is None:
+            cached = self._provisional.get(key)
         if cached is not None:
             return cached
-        if key in self._in_progress or self._depth >= MAX_DEPTH:
+        if key in self._in_progress:
+            self._cut(key)
+            return (UNKNOWN,)
+        if self._depth >= MAX_DEPTH:
+            self._cut(_DEPTH_BOUND)
             return (UNKNOWN,)
         self._in_progress.add(key)
+        self._cuts.append(None)
         self._depth += 1
         try:
             values = unique(compute(*args)) or (UNKNOWN,)
         finally:
             self._depth -= 1
             self._in_progress.discard(key)
-        self._memo[key] = values
+            cuts = self._cuts.pop()
+        if cuts:
+            cuts.discard(key)
+        if cuts:
+            self._provisional[key] = values
+            for cut in cuts:
+                self._cut(cut)
+        else:
+            self._memo[key] = values
+        if not self._depth:
+            self._provisional.clear()
         return values
+
+    def _cut(self, what: object) -> None:
+        """The lookup in progress lacks what ``what`` would have given."""
+        if self._cuts:
+            if self._cuts[-1] is None:
+                self._cuts[-1] = {what}
+            else:
+                self._cuts[-1].add(what)  # type: ignore[union-attr]
 
     def call_result(self, callee: Values, call: ast.Call, context: Context) -> Values:
         return unique(v for value in callee for v in self._call(value, call, context)) or (UNKNOWN,)
@@ -150,7 +185,10 @@ class Evaluator:
             for parameter, default in parameter_defaults(node.args).items():
                 if parameter.arg not in supplied and not arguments.double_star:
                     env.append((parameter, Argument(default, function.context)))
-        return Context(function.module, scope, tuple(env))
+        context = Context(function.module, scope, tuple(env))
+        # One object per distinct binding: contexts nest (an argument holds its caller's
+        # context), and comparing equal copies would walk the whole nest at every level.
+        return self._contexts.setdefault(context, context)
 
     def scope_of(self, function: FunctionValue | ClassValue) -> Scope:
         scopes = function.context.module.scopes
@@ -241,14 +279,32 @@ class Evaluator:
             yield from self.binding_values(binding, context)
 
     def _unbound_name(self, name: str, module: Module) -> Values:
-        """A name no statement of the module binds: star imports, then builtins."""
-        for target in module.scopes.module.star_imports:
-            absolute = module.resolve_import(target.level, target.module)
+        """A name no statement of the module binds: star imports, then builtins.
+
+        Star imports are searched depth first in statement order, each module once, so a
+        cycle of them (``a`` imports ``*`` from ``b``, ``b`` from ``a``) ends, however many
+        files it spans."""
+        visited = {module.path}
+        stack = [(module, list(reversed(module.scopes.module.star_imports)))]
+        while stack:
+            importer, targets = stack[-1]
+            if not targets:
+                stack.pop()
+                continue
+            target = targets.pop()
+            absolute = importer.resolve_import(target.level, target.module)
             imported = None if absolute is None else self.project.module_named(absolute)
             if imported is not None:
-                found = self._module_member(imported, name, follow_submodules=False)
-                if found:
-                    return found
+                if imported.path in visited:
+                    continue
+                visited.add(imported.path)
+                bindings = imported.scopes.module.bindings.get(name)
+                if bindings:
+                    context = self.module_context(imported)
+                    return unique(
+                        v for b in fold(bindings, None) for v in self.binding_values(b, context)
+                    )
+                stack.append((imported, list(reversed(imported.scopes.module.star_imports))))
             elif absolute is not None and name not in _BUILTINS:
                 return (External(f"{absolute}.{name}"),)
         return (External(f"builtins.{name}"),) if name in _BUILTINS else (UNKNOWN,)
@@ -278,6 +334,7 @@ class Evaluator:
     def _parameter(self, node: ast.arg, binding: Binding, context: Context) -> Values:
         argument = context.argument(node)
         if argument is not None:
+            argument = passed_on(argument)
             if argument.expression is None:
                 return argument.values
             return self.evaluate(argument.expression, argument.context)  # type: ignore[arg-type]
@@ -858,6 +915,22 @@ def _added_expressions(
                     yield node.value, False
         elif isinstance(node, ast.AugAssign) and names_origin(node.target):
             yield node.value, True
+
+
+def passed_on(argument: Argument) -> Argument:
+    """Where an argument that is itself a parameter passed on unchanged (``fn`` handed from
+    wrapper to wrapper) was first written: followed in a loop, so a chain of any length
+    costs no evaluation depth."""
+    while isinstance(argument.expression, ast.Name) and argument.context is not None:
+        name = argument.expression
+        bindings = argument.context.scope.lookup(name.id, node_position(name))
+        if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+            break
+        outer = argument.context.argument(bindings[0].node)
+        if outer is None:
+            break
+        argument = outer
+    return argument
 
 
 def _span(node: ast.AST | None) -> tuple[int, int] | None:
