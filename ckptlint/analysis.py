@@ -125,7 +125,7 @@ class ProjectAnalysis:
         """Whether some path passes ``preserve_rng_state=False`` (or its library's keyword)."""
         for path in self.effective_paths(site):
             keyword = path.source.rng_keyword
-            flow = path.keyword(keyword) if keyword else None
+            flow = self.finder.keyword(path, keyword) if keyword else None
             if flow is not None and any(
                 isinstance(value, Constant) and value.value is False
                 for value in self.evaluator.evaluate(*flow)

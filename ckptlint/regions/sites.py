@@ -16,21 +16,24 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, Scope, nested_bodies
-from ckptlint.regions.sources import RegionSource, SourceTable
+from ckptlint.project.scopes import FUNCTIONS, Scope, nested_bodies, node_position
+from ckptlint.regions.sources import ReentrantArgument, RegionSource, SourceTable
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
 from ckptlint.resolution.values import (
     UNKNOWN,
     Arguments,
+    CallKeywords,
     ClassValue,
     Context,
     External,
     Flow,
     FunctionValue,
     Instance,
+    Mapping,
     Parameter,
     PartialValue,
     Values,
@@ -132,6 +135,12 @@ class SiteFinder:
 
     def _paths_of(self, value: object, arguments: Arguments) -> list[SourceCall]:
         source = self.source_of(value)
+        if source is not None and isinstance(value, FunctionValue) and source.configured:
+            # A configured function the project defines: its own body says what it does
+            # with the region and with ``use_reentrant``, as for any project wrapper.
+            return self._wrapper_paths(value, arguments) or [
+                SourceCall(_as_defined(source, value), arguments)
+            ]
         if source is not None:
             return [SourceCall(source, arguments)]
         if isinstance(value, PartialValue):
@@ -146,26 +155,94 @@ class SiteFinder:
                 SourceCall(p.source, p.arguments, p.wrappers, (value, *p.partials))
                 for p in self.paths(value.inner, merged)
             ]
-        if isinstance(value, FunctionValue) and value.node not in self._expanding:
-            inner_calls = self.wrapper_calls(value)
-            if not inner_calls:
-                return []
-            context = self.evaluator.bind(value, arguments)
-            self._expanding.add(value.node)
-            try:
-                found: list[SourceCall] = []
-                for call in inner_calls:
-                    callee = self.evaluator.evaluate(call.func, context)
-                    for path in self.paths(callee, Arguments.of(call, context), call.func):
-                        found.append(
-                            SourceCall(
-                                path.source, path.arguments, (value, *path.wrappers), path.partials
-                            )
-                        )
-                return found[:MAX_PATHS_PER_WRAPPER]
-            finally:
-                self._expanding.discard(value.node)
+        if isinstance(value, FunctionValue):
+            return self._wrapper_paths(value, arguments)
         return []
+
+    def _wrapper_paths(self, value: FunctionValue, arguments: Arguments) -> list[SourceCall]:
+        """The source calls a project wrapper makes when called with ``arguments``."""
+        if value.node in self._expanding:
+            return []
+        inner_calls = self.wrapper_calls(value)
+        if not inner_calls:
+            return []
+        context = self.evaluator.bind(value, arguments)
+        self._expanding.add(value.node)
+        try:
+            found: list[SourceCall] = []
+            for call in inner_calls:
+                callee = self.evaluator.evaluate(call.func, context)
+                for path in self.paths(callee, Arguments.of(call, context), call.func):
+                    found.append(
+                        SourceCall(
+                            path.source, path.arguments, (value, *path.wrappers), path.partials
+                        )
+                    )
+            return found[:MAX_PATHS_PER_WRAPPER]
+        finally:
+            self._expanding.discard(value.node)
+
+    # -- keywords a source receives ----------------------------------------------------------
+    def keyword(self, path: SourceCall, name: str) -> Flow | None:
+        """What the source receives as ``name``: passed by name, or inside a ``**kwargs`` a
+        wrapper hands on (from its callers' keywords) or a dict literal spread into it."""
+        found = path.arguments.keywords.get(name)
+        pending = list(path.arguments.spread)
+        while found is None and pending:
+            expression, context = pending.pop(0)
+            for value in self.evaluator.evaluate(expression, context):
+                if isinstance(value, CallKeywords):
+                    found = found or value.keyword(name)
+                    pending.extend(value.arguments.spread)
+                elif isinstance(value, Mapping) and isinstance(value.node, ast.Dict):
+                    found = found or _dict_item(value, name)
+        return found
+
+    def decision(self, path: SourceCall, name: str = "use_reentrant") -> Decision:
+        """Which call decides what the source receives as ``name`` (a keyword-only
+        parameter, or ``checkpoint_sequential``'s 4th positional), and how; see Decision."""
+        wrappers = [wrapper.node for wrapper in path.wrappers]
+        arguments = path.arguments
+        level = len(wrappers)
+        flow = arguments.keywords.get(name)
+        if flow is None and path.source.reentrant is ReentrantArgument.FOURTH_POSITIONAL:
+            leading = arguments.positional[:4]
+            if any(f is None for f in leading):
+                return Decision("unknown", level, name)  # a *args may carry it
+            if len(leading) == 4:
+                flow = leading[3]
+        if flow is not None:
+            return _follow(flow, level, name, wrappers)
+        if arguments.double_star:
+            return self._through_spread(arguments, level, name, wrappers)
+        if path.source.reentrant is ReentrantArgument.UNKNOWN and None in arguments.positional:
+            return Decision("unknown", level, name)  # a configured function: maybe in *args
+        return Decision("omitted", level, name)
+
+    def _through_spread(
+        self, arguments: Arguments, level: int, name: str, wrappers: list[ast.AST]
+    ) -> Decision:
+        """``name`` looked for in what ``**`` spreads into a call: a wrapper's ``**kwargs``
+        holds its callers' keywords; anything else may hold it (unknown)."""
+        if not arguments.spread:
+            return Decision("unknown", level, name)
+        decisions = []
+        for expression, context in arguments.spread:
+            held = _keywords_parameter(expression, context, wrappers)
+            if held is None:
+                return Decision("unknown", level, name)
+            keywords, owner = held
+            flow = keywords.keyword(name)
+            if flow is not None:
+                decisions.append(_follow(flow, owner, name, wrappers))
+            elif name in keywords.taken:
+                return Decision("given", owner, name)  # a named parameter takes it there
+            elif keywords.arguments.double_star:
+                decisions.append(self._through_spread(keywords.arguments, owner, name, wrappers))
+            else:
+                decisions.append(Decision("omitted", owner, name))
+        decided = [d for d in decisions if d.state in ("given", "unknown")]
+        return decided[0] if decided else min(decisions, key=lambda d: d.level)
 
     def source_of(self, value: object) -> RegionSource | None:
         """The table row a value is, by its qualified name."""
@@ -354,6 +431,83 @@ class SiteFinder:
                     for v in self.evaluator.iterate((value,))
                     if isinstance(v, (ClassValue, External))
                 )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Who decides the value a source receives for a keyword, seen from a site.
+
+    ``level`` is the call that decides it: 0 the site's own call, ``i`` the call written in
+    the ``i``-th wrapper of the path (the source call itself is at ``len(wrappers)``).
+    ``state``: ``given`` a value other than a literal None is passed; ``none`` a literal
+    ``None`` (``written``) is; ``omitted`` the call at ``level`` leaves it out, and would
+    pass it as ``keyword`` (the parameter of the wrapper it calls that carries it on);
+    ``unknown`` a ``*args`` or a ``**mapping`` the analysis cannot see may carry it.
+    """
+
+    state: Literal["given", "none", "omitted", "unknown"]
+    level: int
+    keyword: str
+    written: ast.expr | None = None
+
+
+def _follow(flow: Flow, level: int, keyword: str, wrappers: list[ast.AST]) -> Decision:
+    """Follow a value through the wrappers' parameters it is passed on by, to the call that
+    writes it (or leaves it to a parameter's default)."""
+    expression, context = flow
+    while True:
+        if isinstance(expression, ast.Constant) and expression.value is None:
+            return Decision("none", level, keyword, expression)
+        if not isinstance(expression, ast.Name) or context is None:
+            return Decision("given", level, keyword)
+        bindings = context.scope.lookup(expression.id, node_position(expression))
+        if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+            return Decision("given", level, keyword)
+        parameter, owner = bindings[0].node, bindings[0].scope.node
+        argument = context.argument(parameter)
+        if argument is None or owner not in wrappers or argument.expression is None:
+            return Decision("given", level, keyword)  # decided where the wrapper is made
+        level, keyword = wrappers.index(owner), parameter.arg
+        if argument.default:
+            if isinstance(argument.expression, ast.Constant) and argument.expression.value is None:
+                return Decision("omitted", level, keyword)
+            return Decision("given", level, keyword)
+        expression, context = argument.expression, argument.context
+
+
+def _keywords_parameter(
+    expression: ast.expr, context: Context, wrappers: list[ast.AST]
+) -> tuple[CallKeywords, int] | None:
+    """The keywords a wrapper's ``**kwargs`` parameter holds, and the level of the call that
+    passed them; None when ``expression`` is not such a parameter."""
+    if not isinstance(expression, ast.Name):
+        return None
+    bindings = context.scope.lookup(expression.id, node_position(expression))
+    if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+        return None
+    owner = bindings[0].scope.node
+    argument = context.argument(bindings[0].node)
+    if argument is None or owner not in wrappers:
+        return None
+    held = [v for v in argument.values if isinstance(v, CallKeywords)]
+    return (held[0], wrappers.index(owner)) if held else None
+
+
+def _dict_item(mapping: Mapping, key: str) -> Flow | None:
+    for item_key, item_value in zip(mapping.node.keys, mapping.node.values, strict=True):  # type: ignore[union-attr]
+        if isinstance(item_key, ast.Constant) and item_key.value == key:
+            return item_value, mapping.context
+    return None
+
+
+def _as_defined(source: RegionSource, function: FunctionValue) -> RegionSource:
+    """A configured row for a function whose definition the project holds: CKP001 applies
+    only if its signature can take ``use_reentrant`` (by name, or in ``**kwargs``)."""
+    arguments = function.node.args
+    names = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    if source.reentrant is None or "use_reentrant" in names or arguments.kwarg is not None:
+        return source
+    return replace(source, reentrant=None)
 
 
 def qualified_name(value: FunctionValue | ClassValue) -> str:

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Literal
 
 SourceKind = Literal["function", "sequence", "module", "apply", "layer"]
+CONFIGURATION = "configuration"  # the library of rows from ``extend-checkpoint-functions``
 
 
 class ReentrantArgument(Enum):
@@ -48,6 +49,11 @@ class RegionSource:
     @property
     def label(self) -> str:
         return self.names[0].rsplit(".", 1)[-1]
+
+    @property
+    def configured(self) -> bool:
+        """A row from ``extend-checkpoint-functions``."""
+        return self.library == CONFIGURATION
 
 
 _TORCH_RNG = "CPU and the devices of tensor positional arguments, unless preserve_rng_state=False"
@@ -239,7 +245,7 @@ class SourceTable:
 def configured_source(name: str, kind: SourceKind = "function", region: int = 0) -> RegionSource:
     """A row for a user's own function from ``extend-checkpoint-functions``."""
     return RegionSource(
-        "configuration",
+        CONFIGURATION,
         (name,),
         kind,
         (region, None),

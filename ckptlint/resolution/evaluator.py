@@ -31,6 +31,7 @@ from ckptlint.resolution.values import (
     UNKNOWN,
     Argument,
     Arguments,
+    CallKeywords,
     ClassValue,
     Constant,
     Context,
@@ -184,7 +185,11 @@ class Evaluator:
                     supplied.add(name)
             for parameter, default in parameter_defaults(node.args).items():
                 if parameter.arg not in supplied and not arguments.double_star:
-                    env.append((parameter, Argument(default, function.context)))
+                    env.append((parameter, Argument(default, function.context, default=True)))
+            if node.args.kwarg is not None:
+                taken = frozenset(p.arg for p in (*node.args.posonlyargs, *node.args.args))
+                held = CallKeywords(arguments, taken | frozenset(by_name))
+                env.append((node.args.kwarg, Argument(None, None, (held,))))
         context = Context(function.module, scope, tuple(env))
         # One object per distinct binding: contexts nest (an argument holds its caller's
         # context), and comparing equal copies would walk the whole nest at every level.
