@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from packaging.version import Version
+
 from ckptlint.effects.changes import ChangeFinder
 from ckptlint.effects.reach import Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
@@ -58,16 +60,22 @@ class ModuleRegions:
 
 
 class ProjectAnalysis:
-    def __init__(self, project: Project, table: SourceTable) -> None:
+    def __init__(
+        self, project: Project, table: SourceTable, *, target_torch: Version | None = None
+    ) -> None:
+        """``target_torch``: the oldest torch the project runs on (``target-torch``, or the
+        lower bound of its ``torch`` requirement); branches that test the torch version are
+        decided against it. None: not known, no branch is decided."""
         self.project = project
         self.table = table
+        self.target_torch = target_torch
         self._learned_layer_words: frozenset[str] = frozenset()
         self.reset()
 
     def reset(self) -> None:
         """Forget everything computed (after modules were scoped again); the layer classes
         learned so far stay known."""
-        self.evaluator = Evaluator(self.project)
+        self.evaluator = Evaluator(self.project, target_torch=self.target_torch)
         self.finder = SiteFinder(self.evaluator, self.table)
         self.finder.layer_words |= self._learned_layer_words
         self.reaches = ReachAnalysis(self.evaluator)

@@ -39,6 +39,7 @@ from ckptlint.resolution.values import (
     Values,
     known,
 )
+from ckptlint.resolution.versions import EVERY_VERSION, VersionRange
 
 # A wrapper that branches at every level of a chain reaches exponentially many source calls;
 # each wrapper passes at most this many on (the first ones, in source order). Chains of any
@@ -86,6 +87,7 @@ class Site:
     layer: ClassValue | None = None
     layer_source: RegionSource | None = None
     delegates: bool = False
+    torch: VersionRange = EVERY_VERSION  # the torch versions the site's code runs on
 
     @property
     def sources(self) -> list[RegionSource]:
@@ -109,7 +111,9 @@ class SiteFinder:
 
     def __init__(self, evaluator: Evaluator, table: SourceTable) -> None:
         self.evaluator = evaluator
-        self.guesser = Evaluator(evaluator.project, duck_typing=True)
+        self.guesser = Evaluator(
+            evaluator.project, duck_typing=True, target_torch=evaluator.target_torch
+        )
         self.table = table
         # Last names of classes known to derive from a layer source (the table's, and the
         # project's subclasses found so far): a class naming one as a base may derive too.
@@ -321,8 +325,11 @@ class SiteFinder:
             paths = self.paths(callee, Arguments.of(call, context), call.func)
             if not paths:
                 continue
+            torch = self.evaluator.versions_at(module, call)
+            if torch.empty:
+                continue  # a branch that never runs on the torch the project targets
             delegates = any(self.delegates(path, scope) for path in paths)
-            yield Site(module, call, context, tuple(paths), delegates=delegates)
+            yield Site(module, call, context, tuple(paths), delegates=delegates, torch=torch)
         yield from self.layer_sites(module)
 
     def layer_sites(self, module: Module) -> Iterator[Site]:
@@ -334,8 +341,11 @@ class SiteFinder:
             cls = ClassValue(node, context)
             source = self.layer_source(cls)
             forward = _own_method(node, "forward")
-            if source is not None and forward is not None:
-                yield Site(module, forward, context, layer=cls, layer_source=source)
+            if source is None or forward is None:
+                continue
+            torch = self.evaluator.versions_at(module, node)
+            if not torch.empty:
+                yield Site(module, forward, context, layer=cls, layer_source=source, torch=torch)
 
     def may_derive_from_a_layer(self, node: ast.ClassDef) -> bool:
         """A base names a layer class (by its last name): worth resolving the bases."""

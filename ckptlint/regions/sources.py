@@ -45,6 +45,7 @@ class RegionSource:
     rng_keyword: str | None = None
     rng: str = ""
     attribute: bool = False
+    reentrant_since: str | None = None  # the torch release that added ``use_reentrant``
 
     @property
     def label(self) -> str:
@@ -68,6 +69,7 @@ SOURCES: tuple[RegionSource, ...] = (
         ReentrantArgument.KEYWORD_ONLY,
         "preserve_rng_state",
         _TORCH_RNG,
+        reentrant_since="1.11",
     ),
     RegionSource(
         "torch",
@@ -77,6 +79,7 @@ SOURCES: tuple[RegionSource, ...] = (
         ReentrantArgument.FOURTH_POSITIONAL,
         "preserve_rng_state",
         _TORCH_RNG,
+        reentrant_since="2.0",
     ),
     RegionSource(
         "torch",

@@ -17,6 +17,8 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
+from packaging.version import Version
+
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import (
     FUNCTIONS,
@@ -26,6 +28,7 @@ from ckptlint.project.scopes import (
     fold,
     node_position,
     parameter_defaults,
+    statements_at,
 )
 from ckptlint.resolution.values import (
     UNKNOWN,
@@ -48,10 +51,23 @@ from ckptlint.resolution.values import (
     Row,
     Sequence,
     Super,
+    TorchVersionTest,
     Value,
     Values,
     known,
     unique,
+)
+from ckptlint.resolution.versions import (
+    DISTRIBUTION_VERSIONS,
+    EVERY_VERSION,
+    NO_VERSION,
+    TORCH_VERSION,
+    VERSION_PARSERS,
+    VersionRange,
+    at_least,
+    helper_test,
+    names_torch_version,
+    parse_version,
 )
 from ckptlint.torch_catalogue import (
     CONTAINERS,
@@ -74,9 +90,15 @@ class Evaluator:
     its module defines or imports (see ``_duck_typed_member``); used only for regions, where
     guessing what ``model.transformer.h`` holds is worth its cost and its risk."""
 
-    def __init__(self, project: Project, *, duck_typing: bool = False) -> None:
+    def __init__(
+        self, project: Project, *, duck_typing: bool = False, target_torch: Version | None = None
+    ) -> None:
         self.project = project
         self.duck_typing = duck_typing
+        # The oldest torch the project runs on (None: not known, no branch is decided).
+        self.target_torch = target_torch
+        self._targeted = at_least(target_torch)
+        self._tests: dict[tuple[int, int], tuple[VersionRange, VersionRange]] = {}
         self._memo: dict[object, Values] = {}
         # Results that a cut (a cycle back to a lookup still in progress, or the depth bound)
         # made incomplete: kept only until the outermost evaluation returns, so that the
@@ -272,11 +294,28 @@ class Evaluator:
             yield from self.evaluate(node.orelse, context)
         elif isinstance(node, ast.NamedExpr):
             yield from self.evaluate(node.value, context)
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+            yield self._version_comparison(node, context)
         else:
             yield UNKNOWN
 
+    def _version_comparison(self, node: ast.Compare, context: Context) -> Value:
+        """``torch.__version__ >= "1.11"`` (torch's version compares as a version, also
+        with a tuple) or ``version.parse(torch.__version__) < version.parse("2.0")``."""
+        operator = _COMPARISONS.get(type(node.ops[0]))
+        if operator is None:
+            return UNKNOWN
+        left = self.evaluate(node.left, context)
+        right = self.evaluate(node.comparators[0], context)
+        if not _is_torch_version(left):
+            left, right, operator = right, left, _MIRRORED[operator]
+        version = _version_literal(right) if _is_torch_version(left) else None
+        if version is None:
+            return UNKNOWN
+        return TorchVersionTest(VersionRange.compared(operator, version))
+
     def _name(self, node: ast.Name, context: Context) -> Iterator[Value]:
-        bindings = context.scope.lookup(node.id, node_position(node))
+        bindings = self._live(context.scope.lookup(node.id, node_position(node)), context.module)
         if not bindings:
             yield from self._unbound_name(node.id, context.module)
             return
@@ -382,7 +421,7 @@ class Evaluator:
     def _module_member(
         self, module: Module, name: str, *, follow_submodules: bool = True
     ) -> Values:
-        bindings = module.scopes.module.bindings.get(name)
+        bindings = self._live(module.scopes.module.bindings.get(name, []), module)
         if bindings:
             context = self.module_context(module)
             return unique(v for b in fold(bindings, None) for v in self.binding_values(b, context))
@@ -391,6 +430,70 @@ class Evaluator:
             if submodule is not None:
                 return (ModuleValue(submodule),)
         return self._unbound_name(name, module) if module.scopes.module.star_imports else ()
+
+    # -- torch versions --------------------------------------------------------------------
+    def versions_at(self, module: Module, node: ast.AST) -> VersionRange:
+        """The torch versions ``node`` runs on: the targeted ones, as far as the ``if`` and
+        ``x if test else y`` around it that test the torch version allow."""
+        versions = self._targeted
+        if "version" not in module.text and "is_torch_" not in module.text:
+            return versions
+        line = node.lineno  # type: ignore[attr-defined]
+        scope = module.scopes.module
+        innermost: ast.stmt | None = None
+        for statement in statements_at(module.tree.body, line):
+            if isinstance(statement, ast.If) and statement is not node:
+                taken = _branch_taken(statement.body, statement.orelse, line)
+                if taken is not None:
+                    true, false = self.test_versions(statement.test, Context(module, scope))
+                    versions = versions.intersect(true if taken else false)
+            if isinstance(statement, (*FUNCTIONS, ast.ClassDef)) and statement is not node:
+                scope = module.scopes.function_scope(statement) or scope
+            innermost = statement
+        if innermost is not None and innermost is not node:
+            for branch in _branches_around(innermost, node):
+                test, taken = branch
+                true, false = self.test_versions(test, Context(module, scope))
+                versions = versions.intersect(true if taken else false)
+        return versions
+
+    def test_versions(self, test: ast.expr, context: Context) -> tuple[VersionRange, VersionRange]:
+        """The torch versions on which ``test`` may be true, and those on which it may be
+        false (every version for a test that does not look at the torch version)."""
+        key = (id(test), id(context.scope))
+        found = self._tests.get(key)
+        if found is not None:
+            return found
+        if isinstance(test, ast.BoolOp):
+            parts = [self.test_versions(value, context) for value in test.values]
+            true, false = parts[0]
+            for part_true, part_false in parts[1:]:
+                if isinstance(test.op, ast.And):
+                    true, false = true.intersect(part_true), false.union(part_false)
+                else:
+                    true, false = true.union(part_true), false.intersect(part_false)
+            found = (true, false)
+        elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            found = self.test_versions(test.operand, context)[::-1]
+        elif _mentions_a_version(test):
+            values = self.evaluate(test, context)
+            if all(isinstance(value, TorchVersionTest) for value in values):
+                true, false = NO_VERSION, NO_VERSION
+                for value in values:
+                    true = true.union(value.versions)  # type: ignore[union-attr]
+                    false = false.union(value.versions.complement())  # type: ignore[union-attr]
+                found = (true, false)
+        found = found or (EVERY_VERSION, EVERY_VERSION)
+        self._tests[key] = found
+        return found
+
+    def _live(self, bindings: list[Binding], module: Module) -> list[Binding]:
+        """Bindings made in code that runs on the targeted torch (all, with no target)."""
+        if self.target_torch is None or (
+            "version" not in module.text and "is_torch_" not in module.text
+        ):
+            return bindings
+        return [b for b in bindings if not self.versions_at(module, b.node).empty]
 
     # -- members ---------------------------------------------------------------------------
     def _member(self, value: Value, attribute: str) -> Values:
@@ -603,7 +706,11 @@ class Evaluator:
         return self.call_result(callee, call, context)
 
     def _call(self, callee: Value, call: ast.Call, context: Context) -> Iterator[Value]:
-        if isinstance(callee, External):
+        name = _called_name(callee)
+        test = helper_test(name, [_constant(a) for a in call.args]) if name else None
+        if test is not None:  # ``is_torch_version(">=", "1.11.0")``
+            yield TorchVersionTest(test)
+        elif isinstance(callee, External):
             yield from self._external_call(callee.name, call, context)
         elif isinstance(callee, ClassValue):
             yield Instance(callee, call, context)
@@ -619,6 +726,10 @@ class Evaluator:
         first = arguments[0] if arguments and not isinstance(arguments[0], ast.Starred) else None
         if name == PARTIAL and first is not None:
             yield PartialValue(self.evaluate(first, context), call, context)
+        elif name in VERSION_PARSERS and first is not None:
+            yield from self._parsed_version(self.evaluate(first, context))
+        elif name in DISTRIBUTION_VERSIONS and _constant(first) == "torch":
+            yield External(TORCH_VERSION)
         elif name in ("builtins.staticmethod", "builtins.classmethod") and first is not None:
             yield from self.evaluate(first, context)
         elif name == "builtins.getattr" and len(arguments) >= 2:
@@ -646,6 +757,16 @@ class Evaluator:
             yield Mapping(call, context)
         else:
             yield UNKNOWN
+
+    def _parsed_version(self, values: Values) -> Iterator[Value]:
+        """``version.parse(x)``: torch's version stays torch's, a literal becomes a version."""
+        for value in values:
+            if _is_torch_version((value,)):
+                yield External(TORCH_VERSION)
+            elif isinstance(value, Constant) and parse_version(value.value) is not None:
+                yield Constant(parse_version(value.value))
+            else:
+                yield UNKNOWN
 
     def _super(self, context: Context) -> Iterator[Value]:
         scope = context.scope
@@ -1010,6 +1131,82 @@ def _is_first(parameter: ast.arg, function: ast.AST) -> bool:
 
 def _arguments(call: ast.Call) -> tuple[list[ast.expr], dict[str, ast.expr]]:
     return list(call.args), {k.arg: k.value for k in call.keywords if k.arg is not None}
+
+
+def _branch_taken(body: list[ast.stmt], orelse: list[ast.stmt], line: int) -> bool | None:
+    """True when ``line`` lies in ``body``, False in ``orelse``, None in neither (the test)."""
+    for statements, taken in ((body, True), (orelse, False)):
+        if statements and statements[0].lineno <= line <= _last_line(statements):
+            return taken
+    return None
+
+
+def _last_line(statements: list[ast.stmt]) -> int:
+    return statements[-1].end_lineno or statements[-1].lineno
+
+
+def _branches_around(statement: ast.stmt, node: ast.AST) -> Iterator[tuple[ast.expr, bool]]:
+    """The ``x if test else y`` of a statement's own expressions that hold ``node``: each
+    test, and whether ``node`` is on its true side."""
+    start = node_position(node)
+    for candidate in ast.walk(statement) if not isinstance(statement, _DEFINITIONS) else ():
+        if isinstance(candidate, ast.IfExp):
+            for side, taken in ((candidate.body, True), (candidate.orelse, False)):
+                end = (side.end_lineno or side.lineno, side.end_col_offset or 0)
+                if node_position(side) <= start and start < end:
+                    yield candidate.test, taken
+
+
+def _mentions_a_version(test: ast.expr) -> bool:
+    """Only tests naming a version are evaluated (``is_torch_version``, ``__version__``,
+    ``is_torch_greater_or_equal_than_1_13``): others cannot decide a torch version."""
+    for node in ast.walk(test):
+        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+        if isinstance(name, str) and ("version" in name or name.startswith("is_torch_")):
+            return True
+    return False
+
+
+_COMPARISONS: dict[type, str] = {
+    ast.GtE: ">=",
+    ast.Gt: ">",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+}
+_MIRRORED = {">=": "<=", ">": "<", "<": ">", "<=": ">=", "==": "==", "!=": "!="}
+
+
+def _is_torch_version(values: Values) -> bool:
+    return bool(values) and all(
+        isinstance(v, External) and names_torch_version(v.name) for v in values
+    )
+
+
+def _version_literal(values: Values) -> Version | None:
+    """The one version ``values`` spell: ``"1.11"``, ``version.parse("1.11")``, ``(1, 11)``."""
+    if len(values) != 1:
+        return None
+    value = values[0]
+    if isinstance(value, Constant):
+        return value.value if isinstance(value.value, Version) else parse_version(value.value)
+    if isinstance(value, Sequence) and isinstance(value.node, ast.Tuple):
+        return parse_version(tuple(_constant(e) for e in value.node.elts))
+    return None
+
+
+def _constant(node: ast.expr | None) -> object:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def _called_name(callee: Value) -> str:
+    """The last name of a callee (``is_torch_version``), for helpers known by name."""
+    if isinstance(callee, External):
+        return callee.name.rpartition(".")[2]
+    if isinstance(callee, FunctionValue) and not isinstance(callee.node, ast.Lambda):
+        return callee.node.name
+    return ""
 
 
 def own_nodes(statements: list) -> Iterator[ast.AST]:

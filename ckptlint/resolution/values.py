@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import Binding, Scope
+from ckptlint.resolution.versions import VersionRange
 
 _T = TypeVar("_T")
 
@@ -269,6 +270,14 @@ class CallKeywords:
 
 @_cached_hash
 @dataclass(frozen=True)
+class TorchVersionTest:
+    """A test of the installed torch's version: true on ``versions``."""
+
+    versions: VersionRange
+
+
+@_cached_hash
+@dataclass(frozen=True)
 class Method:
     """A method of a value the evaluator models (``ModuleDict.items``, ``dict.values``)."""
 
@@ -300,6 +309,7 @@ Value = (
     | Row
     | Parameter
     | CallKeywords
+    | TorchVersionTest
     | Method
     | Super
 )

@@ -5,9 +5,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from packaging.version import Version
+
 from ckptlint.core import AddKeyword, Finding, Fix, ReplaceText
-from ckptlint.regions.sites import Decision, SiteFinder, SourceCall, callee_label
+from ckptlint.regions.sites import Decision, SourceCall, callee_label
 from ckptlint.resolution.values import Arguments, PartialValue
+from ckptlint.resolution.versions import VersionRange
 from ckptlint.rules.base import FileContext, Rule
 
 
@@ -180,7 +183,7 @@ def forward(self, x):
             direct = [path for path in paths if not path.wrappers]
             if any(p.context.module is not module for path in direct for p in path.partials):
                 continue  # a partial made in another module is reported where it is made
-            failing = _decided_here(finder, paths)
+            failing = _decided_here(context, paths, site.torch)
             if failing is not None:
                 yield self._finding(context, site.node, *failing)
         for creation in regions.partials:
@@ -190,7 +193,9 @@ def forward(self, x):
             if id(partial.call) in consumed:
                 continue
             paths = finder.paths((partial,), _no_arguments(partial.call))
-            failing = _decided_here(finder, [p for p in paths if p.source.reentrant is not None])
+            paths = [p for p in paths if p.source.reentrant is not None]
+            torch = context.analysis.evaluator.versions_at(module, partial.call)
+            failing = _decided_here(context, paths, torch)
             if failing is not None:
                 yield self._finding(context, partial.call, *failing, made=True)
 
@@ -200,6 +205,7 @@ def forward(self, x):
         call: ast.Call,
         path: SourceCall,
         decision: Decision,
+        torch: VersionRange,
         *,
         made: bool = False,
     ) -> Finding:
@@ -239,19 +245,37 @@ def forward(self, x):
                 f"{what} without `{keyword}`{via}; pass `{keyword}=False` (recommended)"
                 f" or `{keyword}=True` explicitly"
             )
+        oldest = torch.lower()
+        since = path.source.reentrant_since
+        if since is not None and oldest is not None and oldest < Version(since):
+            message += (
+                f"; no fix is offered: this code also runs on torch {oldest}, whose"
+                f" `{name}()` has no `use_reentrant` (added in {since})"
+            )
+            return context.finding(call, self.code, message)
         return context.finding(call, self.code, message, Fix(edit, "unsafe"))
 
 
 def _decided_here(
-    finder: SiteFinder, paths: list[SourceCall]
-) -> tuple[SourceCall, Decision] | None:
+    context: FileContext, paths: list[SourceCall], torch: VersionRange
+) -> tuple[SourceCall, Decision, VersionRange] | None:
     """The first path on which the call itself leaves ``use_reentrant`` unset (or None),
-    with that decision; None when every path gets it from elsewhere (the call passes it,
-    a wrapper decides it, or a ``**mapping`` may hold it)."""
+    with that decision and the torch versions it runs on; None when every path gets it
+    from elsewhere (the call passes it, a wrapper decides it, a ``**mapping`` may hold it)
+    or runs only on a torch without ``use_reentrant`` (a branch for older releases)."""
+    analysis = context.analysis
     for path in paths:
-        decision = finder.decision(path)
-        if decision.level == 0 and decision.state in ("none", "omitted"):
-            return path, decision
+        decision = analysis.finder.decision(path)
+        if decision.level != 0 or decision.state not in ("none", "omitted"):
+            continue
+        versions = torch
+        if path.wrappers:  # the source call itself may sit in a branch of the wrapper
+            inner = path.wrappers[-1].module
+            versions = versions.intersect(analysis.evaluator.versions_at(inner, path.call))
+        since = path.source.reentrant_since
+        if since is not None and versions.below(Version(since)):
+            continue
+        return path, decision, versions
     return None
 
 
