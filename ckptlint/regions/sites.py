@@ -20,7 +20,13 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, Scope, nested_bodies, node_position
+from ckptlint.project.scopes import (
+    FUNCTIONS,
+    Scope,
+    nested_bodies,
+    node_position,
+    statements_at,
+)
 from ckptlint.regions.sources import ReentrantArgument, RegionSource, SourceTable
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
 from ckptlint.resolution.values import (
@@ -321,7 +327,12 @@ class SiteFinder:
         for call in list(scopes.calls):
             scope = scopes.scope_of(call)
             context = Context(module, scope)
-            callee = self.evaluator.evaluate(call.func, context)
+            flags = _flags_tested_true(module, call)
+            if flags:  # ``if self.enabled: self._ckpt_fn(...)``
+                receiver = self.evaluator.evaluate(call.func.value, context)  # type: ignore[attr-defined]
+                callee = self.evaluator.member_under(receiver, call.func.attr, flags)  # type: ignore[attr-defined]
+            else:
+                callee = self.evaluator.evaluate(call.func, context)
             paths = self.paths(callee, Arguments.of(call, context), call.func)
             if not paths:
                 continue
@@ -518,6 +529,34 @@ def _as_defined(source: RegionSource, function: FunctionValue) -> RegionSource:
     if source.reentrant is None or "use_reentrant" in names or arguments.kwarg is not None:
         return source
     return replace(source, reentrant=None)
+
+
+def _flags_tested_true(module: Module, call: ast.Call) -> frozenset[str]:
+    """For ``x.f(...)``: the attributes ``x.<flag>`` that the ``if`` statements around the
+    call require to be true (conjuncts of their tests, the call in their body)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+        return frozenset()
+    receiver = func.value.id
+    flags: set[str] = set()
+    for statement in statements_at(module.tree.body, call.lineno):
+        if not isinstance(statement, ast.If) or not statement.body:
+            continue
+        first, last = statement.body[0], statement.body[-1]
+        if not first.lineno <= call.lineno <= (last.end_lineno or last.lineno):
+            continue
+        test = statement.test
+        parts = (
+            test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        )
+        for part in parts:
+            if (
+                isinstance(part, ast.Attribute)
+                and isinstance(part.value, ast.Name)
+                and part.value.id == receiver
+            ):
+                flags.add(part.attr)
+    return frozenset(flags)
 
 
 def qualified_name(value: FunctionValue | ClassValue) -> str:

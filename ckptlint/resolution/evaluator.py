@@ -99,6 +99,7 @@ class Evaluator:
         self.target_torch = target_torch
         self._targeted = at_least(target_torch)
         self._tests: dict[tuple[int, int], tuple[VersionRange, VersionRange]] = {}
+        self._callers: dict[tuple[int, int], list[tuple[FunctionValue, Arguments]] | None] = {}
         self._memo: dict[object, Values] = {}
         # Results that a cut (a cycle back to a lookup still in progress, or the depth bound)
         # made incomplete: kept only until the outermost evaluation returns, so that the
@@ -387,13 +388,105 @@ class Evaluator:
         if owner is not None and scope.self_name == node.arg and _is_first(node, scope.node):
             return (Instance(ClassValue(owner.node, context.at(owner.parent)), exact=False),)  # type: ignore[arg-type]
         values: list[Value] = [Parameter(node, scope.node, context.module)]
-        if binding.value is not None:  # not passed: its default
-            values.extend(self.evaluate(binding.value, context.at(scope.parent)))  # type: ignore[arg-type]
+        if binding.value is not None:  # what callers pass, the default where they omit it
+            function = FunctionValue(scope.node, context.at(scope.parent))  # type: ignore[arg-type]
+            key = ("passed", id(node), id(context.module))
+            passed = self._guarded(key, self._passed_by_callers, function, node)
+            if passed == (UNKNOWN,):  # callers the analysis cannot all see
+                passed = self.evaluate(binding.value, context.at(scope.parent))  # type: ignore[arg-type]
+            values.extend(passed)
         if node.annotation is not None and not isinstance(node.annotation, ast.Constant):
             for annotated in self.evaluate(node.annotation, context.at(scope.parent)):  # type: ignore[arg-type]
                 if isinstance(annotated, ClassValue):
                     values.append(Instance(annotated, exact=False))
         return tuple(values)
+
+    def _passed_by_callers(self, function: FunctionValue, parameter: ast.arg) -> Values:
+        """What the calls of a private function pass as ``parameter`` (its default where a
+        call leaves it out); UNKNOWN when some call may be unseen or pass it in ``**``."""
+        callers = self.callers(function)
+        if callers is None:
+            return (UNKNOWN,)
+        values: list[Value] = []
+        for callee, arguments in callers:
+            argument = self.bind(callee, arguments).argument(parameter)
+            if argument is None:
+                return (UNKNOWN,)
+            argument = passed_on(argument)
+            if argument.expression is None:
+                values.extend(argument.values)
+            else:
+                values.extend(self.evaluate(argument.expression, argument.context))  # type: ignore[arg-type]
+        return tuple(values)
+
+    def callers(self, function: FunctionValue) -> list[tuple[FunctionValue, Arguments]] | None:
+        """The calls of a function, each with the callee as called (bound to its instance)
+        and its arguments, when all can be seen: a private function (``_name``) of which
+        every use in its module is a call, a ``functools.partial`` or an introspection
+        (``inspect.signature``). A call that cannot bind (a keyword the function does not
+        take) raises, so it passes nothing. None: a public function, or one that escapes."""
+        node = function.node
+        if isinstance(node, ast.Lambda) or not _is_private(node.name):
+            return None
+        key = (id(node), id(function.module))
+        if key in self._callers:
+            return self._callers[key]
+        self._callers[key] = None  # a use inside its own arguments ends here
+        found = self._find_callers(function)
+        self._callers[key] = found
+        return found
+
+    def _find_callers(
+        self, function: FunctionValue
+    ) -> list[tuple[FunctionValue, Arguments]] | None:
+        node = function.node
+        module = function.module
+        found: list[tuple[FunctionValue, Arguments]] = []
+        seen: set[int] = set()
+        for line in module.lines_naming(node.name):  # type: ignore[union-attr]
+            for statement, scope in self._statements_at(module, line):
+                context = Context(module, scope)
+                parents = {
+                    id(child): parent
+                    for parent in _statement_nodes(statement)
+                    for child in ast.iter_child_nodes(parent)
+                }
+                for reference in _statement_nodes(statement):
+                    if id(reference) in seen or not _refers_to(reference, node.name):  # type: ignore[union-attr]
+                        continue
+                    seen.add(id(reference))
+                    use = self._use(reference, parents.get(id(reference)), context, node)
+                    if use is None:
+                        return None
+                    found.extend(use)
+        return found
+
+    def _use(
+        self, reference: ast.expr, parent: ast.AST | None, context: Context, node: ast.AST
+    ) -> list[tuple[FunctionValue, Arguments]] | None:
+        """How one reference uses the function: the calls it makes ([] when it is not the
+        function, or only looks at it); None when it lets the function escape."""
+        values = self.evaluate(reference, context)
+        ours = [v for v in values if isinstance(v, FunctionValue) and v.node is node]
+        if not ours:
+            return [] if known(values) == values else None
+        if isinstance(parent, ast.Call) and parent.func is reference:
+            arguments = Arguments.of(parent, context)
+        elif isinstance(parent, ast.Call) and parent.args and parent.args[0] is reference:
+            called = _names(self.evaluate(parent.func, context))
+            if any(name in _INTROSPECTION for name in called):
+                return []
+            if called != [PARTIAL]:
+                return None
+            partial = Arguments((), {}, False, ()).then(parent, context, skip=1)
+            # what the partial is called with later is not known: more may come
+            arguments = Arguments((*partial.positional, None), partial.keywords, True, ())
+        elif isinstance(parent, ast.Call) and any(a is reference for a in parent.args):
+            called = _names(self.evaluate(parent.func, context))
+            return [] if called and all(name in _INTROSPECTION for name in called) else None
+        else:
+            return None
+        return [(callee, arguments) for callee in ours if _accepts(callee, arguments)]
 
     def _imported(self, binding: Binding, module: Module) -> Values:
         target = binding.imported
@@ -554,7 +647,24 @@ class Evaluator:
     def _project_mro(self, cls: ClassValue) -> list[ClassValue]:
         return [c for c in self.mro(cls) if isinstance(c, ClassValue)]
 
-    def _instance_member(self, instance: Instance, attribute: str) -> Values:
+    def member_under(self, values: Values, attribute: str, flags: frozenset[str]) -> Values:
+        """``x.attribute`` read where ``x.<flag>`` is true for each of ``flags`` (``if
+        self.gradient_checkpointing: self._gradient_checkpointing_func(...)``): a value
+        stored by a call that, in the same block, sets one of those flags false cannot be
+        the one read there, provided every store that may set the flag true also stores
+        the attribute (a later call made the flag true, and stored its own value)."""
+        results: list[Value] = []
+        for value in values:
+            if isinstance(value, Instance):
+                key = ("member under", value, attribute, flags)
+                results.extend(self._guarded(key, self._instance_member, value, attribute, flags))
+            else:
+                results.extend(self.member((value,), attribute))
+        return unique(results) or (UNKNOWN,)
+
+    def _instance_member(
+        self, instance: Instance, attribute: str, flags: frozenset[str] = frozenset()
+    ) -> Values:
         cls = instance.cls
         if isinstance(cls, External):
             return self._external_instance_member(instance, attribute)
@@ -564,22 +674,86 @@ class Evaluator:
             classes.extend(self._subclasses_overriding(cls, attribute))
         for owner in classes:
             view = instance if owner is cls else Instance(owner, exact=False)
-            results.extend(self._member_in_mro(owner, attribute, view))
+            results.extend(self._member_in_mro(owner, attribute, view, flags))
         if attribute == "__call__" and not known(tuple(results)):
             return (instance,)  # ``module.__call__`` runs the module, as calling it does
         if attribute in _MODULE_ITERATORS and not known(tuple(results)):
             return (Method(instance, attribute),)  # nn.Module's own, not overridden
         return unique(results) or (UNKNOWN,)
 
-    def _member_in_mro(self, cls: ClassValue, attribute: str, instance: Instance) -> Values:
+    def _member_in_mro(
+        self,
+        cls: ClassValue,
+        attribute: str,
+        instance: Instance,
+        flags: frozenset[str] = frozenset(),
+    ) -> Values:
         order = self.mro(cls)
         for owner in order:
             if isinstance(owner, External):
                 break
             assigned = self.instance_assignments(owner, attribute)
+            if assigned and flags:
+                return unique(
+                    v for b in assigned for v in self._stored_under(b, owner, instance, flags)
+                )
             if assigned:
                 return unique(v for b in assigned for v in self._assigned(b, owner, instance))
         return self._first_member(order, attribute, instance)
+
+    def _stored_under(
+        self, binding: Binding, owner: ClassValue, instance: Instance, flags: frozenset[str]
+    ) -> Values:
+        """``self.<attribute> = value`` as seen where ``flags`` are true (see
+        ``member_under``): the values its method's calls store, less those of calls that
+        set a flag false beside it; as ``_assigned`` when that cannot be told."""
+        method = binding.scope.node
+        self_name = binding.scope.self_name
+        if not isinstance(method, FUNCTIONS) or binding.value is None or self_name is None:
+            return self._assigned(binding, owner, instance)
+        beside = _block_of(method, binding.position[0])
+        switches = [
+            statement.value
+            for statement in beside
+            if _stores(statement, self_name, flags) and isinstance(statement, ast.Assign)
+        ]
+        attribute = binding.name
+        if not switches or not all(
+            self._set_true_only_with(flag, attribute, instance) for flag in flags
+        ):
+            return self._assigned(binding, owner, instance)
+        callers = self.callers(FunctionValue(method, Context(owner.module, binding.scope.parent)))  # type: ignore[arg-type]
+        if callers is None:
+            return self._assigned(binding, owner, instance)
+        results: list[Value] = []
+        for callee, arguments in callers:
+            context = self.bind(FunctionValue(method, callee.context, (instance,)), arguments)
+            if any(all(_falsy(v) for v in self.evaluate(w, context)) for w in switches):
+                continue  # this call switches the flag off: its value is never read there
+            values = self.evaluate(binding.value, context)
+            for index in binding.path:
+                values = unique(v for value in values for v in _item(value, index, self))
+            results.extend(values)
+        return tuple(results)
+
+    def _set_true_only_with(self, flag: str, attribute: str, instance: Instance) -> bool:
+        """Whether every ``self.<flag> = ...`` of the instance's classes that may set it
+        true also stores ``self.<attribute>`` in the same block."""
+        cls = instance.cls
+        if not isinstance(cls, ClassValue):
+            return False
+        owners = [*self._project_mro(cls), *self._subclasses_overriding(cls, flag)]
+        for owner in owners:
+            for store in self.instance_assignments(owner, flag):
+                if isinstance(store.value, ast.Constant) and not store.value.value:
+                    continue
+                method, self_name = store.scope.node, store.scope.self_name
+                if not isinstance(method, FUNCTIONS) or self_name is None:
+                    return False
+                block = _block_of(method, store.position[0])
+                if not any(_stores(s, self_name, frozenset({attribute})) for s in block):
+                    return False
+        return True
 
     def _assigned(self, binding: Binding, owner: ClassValue, instance: Instance) -> Values:
         if binding.value is None:
@@ -1131,6 +1305,87 @@ def _is_first(parameter: ast.arg, function: ast.AST) -> bool:
 
 def _arguments(call: ast.Call) -> tuple[list[ast.expr], dict[str, ast.expr]]:
     return list(call.args), {k.arg: k.value for k in call.keywords if k.arg is not None}
+
+
+# Functions that look at a function without calling it.
+_INTROSPECTION = frozenset(
+    {
+        "inspect.signature",
+        "inspect.getfullargspec",
+        "inspect.getsource",
+        "inspect.isfunction",
+        "inspect.ismethod",
+        "builtins.callable",
+        "builtins.id",
+        "builtins.isinstance",
+        "builtins.repr",
+    }
+)
+
+
+def _is_private(name: str) -> bool:
+    """``_name``: by convention used in its own module only (dunder names are Python's)."""
+    return name.startswith("_") and not name.endswith("__")
+
+
+def _refers_to(node: ast.AST, name: str) -> bool:
+    return (isinstance(node, ast.Name) and node.id == name) or (
+        isinstance(node, ast.Attribute) and node.attr == name
+    )
+
+
+def _statement_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
+    """A statement's own nodes, not those of the statements nested in it."""
+    stack: list[ast.AST] = [statement]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, ast.stmt):
+                stack.append(child)
+
+
+def _accepts(function: FunctionValue, arguments: Arguments) -> bool:
+    """Whether ``function`` can take ``arguments`` (a keyword it has no parameter for,
+    without ``**kwargs``, or too many positionals, without ``*args``, is a TypeError)."""
+    node = function.node.args
+    positional = [*node.posonlyargs, *node.args]
+    if function.bound is not None:
+        positional = positional[1:]
+    names = {p.arg for p in (*positional, *node.kwonlyargs)}
+    if node.kwarg is None and any(name not in names for name in arguments.keywords):
+        return False
+    known_count = 0
+    for flow in arguments.positional:
+        if flow is None:
+            break
+        known_count += 1
+    return node.vararg is not None or known_count <= len(positional)
+
+
+def _names(values: Values) -> list[str]:
+    return [v.name for v in values if isinstance(v, External)]
+
+
+def _block_of(function: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> list[ast.stmt]:
+    """The statement list of ``function`` that holds the statement at ``line``."""
+    path = statements_at(function.body, line)
+    return function.body if len(path) < 2 else body_containing(path[-2], line)
+
+
+def _stores(statement: ast.stmt, self_name: str, attributes: frozenset[str]) -> bool:
+    """``self.<one of attributes> = ...``."""
+    return isinstance(statement, ast.Assign) and any(
+        isinstance(t, ast.Attribute)
+        and t.attr in attributes
+        and isinstance(t.value, ast.Name)
+        and t.value.id == self_name
+        for t in statement.targets
+    )
+
+
+def _falsy(value: Value) -> bool:
+    return isinstance(value, Constant) and not value.value
 
 
 def _branch_taken(body: list[ast.stmt], orelse: list[ast.stmt], line: int) -> bool | None:

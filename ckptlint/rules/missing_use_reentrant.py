@@ -178,11 +178,14 @@ def forward(self, x):
             paths = [p for p in site.paths if p.source.reentrant is not None]
             for path in paths:
                 consumed.update(id(partial.call) for partial in path.partials)
+            # A partial made in another module is reported where it is made.
+            paths = [
+                path
+                for path in paths
+                if path.wrappers or all(p.context.module is module for p in path.partials)
+            ]
             if not isinstance(site.node, ast.Call) or not paths:
                 continue
-            direct = [path for path in paths if not path.wrappers]
-            if any(p.context.module is not module for path in direct for p in path.partials):
-                continue  # a partial made in another module is reported where it is made
             failing = _decided_here(context, paths, site.torch)
             if failing is not None:
                 yield self._finding(context, site.node, *failing)
