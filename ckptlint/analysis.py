@@ -22,7 +22,7 @@ from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
 from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
 from ckptlint.regions.sources import SourceTable
-from ckptlint.resolution.evaluator import PARTIAL, Evaluator, own_nodes
+from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, PARTIAL, Evaluator, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
     ClassValue,
@@ -30,6 +30,7 @@ from ckptlint.resolution.values import (
     Context,
     External,
     FunctionValue,
+    Method,
     PartialValue,
     Value,
     Values,
@@ -130,16 +131,28 @@ class ProjectAnalysis:
         return found
 
     def rng_switched_off(self, site: Site) -> bool:
-        """Whether some path passes ``preserve_rng_state=False`` (or its library's keyword)."""
+        """Whether the recompute may not replay the forward's RNG state: some path passes
+        ``preserve_rng_state=False`` (or its library's switch), or reaches a source that
+        never restores it (a project's ``autograd.Function`` that does not)."""
+        return self.rng_switch(site) is not None
+
+    def rng_switch(self, site: Site) -> str | None:
+        """What turns RNG restoring off on some path of the site, as messages say it:
+        ``preserve_rng_state=False``, or the source that never restores it."""
         for path in self.effective_paths(site):
-            keyword = path.source.rng_keyword
+            source = path.source
+            if not source.restores_rng:
+                return f"`{source.label}`, which does not restore the RNG state,"
+            keyword = source.rng_keyword
             flow = self.finder.keyword(path, keyword) if keyword else None
+            if flow is None and source.rng_position is not None:
+                flow = path.arguments.get(source.rng_position, None)
             if flow is not None and any(
                 isinstance(value, Constant) and value.value is False
                 for value in self.evaluator.evaluate(*flow)
             ):
-                return True
-        return False
+                return f"`{keyword or 'preserve_rng_state'}=False`"
+        return None
 
     def _find(self, module: Module) -> ModuleRegions:
         sites = list(self.finder.sites(module))
@@ -173,6 +186,8 @@ class ProjectAnalysis:
             if visible and binding.name not in known and self._binds_source(module, binding):
                 calls.add(binding.name)
         calls.update(name for name, visible in self._factories(module) if visible)
+        calls.update(self._recompute_classes(module))
+        calls.update(self._wrapper_classes(module))
         return Exports(frozenset(calls), frozenset(self._layer_classes(module)))
 
     def learn_layer_classes(self, names: frozenset[str]) -> None:
@@ -191,6 +206,8 @@ class ProjectAnalysis:
             if binding.name not in module.words and self._binds_source(module, binding)
         }
         names.update(name for name, _ in self._factories(module))
+        names.update(self._recompute_classes(module))
+        names.update(self._wrapper_classes(module))
         for site in self.sites(module):
             if site.delegates:
                 names.update(_enclosing_function_names(site.context.scope))
@@ -228,6 +245,34 @@ class ProjectAnalysis:
         if isinstance(value, ClassValue):
             return self.finder.layer_source(value) is not None
         return False
+
+    def _recompute_classes(self, module: Module) -> set[str]:
+        """Classes that recompute a function they are given (``autograd.Function``
+        subclasses, see ``regions.custom``): ``C.apply(...)`` anywhere is a site."""
+        context = self.evaluator.module_context(module)
+        found = set()
+        for node in classes_at_top(module.tree.body):
+            if not any("Function" in ast.unparse(base) for base in node.bases):
+                continue
+            cls = ClassValue(node, context)
+            if self.finder.source_of(Method(cls, "apply")) is not None and any(
+                isinstance(owner, External) and owner.name in AUTOGRAD_FUNCTIONS
+                for owner in self.evaluator.mro(cls)
+            ):
+                found.add(node.name)
+        return found
+
+    def _wrapper_classes(self, module: Module) -> set[str]:
+        """Module classes whose ``forward`` checkpoints what their constructor was given:
+        constructing one (``ActivationCheckpointWrapper(block)``) anywhere is a site."""
+        context = self.evaluator.module_context(module)
+        found = set()
+        for node in classes_at_top(module.tree.body):
+            forward = [s for s in node.body if isinstance(s, FUNCTIONS) and s.name == "forward"]
+            if forward and touches_lines(forward[-1], module.candidate_lines):
+                if self.finder.wrapper_class_calls(ClassValue(node, context)):
+                    found.add(node.name)
+        return found
 
     def _layer_classes(self, module: Module) -> set[str]:
         context = self.evaluator.module_context(module)

@@ -46,10 +46,13 @@ class RegionSource:
     rng: str = ""
     attribute: bool = False
     reentrant_since: str | None = None  # the torch release that added ``use_reentrant``
+    rng_position: int | None = None  # the positional argument that switches RNG saving off
+    restores_rng: bool = True  # False: the recompute never replays the forward's RNG state
+    display: str = ""  # how messages name it, when not by the last part of its name
 
     @property
     def label(self) -> str:
-        return self.names[0].rsplit(".", 1)[-1]
+        return self.display or self.names[0].rsplit(".", 1)[-1]
 
     @property
     def configured(self) -> bool:

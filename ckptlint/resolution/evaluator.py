@@ -759,17 +759,37 @@ class Evaluator:
         if binding.value is None:
             return (UNKNOWN,)
         method = binding.scope
-        self_parameter = _first_parameter(method.node)
-        env: Environment = ()
-        if self_parameter is not None:
-            env = ((self_parameter, Argument(None, None, (instance,))),)
-        values = self.evaluate(binding.value, Context(owner.module, method, env))
+        node = method.node
+        if (
+            isinstance(node, FUNCTIONS)
+            and node.name == "__init__"
+            and instance.call is not None
+            and instance.context is not None
+            and method.parent is not None
+        ):  # stored by the constructor: its parameters are what the instance was made with
+            initialiser = FunctionValue(node, Context(owner.module, method.parent), (instance,))
+            made = Arguments.of(instance.call, instance.context)
+            values = self.evaluate(binding.value, self.bind(initialiser, made))
+        else:
+            self_parameter = _first_parameter(node)
+            env: Environment = ()
+            if self_parameter is not None:
+                env = ((self_parameter, Argument(None, None, (instance,))),)
+            values = self.evaluate(binding.value, Context(owner.module, method, env))
         for index in binding.path:  # ``self.stages, info = make_stages(...)``
             values = unique(v for value in values for v in _item(value, index, self)) or (UNKNOWN,)
         return values if binding.path else _made_for(values, binding)
 
     def _class_member(self, cls: ClassValue, attribute: str, instance: Instance | None) -> Values:
-        return self._first_member(self.mro(cls), attribute, instance)
+        order = self.mro(cls)
+        if attribute == "apply" and any(
+            isinstance(owner, External) and owner.name in AUTOGRAD_FUNCTIONS for owner in order
+        ):
+            own = self._first_member(order, attribute, instance)
+            if not known(own):  # ``C.apply`` of a ``torch.autograd.Function``: torch's own
+                return (Method(cls, "apply"),)
+            return own
+        return self._first_member(order, attribute, instance)
 
     def _first_member(
         self, owners: list[ClassValue | External], attribute: str, instance: Instance | None
@@ -1421,6 +1441,8 @@ def _mentions_a_version(test: ast.expr) -> bool:
             return True
     return False
 
+
+AUTOGRAD_FUNCTIONS = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
 
 _COMPARISONS: dict[type, str] = {
     ast.GtE: ">=",
