@@ -252,8 +252,8 @@ class ProjectAnalysis:
         context = self.evaluator.module_context(module)
         found = set()
         for node in classes_at_top(module.tree.body):
-            if not any("Function" in ast.unparse(base) for base in node.bases):
-                continue
+            if not any(_last_name(base) == "Function" for base in node.bases):
+                continue  # (and its body stays unparsed)
             cls = ClassValue(node, context)
             if self.finder.source_of(Method(cls, "apply")) is not None and any(
                 isinstance(owner, External) and owner.name in AUTOGRAD_FUNCTIONS
@@ -268,6 +268,8 @@ class ProjectAnalysis:
         context = self.evaluator.module_context(module)
         found = set()
         for node in classes_at_top(module.tree.body):
+            if not touches_lines(node, module.candidate_lines):
+                continue  # names no source (and its body stays unparsed)
             forward = [s for s in node.body if isinstance(s, FUNCTIONS) and s.name == "forward"]
             if forward and touches_lines(forward[-1], module.candidate_lines):
                 if self.finder.wrapper_class_calls(ClassValue(node, context)):
@@ -327,3 +329,10 @@ def _enclosing_function_names(scope: Scope | None) -> list[str]:
 
 def _names(values: Values) -> list[str]:
     return [v.name for v in values if isinstance(v, External)]
+
+
+def _last_name(expression: ast.expr) -> str:
+    """``Function`` for ``torch.autograd.Function`` or ``Function``."""
+    if isinstance(expression, ast.Attribute):
+        return expression.attr
+    return expression.id if isinstance(expression, ast.Name) else ""

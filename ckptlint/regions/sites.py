@@ -228,6 +228,10 @@ class SiteFinder:
             return self._wrappers[key] or []
         self._wrappers[key] = None
         found: list[ast.Call] = []
+        owners = [c for c in self.evaluator.mro(cls) if isinstance(c, ClassValue)]
+        if not any(touches_lines(c.node, c.module.candidate_lines) for c in owners):
+            self._wrappers[key] = found
+            return found  # no class of its MRO names a source (their bodies stay unparsed)
         initialisers = {
             id(statement)
             for owner in self.evaluator.mro(cls)
@@ -488,10 +492,12 @@ class SiteFinder:
         region source: nanotron's ``@checkpoint_method(attr_name=...)`` returns a function
         that calls ``checkpoint(func, ...)`` on the method it decorates."""
         lines = module.candidate_lines
-        for node, context in _definitions_at_top(module):
+        for node, owner in _definitions_at_top(module):
             for decorator in node.decorator_list:
                 if not touches_lines(decorator, lines):
                     continue
+                scope = module.scopes.function_scope(owner) if owner is not None else None
+                context = Context(module, scope or module.scopes.module)
                 decorated = FunctionValue(node, context)
                 paths = [
                     path
@@ -812,22 +818,21 @@ def classes_at_top(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:
                 stack.extend(reversed(body))
 
 
-def _definitions_at_top(module: Module) -> Iterator[tuple[FunctionDefinition, Context]]:
+def _definitions_at_top(
+    module: Module,
+) -> Iterator[tuple[FunctionDefinition, ast.ClassDef | None]]:
     """Functions defined at module level and methods of classes there (under ``if`` and
-    ``try`` too), each with the context its decorators are evaluated in."""
-    scopes = module.scopes
-    module_context = Context(module, scopes.module)
+    ``try`` too), each with the class it is a method of."""
     stack = list(reversed(module.tree.body))
     while stack:
         node = stack.pop()
         if isinstance(node, FUNCTIONS):
-            yield node, module_context
+            yield node, None
         elif isinstance(node, ast.ClassDef):
-            scope = scopes.function_scope(node)
-            if scope is not None:
+            if touches_lines(node, module.candidate_lines):  # else no decorator can matter
                 for statement in node.body:
                     if isinstance(statement, FUNCTIONS):
-                        yield statement, Context(module, scope)
+                        yield statement, node
         elif isinstance(node, (ast.If, ast.Try, ast.With)):
             for body in nested_bodies(node):
                 stack.extend(reversed(body))

@@ -304,7 +304,7 @@ class Evaluator:
         """``torch.__version__ >= "1.11"`` (torch's version compares as a version, also
         with a tuple) or ``version.parse(torch.__version__) < version.parse("2.0")``."""
         operator = _COMPARISONS.get(type(node.ops[0]))
-        if operator is None:
+        if operator is None or not _mentions_a_version(node):
             return UNKNOWN
         left = self.evaluate(node.left, context)
         right = self.evaluate(node.comparators[0], context)
