@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from packaging.version import Version
+
 from ckptlint.effects.changes import ChangeFinder
 from ckptlint.effects.reach import Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
@@ -27,7 +29,7 @@ from ckptlint.regions.sources import (
     ReentrantArgument,
     SourceTable,
 )
-from ckptlint.resolution.evaluator import PARTIAL, Evaluator, own_nodes
+from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, PARTIAL, Evaluator, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
     ClassValue,
@@ -36,6 +38,7 @@ from ckptlint.resolution.values import (
     External,
     FunctionValue,
     Instance,
+    Method,
     PartialValue,
     Value,
     Values,
@@ -69,16 +72,22 @@ class ModuleRegions:
 
 
 class ProjectAnalysis:
-    def __init__(self, project: Project, table: SourceTable) -> None:
+    def __init__(
+        self, project: Project, table: SourceTable, *, target_torch: Version | None = None
+    ) -> None:
+        """``target_torch``: the oldest torch the project runs on (``target-torch``, or the
+        lower bound of its ``torch`` requirement); branches that test the torch version are
+        decided against it. None: not known, no branch is decided."""
         self.project = project
         self.table = table
+        self.target_torch = target_torch
         self._learned_layer_words: frozenset[str] = frozenset()
         self.reset()
 
     def reset(self) -> None:
         """Forget everything computed (after modules were scoped again); the layer classes
         learned so far stay known."""
-        self.evaluator = Evaluator(self.project)
+        self.evaluator = Evaluator(self.project, target_torch=self.target_torch)
         self.finder = SiteFinder(self.evaluator, self.table)
         self.finder.layer_words |= self._learned_layer_words
         self.reaches = ReachAnalysis(self.evaluator)
@@ -141,16 +150,28 @@ class ProjectAnalysis:
         return found
 
     def rng_switched_off(self, site: Site) -> bool:
-        """Whether some path passes ``preserve_rng_state=False`` (or its library's keyword)."""
+        """Whether the recompute may not replay the forward's RNG state: some path passes
+        ``preserve_rng_state=False`` (or its library's switch), or reaches a source that
+        never restores it (a project's ``autograd.Function`` that does not)."""
+        return self.rng_switch(site) is not None
+
+    def rng_switch(self, site: Site) -> str | None:
+        """What turns RNG restoring off on some path of the site, as messages say it:
+        ``preserve_rng_state=False``, or the source that never restores it."""
         for path in self.effective_paths(site):
-            keyword = path.source.rng_keyword
-            flow = path.keyword(keyword) if keyword else None
+            source = path.source
+            if not source.restores_rng:
+                return f"`{source.label}`, which does not restore the RNG state,"
+            keyword = source.rng_keyword
+            flow = self.finder.keyword(path, keyword) if keyword else None
+            if flow is None and source.rng_position is not None:
+                flow = path.arguments.get(source.rng_position, None)
             if flow is not None and any(
                 isinstance(value, Constant) and value.value is False
                 for value in self.evaluator.evaluate(*flow)
             ):
-                return True
-        return False
+                return f"`{keyword or 'preserve_rng_state'}=False`"
+        return None
 
     def reentrancy(self, path: SourceCall) -> Reentrancy | None:
         """How a source call selects torch's reentrant checkpoint: ``"explicit"``
@@ -239,6 +260,8 @@ class ProjectAnalysis:
             if visible and binding.name not in known and self._binds_source(module, binding):
                 calls.add(binding.name)
         calls.update(name for name, visible in self._factories(module) if visible)
+        calls.update(self._recompute_classes(module))
+        calls.update(self._wrapper_classes(module))
         return Exports(frozenset(calls), frozenset(self._layer_classes(module)))
 
     def learn_layer_classes(self, names: frozenset[str]) -> None:
@@ -257,6 +280,8 @@ class ProjectAnalysis:
             if binding.name not in module.words and self._binds_source(module, binding)
         }
         names.update(name for name, _ in self._factories(module))
+        names.update(self._recompute_classes(module))
+        names.update(self._wrapper_classes(module))
         for site in self.sites(module):
             if site.delegates:
                 names.update(_enclosing_function_names(site.context.scope))
@@ -297,6 +322,36 @@ class ProjectAnalysis:
             return self.finder.layer_source(value) is not None
         return False
 
+    def _recompute_classes(self, module: Module) -> set[str]:
+        """Classes that recompute a function they are given (``autograd.Function``
+        subclasses, see ``regions.custom``): ``C.apply(...)`` anywhere is a site."""
+        context = self.evaluator.module_context(module)
+        found = set()
+        for node in classes_at_top(module.tree.body):
+            if not any(_last_name(base) == "Function" for base in node.bases):
+                continue  # (and its body stays unparsed)
+            cls = ClassValue(node, context)
+            if self.finder.source_of(Method(cls, "apply")) is not None and any(
+                isinstance(owner, External) and owner.name in AUTOGRAD_FUNCTIONS
+                for owner in self.evaluator.mro(cls)
+            ):
+                found.add(node.name)
+        return found
+
+    def _wrapper_classes(self, module: Module) -> set[str]:
+        """Module classes whose ``forward`` checkpoints what their constructor was given:
+        constructing one (``ActivationCheckpointWrapper(block)``) anywhere is a site."""
+        context = self.evaluator.module_context(module)
+        found = set()
+        for node in classes_at_top(module.tree.body):
+            if not touches_lines(node, module.candidate_lines):
+                continue  # names no source (and its body stays unparsed)
+            forward = [s for s in node.body if isinstance(s, FUNCTIONS) and s.name == "forward"]
+            if forward and touches_lines(forward[-1], module.candidate_lines):
+                if self.finder.wrapper_class_calls(ClassValue(node, context)):
+                    found.add(node.name)
+        return found
+
     def _layer_classes(self, module: Module) -> set[str]:
         context = self.evaluator.module_context(module)
         return {
@@ -324,14 +379,14 @@ class ProjectAnalysis:
 
 
 def with_local_aliases(analysis: ProjectAnalysis, module: Module) -> Module:
-    """Scope the module again until the names it binds to sources are all scoped."""
-    for _ in range(8):
+    """Scope the module again until the names it binds to sources are all scoped (a fixed
+    point: each round scopes more of the module's own identifiers, so it ends)."""
+    while True:
         aliases = analysis.local_aliases(module) - module.words
         if not aliases:
             return module
         module = analysis.project.rescope(module, module.words | aliases)
         analysis.reset()
-    return module
 
 
 def names_any(module: Module, words: frozenset[str]) -> bool:
@@ -350,3 +405,10 @@ def _enclosing_function_names(scope: Scope | None) -> list[str]:
 
 def _names(values: Values) -> list[str]:
     return [v.name for v in values if isinstance(v, External)]
+
+
+def _last_name(expression: ast.expr) -> str:
+    """``Function`` for ``torch.autograd.Function`` or ``Function``."""
+    if isinstance(expression, ast.Attribute):
+        return expression.attr
+    return expression.id if isinstance(expression, ast.Name) else ""

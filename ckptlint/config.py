@@ -13,6 +13,7 @@ relative to the folder of the pyproject.toml that holds them.
 
 from __future__ import annotations
 
+import configparser
 import os
 import sys
 from collections.abc import Iterable
@@ -21,6 +22,9 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 import pathspec
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from ckptlint.rules import RULES_BY_CODE
 from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, read_bytes
@@ -38,6 +42,7 @@ KNOWN_KEYS = {
     "extend-checkpoint-functions",
     "respect-gitignore",
     "max-file-size",
+    "target-torch",
 }
 
 
@@ -64,6 +69,9 @@ class Settings:
     extend_checkpoint_functions: tuple[str | ExtraSource, ...] = ()
     respect_gitignore: bool = True
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; a larger file is CKP901, never read
+    # The oldest torch the project runs on ("2.1"): branches testing the torch version are
+    # decided against it. Read from the project's own torch requirement when not set.
+    target_torch: str | None = None
     command_line: RuleSelection = RuleSelection()
     root: Path = field(default_factory=Path.cwd)
     config_file: Path | None = None
@@ -71,7 +79,8 @@ class Settings:
     @property
     def analysis_identity(self) -> object:
         """What, besides the files, decides the analysis's results (the cache keys by it)."""
-        return [[repr(item) for item in self.extend_checkpoint_functions], self.max_file_size]
+        extra = [repr(item) for item in self.extend_checkpoint_functions]
+        return [extra, self.max_file_size, self.target_torch]
 
     def is_selected(self, code: str) -> bool:
         """The configuration's layer, then the command line's (see the module docstring)."""
@@ -208,7 +217,9 @@ def load_settings(root: ProjectRoot) -> Settings:
     """The settings of a project: its [tool.ckptlint] table, when it has one."""
     pyproject = root.pyproject
     if pyproject is None:
-        return Settings(root=root.folder)
+        metadata = _project_folder(root.folder)
+        target = None if metadata is None else declared_torch(metadata)
+        return Settings(root=root.folder, target_torch=target)
     content = _read_toml(pyproject)
     if pyproject.name == "pyproject.toml":
         table = content.get("tool", {}).get("ckptlint", {})
@@ -242,6 +253,16 @@ def load_settings(root: ProjectRoot) -> Settings:
                 f"{where} max-file-size: expected a positive number of bytes, got {value!r}"
             )
         settings = replace(settings, max_file_size=value)
+    if "target-torch" in table:
+        target = table["target-torch"]
+        version = _version(target) if isinstance(target, str) else None
+        if version is None:
+            raise ConfigError(
+                f'{where} target-torch: expected a torch version such as "2.1", got {target!r}'
+            )
+        settings = replace(settings, target_torch=version)
+    else:
+        settings = replace(settings, target_torch=declared_torch(pyproject.parent))
     if "per-file-ignores" in table:
         ignores = table["per-file-ignores"]
         if not isinstance(ignores, dict):
@@ -254,6 +275,92 @@ def load_settings(root: ProjectRoot) -> Settings:
             ),
         )
     return settings
+
+
+def declared_torch(folder: Path) -> str | None:
+    """The lower bound of the project's own ``torch`` requirement: ``[project]
+    dependencies`` of its pyproject.toml, else ``install_requires`` of its setup.cfg, else
+    its requirements.txt. None when it declares none (or only an upper bound)."""
+    for requirements in (
+        _pyproject_dependencies(folder / "pyproject.toml"),
+        _setup_cfg_requirements(folder / "setup.cfg"),
+        _requirement_lines(folder / "requirements.txt"),
+    ):
+        bounds = [bound for text in requirements if (bound := _torch_lower_bound(text))]
+        if bounds:
+            return str(max(bounds))
+    return None
+
+
+def _project_folder(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` that holds packaging metadata."""
+    start = start.absolute()
+    for folder in [start, *start.parents] if _is_folder(start) else start.parents:
+        if any(_is_file(folder / name) for name in ("pyproject.toml", "setup.cfg")):
+            return folder
+    return None
+
+
+def _pyproject_dependencies(path: Path) -> list[str]:
+    if not _is_file(path):
+        return []
+    try:
+        dependencies = _read_toml(path).get("project", {}).get("dependencies", [])
+    except (ConfigError, AttributeError):
+        return []  # not the configuration: a broken or odd file declares nothing here
+    return [d for d in dependencies if isinstance(d, str)] if isinstance(dependencies, list) else []
+
+
+def _setup_cfg_requirements(path: Path) -> list[str]:
+    if not _is_file(path):
+        return []
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+        text = parser.get("options", "install_requires", fallback="")
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _requirement_lines(path: Path) -> list[str]:
+    if not _is_file(path):
+        return []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    found = []
+    for line in lines:
+        line = line.split(" #", 1)[0].strip()
+        if line and not line.startswith(("#", "-")):  # options, -r other.txt, -e ...
+            found.append(line)
+    return found
+
+
+def _torch_lower_bound(text: str) -> Version | None:
+    """``torch>=2.1,<3`` -> 2.1 (also ``==``, ``~=``, ``>``, ``==2.1.*``)."""
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return None
+    if canonicalize_name(requirement.name) != "torch":
+        return None
+    bounds = []
+    for specifier in requirement.specifier:
+        if specifier.operator in (">=", ">", "==", "~=", "==="):
+            version = _version(specifier.version.removesuffix(".*"))
+            if version is not None:
+                bounds.append(Version(version))
+    return max(bounds, default=None)
+
+
+def _version(text: str) -> str | None:
+    """A version as packaging normalises it ("2.1"), or None when it is not one."""
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        return None
 
 
 SOURCE_KINDS = ("function", "sequence", "module", "layer")

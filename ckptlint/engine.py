@@ -40,6 +40,8 @@ from functools import cached_property, partial
 from multiprocessing.connection import Connection
 from typing import Any
 
+from packaging.version import Version
+
 from ckptlint.analysis import ProjectAnalysis, with_local_aliases
 from ckptlint.config import Settings
 from ckptlint.core import Finding
@@ -131,9 +133,15 @@ class Analyser:
     """A process's share of the analysis: the parsed project, and the computations on it."""
 
     def __init__(
-        self, table: SourceTable, layout: Layout, files: Snapshot, paths: Sequence[str]
+        self,
+        table: SourceTable,
+        layout: Layout,
+        files: Snapshot,
+        paths: Sequence[str],
+        target_torch: Version | None = None,
     ) -> None:
         self.table = table
+        self.target_torch = target_torch
         self.words = Words(table.words)
         self.project = Project(layout, files, paths, self.words.names, aliaser=self._aliases)
 
@@ -149,7 +157,7 @@ class Analyser:
         return self._analysis(self.project)
 
     def _analysis(self, project: Project) -> ProjectAnalysis:
-        analysis = ProjectAnalysis(project, self.table)
+        analysis = ProjectAnalysis(project, self.table, target_torch=self.target_torch)
         if self.words.classes:
             analysis.learn_layer_classes(self.words.classes)
         return analysis
@@ -416,10 +424,10 @@ class _State:
     dirty: bool = False  # learned something the store does not hold
     _analyser: Analyser | None = None
 
-    def analyser(self, table: SourceTable) -> Analyser:
+    def analyser(self, table: SourceTable, target_torch: Version | None) -> Analyser:
         """This process's analyser of the project (kept: it holds the parsed modules)."""
         if self._analyser is None:
-            self._analyser = Analyser(table, self.layout, self.snapshot, self.paths)
+            self._analyser = Analyser(table, self.layout, self.snapshot, self.paths, target_torch)
         self._analyser.seed_scans(self.scans)
         return self._analyser
 
@@ -451,6 +459,11 @@ class Engine:
             for item in self.settings.extend_checkpoint_functions
         ]
         return SourceTable.build(extra)
+
+    @cached_property
+    def target_torch(self) -> Version | None:
+        target = self.settings.target_torch
+        return None if target is None else Version(target)
 
     @cached_property
     def selected(self) -> frozenset[str]:
@@ -554,7 +567,7 @@ class Engine:
         """The files discovery analysed, and one analysis of the project for the words it
         ended with (benchmarks read sites, regions and reaches from it)."""
         state = self._state_for({})
-        analyser = state.analyser(self.table)
+        analyser = state.analyser(self.table, self.target_torch)
         analyser.use(state.words)
         analysed = [p for p in self.paths if p in state.analysed and p not in state.errors]
         return analysed, analyser.analysis()
@@ -788,7 +801,7 @@ class Engine:
 
     def _workers_for(self, state: _State, files: int) -> _Workers:
         """The processes of this call to ``lint``, started when there is work enough."""
-        local = state.analyser(self.table)
+        local = state.analyser(self.table, self.target_torch)
         count = worker_count(self.jobs, files)
         workers = self._workers
         if workers is not None and workers.local is local and (workers.size > 1 or count == 1):

@@ -43,8 +43,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ckptlint.engine import TRIGGERS
 from ckptlint.flake8_plugin import CheckpointChecker
 from ckptlint.project.cache import FOLDER  # the results cache, not a leftover
+from ckptlint.project.search import NAMES, matches
 from ckptlint.regions.sources import SourceTable
 from ckptlint.rules import ALL_RULES
 from ckptlint.source import Prefilter, UnreadableSource, decode
@@ -212,6 +214,11 @@ def python_verdict(data: bytes) -> tuple[str, int, int] | None:
 TABLE_PREFILTER = Prefilter(SourceTable.build().words)
 
 
+def is_candidate(data: bytes) -> bool:
+    """Whether the engine analyses a file holding ``data`` (alone in its project)."""
+    return TABLE_PREFILTER.passes(data) or any(matches(NAMES, w, data) for w in TRIGGERS)
+
+
 def exempted(data: bytes) -> bool:
     """A suppression comment may hide the finding (``# noqa`` on its line, file level)."""
     return b"noqa" in data.lower()
@@ -228,7 +235,7 @@ def check_cli(data: bytes) -> None:
         assert all(item["code"] is not None for item in findings)
         unreadable = [item for item in findings if item["code"] == "CKP901"]
         verdict = python_verdict(data)
-        if not TABLE_PREFILTER.passes(data):  # never parsed, from any entry point
+        if not is_candidate(data):  # never parsed, from any entry point
             assert findings == [], findings
         elif verdict is None:
             assert all(i["message"].startswith("too deeply nested") for i in unreadable), findings
@@ -248,7 +255,7 @@ def check_cli(data: bytes) -> None:
         assert sorted(p.name for p in project.iterdir() if p.name != FOLDER) == ["fuzzed.py"]
 
 
-def plugin_findings(text: str) -> list[tuple[int, int, str]] | None:
+def plugin_findings(text: str, filename: str) -> list[tuple[int, int, str]] | None:
     """What the plugin reports on the tree flake8 would build (None: flake8 would not
     call it, the file does not parse)."""
     try:
@@ -257,7 +264,7 @@ def plugin_findings(text: str) -> list[tuple[int, int, str]] | None:
             tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    checker = CheckpointChecker(tree, text.splitlines(True))
+    checker = CheckpointChecker(tree, text.splitlines(True), filename)
     return [
         (line, column + 1, message.split(" ", 1)[0]) for line, column, message, _ in checker.run()
     ]
@@ -270,12 +277,18 @@ def check_plugin(data: bytes) -> None:
         return
     if "\0" in text or "\f" in text or "\v" in text:  # flake8 splits lines differently
         return
-    from_plugin = plugin_findings(text)
-    if from_plugin is None:
-        return
-    assert all(code.startswith("CKP") for _, _, code in from_plugin)
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "fuzzed.py").write_bytes(data)
+        saved = os.getcwd()
+        os.chdir(folder)  # the plugin's project, as flake8 run in that folder sees it
+        CheckpointChecker._engines, CheckpointChecker._roots = {}, {}
+        try:
+            from_plugin = plugin_findings(text, "fuzzed.py")
+        finally:
+            os.chdir(saved)
+        if from_plugin is None:
+            return
+        assert all(code.startswith("CKP") for _, _, code in from_plugin)
         result = run_cli("--format", "json", "fuzzed.py", cwd=Path(folder))
     from_cli = [(i["line"], i["column"], i["code"]) for i in json.loads(result.stdout)]
     assert sorted(from_plugin) == sorted(from_cli)
@@ -326,12 +339,20 @@ def test_real_flake8_on_a_fuzzed_sample(texts: list[str]) -> None:
     where flake8's own pyflakes fails and stops the run)."""
     expected: dict[str, list] = {}
     with tempfile.TemporaryDirectory() as folder:
-        for index, text in enumerate(texts):
-            name = f"f{index}.py"
+        names = [f"f{index}.py" for index in range(len(texts))]
+        for name, text in zip(names, texts, strict=True):
             (Path(folder) / name).write_bytes(as_bytes(text))
-            found = plugin_findings(text) if "\f" not in text and "\v" not in text else None
-            if found is not None and "noqa" not in text:
-                expected[name] = sorted(found)
+        saved = os.getcwd()
+        os.chdir(folder)  # the 30 files are one project, as flake8 run there sees them
+        CheckpointChecker._engines, CheckpointChecker._roots = {}, {}
+        try:
+            for name, text in zip(names, texts, strict=True):
+                plain = "\f" not in text and "\v" not in text
+                found = plugin_findings(text, name) if plain else None
+                if found is not None and "noqa" not in text:
+                    expected[name] = sorted(found)
+        finally:
+            os.chdir(saved)
         result = subprocess.run(
             [sys.executable, "-m", "flake8", "--select", "CKP", "."],
             cwd=folder,

@@ -31,6 +31,7 @@ from ckptlint.resolution.values import (
     Values,
     known,
 )
+from ckptlint.resolution.versions import at_least
 from ckptlint.torch_catalogue import (
     CONTAINERS,
     RANDOM_METHODS,
@@ -341,6 +342,9 @@ class ReachAnalysis:
         own), not descending into nested definitions."""
         stack = [(node, scope) for node in reversed(statements)]
         scopes = module.scopes
+        deciding = self.evaluator.target_torch is not None and (
+            "version" in module.text or "is_torch_" in module.text
+        )
         while stack:
             node, node_scope = stack.pop()
             yield node, node_scope
@@ -348,7 +352,22 @@ class ReachAnalysis:
                 inner = scopes.function_scope(node) or scopes.build_nested(node, node_scope)
                 stack.extend((child, inner) for child in reversed(children_run_here(node)))
                 continue
-            stack.extend((child, node_scope) for child in reversed(children_run_here(node)))
+            if deciding and isinstance(node, ast.If):
+                children = self._live_branches(node, Context(module, node_scope))
+            else:
+                children = children_run_here(node)
+            stack.extend((child, node_scope) for child in reversed(children))
+
+    def _live_branches(self, node: ast.If, context: Context) -> list[ast.AST]:
+        """An ``if``'s test and the branches that run on the torch the project targets."""
+        true, false = self.evaluator.test_versions(node.test, context)
+        targeted = at_least(self.evaluator.target_torch)
+        children: list[ast.AST] = [node.test]
+        if not targeted.intersect(true).empty:
+            children.extend(node.body)
+        if not targeted.intersect(false).empty:
+            children.extend(node.orelse)
+        return children
 
 
 def module_data(name: str, scope: Scope, position: tuple[int, int]) -> bool:

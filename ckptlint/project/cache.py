@@ -323,17 +323,21 @@ def encode_dependencies(dependencies: Dependencies) -> list:
 def decode_dependencies(value: object) -> Dependencies:
     modules, resolved, packages, scans = _list(value)
     dependencies = Dependencies()
-    for entry in _list(modules):
-        path, digest, name = _list(entry)
-        dependencies.modules[_str(path)] = (_str(digest), _str(name))
-    for entry in _list(resolved):
-        name, path = _list(entry)
-        dependencies.resolved[_str(name)] = _optional_str(path)
-    for entry in _list(packages):
-        name, found = _list(entry)
-        if not isinstance(found, bool):
+    found_modules = dependencies.modules
+    for path, digest, name in _list(modules):
+        if type(path) is not str or type(digest) is not str or type(name) is not str:
             raise Invalid
-        dependencies.packages[_str(name)] = found
+        found_modules[path] = (digest, name)
+    found_resolved = dependencies.resolved
+    for name, path in _list(resolved):
+        if type(name) is not str or (path is not None and type(path) is not str):
+            raise Invalid
+        found_resolved[name] = path
+    found_packages = dependencies.packages
+    for name, found in _list(packages):
+        if type(name) is not str or type(found) is not bool:
+            raise Invalid
+        found_packages[name] = found
     dependencies.scans = decode_scans(scans)
     return dependencies
 

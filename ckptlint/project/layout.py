@@ -29,6 +29,7 @@ class Layout:
         self._found_names: dict[str, str] = {}  # a file found on disk: the name it was found by
         self._listings: dict[str, frozenset[str]] = {}
         self._packages: dict[str, bool] = {}  # folder: holds an __init__.py
+        self._project_packages: dict[str, bool] = {}
         self._roots_naming: dict[str, list[str]] | None = None
         self.recorder: Dependencies | None = None
         for path in files:
@@ -50,6 +51,7 @@ class Layout:
                 self._root_set.add(root)
                 self.roots.append(root)
                 self._roots_naming = None
+                self._project_packages.clear()
         return name
 
     def module_name(self, path: str) -> str:
@@ -83,8 +85,11 @@ class Layout:
 
     def is_project_package(self, name: str) -> bool:
         """A folder of the project that imports can name, with or without ``__init__.py``."""
-        parts = name.split(".")
-        found = any(self._is_folder(root, parts) for root in self._roots_holding(parts[0]))
+        found = self._project_packages.get(name)
+        if found is None:
+            parts = name.split(".")
+            found = any(self._is_folder(root, parts) for root in self._roots_holding(parts[0]))
+            self._project_packages[name] = found
         if self.recorder is not None:
             self.recorder.packages[name] = found
         return found

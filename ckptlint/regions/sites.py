@@ -15,30 +15,46 @@ on; a call of it is a site, its inner call only a delegation.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, Scope, nested_bodies
-from ckptlint.regions.sources import RegionSource, SourceTable
+from ckptlint.project.scopes import (
+    FUNCTIONS,
+    Scope,
+    nested_bodies,
+    node_position,
+    statements_at,
+    touches_lines,
+)
+from ckptlint.regions.custom import recompute_function
+from ckptlint.regions.sources import ReentrantArgument, RegionSource, SourceTable
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
 from ckptlint.resolution.values import (
     UNKNOWN,
+    Argument,
     Arguments,
+    CallKeywords,
     ClassValue,
     Context,
     External,
     Flow,
     FunctionValue,
     Instance,
+    Mapping,
+    Method,
     Parameter,
     PartialValue,
     Values,
     known,
 )
+from ckptlint.resolution.versions import EVERY_VERSION, VersionRange
 
-# Wrappers are followed this many levels deep from a site.
-MAX_WRAPPER_DEPTH = 6
+# A wrapper that branches at every level of a chain reaches exponentially many source calls;
+# each wrapper passes at most this many on (the first ones, in source order). Chains of any
+# length are followed: a wrapper is expanded again only when it is not on the stack already.
+MAX_PATHS_PER_WRAPPER = 64
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,8 @@ class Site:
     layer: ClassValue | None = None
     layer_source: RegionSource | None = None
     delegates: bool = False
+    torch: VersionRange = EVERY_VERSION  # the torch versions the site's code runs on
+    decorator: str = ""  # a def put under checkpoint by this decorator (``checkpoint_method``)
 
     @property
     def sources(self) -> list[RegionSource]:
@@ -94,6 +112,12 @@ class Site:
         "`Block.forward` (recomputed by `GradientCheckpointingLayer`)"."""
         if self.layer is not None and self.layer_source is not None:
             return f"`{self.layer.node.name}.forward` (recomputed by `{self.layer_source.label}`)"
+        if self.decorator:
+            owner = self.context.scope.node
+            name = self.node.name  # type: ignore[attr-defined]
+            if isinstance(owner, ast.ClassDef):
+                name = f"{owner.name}.{name}"
+            return f"`{name}` (recomputed by `@{self.decorator}`)"
         if all(not path.wrappers for path in self.paths):
             return f"`{self.paths[0].source.label}()` region"
         return f"`{callee_label(self.node.func)}()` region"  # type: ignore[attr-defined]
@@ -104,7 +128,9 @@ class SiteFinder:
 
     def __init__(self, evaluator: Evaluator, table: SourceTable) -> None:
         self.evaluator = evaluator
-        self.guesser = Evaluator(evaluator.project, duck_typing=True)
+        self.guesser = Evaluator(
+            evaluator.project, duck_typing=True, target_torch=evaluator.target_torch
+        )
         self.table = table
         # Last names of classes known to derive from a layer source (the table's, and the
         # project's subclasses found so far): a class naming one as a base may derive too.
@@ -112,24 +138,38 @@ class SiteFinder:
             name.rsplit(".", 1)[-1] for name, s in table.by_name.items() if s.kind == "layer"
         )
         self._wrappers: dict[tuple[ast.AST, int], list[ast.Call] | None] = {}
-        self._wrapper_depth = 0
+        self._expanding: set[ast.AST] = set()  # wrappers on the stack (a recursive one stops)
+        self._recomputes: dict[int, RegionSource | None] = {}
 
     # -- what a callee is ------------------------------------------------------------------
     def paths(
-        self, callee: Values, arguments: Arguments, func: ast.expr | None = None
+        self,
+        callee: Values,
+        arguments: Arguments,
+        func: ast.expr | None = None,
+        where: Context | None = None,
     ) -> list[SourceCall]:
-        """The source calls reached by calling any of ``callee`` with ``arguments``."""
+        """The source calls reached by calling any of ``callee`` with ``arguments`` (at the
+        call written in ``where``, when known: a class called there makes an instance)."""
         found: list[SourceCall] = []
         for value in callee:
-            found.extend(self._paths_of(value, arguments))
+            found.extend(self._paths_of(value, arguments, where))
         if isinstance(func, ast.Attribute) and func.attr in self.table.by_attribute:
             source = self.table.by_attribute[func.attr]
             if not any(path.source is source for path in found):
                 found.append(SourceCall(source, arguments))
         return found
 
-    def _paths_of(self, value: object, arguments: Arguments) -> list[SourceCall]:
+    def _paths_of(
+        self, value: object, arguments: Arguments, where: Context | None = None
+    ) -> list[SourceCall]:
         source = self.source_of(value)
+        if source is not None and isinstance(value, FunctionValue) and source.configured:
+            # A configured function the project defines: its own body says what it does
+            # with the region and with ``use_reentrant``, as for any project wrapper.
+            return self._wrapper_paths(value, arguments) or [
+                SourceCall(_as_defined(source, value), arguments)
+            ]
         if source is not None:
             return [SourceCall(source, arguments)]
         if isinstance(value, PartialValue):
@@ -144,36 +184,228 @@ class SiteFinder:
                 SourceCall(p.source, p.arguments, p.wrappers, (value, *p.partials))
                 for p in self.paths(value.inner, merged)
             ]
-        if isinstance(value, FunctionValue) and self._wrapper_depth < MAX_WRAPPER_DEPTH:
-            inner_calls = self.wrapper_calls(value)
-            if not inner_calls:
-                return []
-            context = self.evaluator.bind(value, arguments)
-            self._wrapper_depth += 1
-            try:
-                found = []
-                for call in inner_calls:
-                    callee = self.evaluator.evaluate(call.func, context)
-                    for path in self.paths(callee, Arguments.of(call, context), call.func):
-                        found.append(
-                            SourceCall(
-                                path.source, path.arguments, (value, *path.wrappers), path.partials
-                            )
-                        )
-                return found
-            finally:
-                self._wrapper_depth -= 1
+        if isinstance(value, FunctionValue):
+            return self._wrapper_paths(value, arguments)
+        if isinstance(value, ClassValue) and where is not None and arguments.calls:
+            return self._wrapper_class_paths(value, Instance(value, arguments.calls[-1], where))
         return []
 
+    def _wrapper_class_paths(self, cls: ClassValue, instance: Instance) -> list[SourceCall]:
+        """The source calls an instance of a module class makes when its ``forward``
+        checkpoints what its constructor was given (MONAI's ActivationCheckpointWrapper)."""
+        inner_calls = self.wrapper_class_calls(cls)
+        if not inner_calls or cls.node in self._expanding:
+            return []
+        found: list[SourceCall] = []
+        self._expanding.add(cls.node)
+        try:
+            for forward in self.evaluator.member((instance,), "forward"):
+                if not isinstance(forward, FunctionValue):
+                    continue
+                context = self.evaluator.bind(forward, None)
+                for call in inner_calls:
+                    callee = self.evaluator.evaluate(call.func, context)
+                    arguments = Arguments.of(call, context)
+                    for path in self.paths(callee, arguments, call.func, context):
+                        found.append(
+                            SourceCall(
+                                path.source,
+                                path.arguments,
+                                (forward, *path.wrappers),
+                                path.partials,
+                            )
+                        )
+        finally:
+            self._expanding.discard(cls.node)
+        return found[:MAX_PATHS_PER_WRAPPER]
+
+    def wrapper_class_calls(self, cls: ClassValue) -> list[ast.Call]:
+        """The calls in a class's ``forward`` whose region is what its ``__init__`` was
+        given (``self.module = module`` ... ``checkpoint(self.module, x)``); empty for a
+        class that is no such wrapper."""
+        key = (cls.node, id(cls.context.module))
+        if key in self._wrappers:
+            return self._wrappers[key] or []
+        self._wrappers[key] = None
+        found: list[ast.Call] = []
+        owners = [c for c in self.evaluator.mro(cls) if isinstance(c, ClassValue)]
+        if not any(touches_lines(c.node, c.module.candidate_lines) for c in owners):
+            self._wrappers[key] = found
+            return found  # no class of its MRO names a source (their bodies stay unparsed)
+        initialisers = {
+            id(statement)
+            for owner in self.evaluator.mro(cls)
+            if isinstance(owner, ClassValue)
+            for statement in owner.node.body
+            if isinstance(statement, FUNCTIONS) and statement.name == "__init__"
+        }
+        forwards = self.evaluator.member((Instance(cls),), "forward")
+        for forward in forwards if initialisers else ():
+            if not isinstance(forward, FunctionValue) or isinstance(forward.node, ast.Lambda):
+                continue
+            if not touches_lines(forward.node, forward.module.candidate_lines):
+                continue  # names no source: cannot checkpoint anything
+            context = self.evaluator.bind(forward, None)
+            for node in own_nodes(forward.node.body):
+                if not isinstance(node, ast.Call):
+                    continue
+                callee = self.evaluator.evaluate(node.func, context)
+                for path in self.paths(callee, Arguments.of(node, context), node.func, context):
+                    flow = path.region_flow()
+                    values = self.evaluator.evaluate(*flow) if flow is not None else ()
+                    if any(
+                        isinstance(v, Parameter) and id(v.function) in initialisers for v in values
+                    ):
+                        found.append(node)
+                        break
+        self._wrappers[key] = found
+        return found
+
+    def _wrapper_paths(self, value: FunctionValue, arguments: Arguments) -> list[SourceCall]:
+        """The source calls a project wrapper makes when called with ``arguments``."""
+        if value.node in self._expanding:
+            return []
+        inner_calls = self.wrapper_calls(value)
+        if not inner_calls:
+            return []
+        context = self.evaluator.bind(value, arguments)
+        self._expanding.add(value.node)
+        try:
+            found: list[SourceCall] = []
+            for call in inner_calls:
+                callee = self.evaluator.evaluate(call.func, context)
+                arguments = Arguments.of(call, context)
+                for path in self.paths(callee, arguments, call.func, context):
+                    found.append(
+                        SourceCall(
+                            path.source, path.arguments, (value, *path.wrappers), path.partials
+                        )
+                    )
+            return found[:MAX_PATHS_PER_WRAPPER]
+        finally:
+            self._expanding.discard(value.node)
+
+    # -- keywords a source receives ----------------------------------------------------------
+    def keyword(self, path: SourceCall, name: str) -> Flow | None:
+        """What the source receives as ``name``: passed by name, or inside a ``**kwargs`` a
+        wrapper hands on (from its callers' keywords) or a dict literal spread into it."""
+        found = path.arguments.keywords.get(name)
+        pending = list(path.arguments.spread)
+        while found is None and pending:
+            expression, context = pending.pop(0)
+            for value in self.evaluator.evaluate(expression, context):
+                if isinstance(value, CallKeywords):
+                    found = found or value.keyword(name)
+                    pending.extend(value.arguments.spread)
+                elif isinstance(value, Mapping) and isinstance(value.node, ast.Dict):
+                    found = found or _dict_item(value, name)
+        return found
+
+    def decision(self, path: SourceCall, name: str = "use_reentrant") -> Decision:
+        """Which call decides what the source receives as ``name`` (a keyword-only
+        parameter, or ``checkpoint_sequential``'s 4th positional), and how; see Decision."""
+        wrappers = [wrapper.node for wrapper in path.wrappers]
+        arguments = path.arguments
+        level = len(wrappers)
+        flow = arguments.keywords.get(name)
+        if flow is None and path.source.reentrant is ReentrantArgument.FOURTH_POSITIONAL:
+            leading = arguments.positional[:4]
+            if any(f is None for f in leading):
+                return Decision("unknown", level, name)  # a *args may carry it
+            if len(leading) == 4:
+                flow = leading[3]
+        if flow is not None:
+            return _follow(flow, level, name, wrappers, self._stored_by_constructor)
+        if arguments.double_star:
+            return self._through_spread(arguments, level, name, wrappers)
+        if path.source.reentrant is ReentrantArgument.UNKNOWN and None in arguments.positional:
+            return Decision("unknown", level, name)  # a configured function: maybe in *args
+        return Decision("omitted", level, name)
+
+    def _stored_by_constructor(
+        self, expression: ast.Attribute, context: Context, wrappers: list[ast.AST]
+    ) -> tuple[Argument, int, str] | None:
+        """``self.use_reentrant`` in the ``forward`` of a wrapper class, stored once by its
+        ``__init__`` from a parameter: that parameter as the constructor call binds it,
+        with the level of that call and the parameter's name."""
+        receivers = self.evaluator.evaluate(expression.value, context)
+        instance = receivers[0] if len(receivers) == 1 else None
+        if not isinstance(instance, Instance) or not isinstance(instance.cls, ClassValue):
+            return None
+        if instance.call is None or instance.context is None:
+            return None
+        owners = [c for c in self.evaluator.mro(instance.cls) if isinstance(c, ClassValue)]
+        methods = {id(s) for owner in owners for s in owner.node.body}
+        level = next((i for i, w in enumerate(wrappers) if id(w) in methods), None)
+        stores = [
+            b
+            for owner in owners
+            for b in self.evaluator.instance_assignments(owner, expression.attr)
+        ]
+        if level is None or len(stores) != 1 or not isinstance(stores[0].value, ast.Name):
+            return None
+        store = stores[0]
+        method = store.scope.node
+        if (
+            not isinstance(method, FUNCTIONS)
+            or method.name != "__init__"
+            or store.scope.parent is None
+        ):
+            return None
+        parameters = store.scope.lookup(store.value.id, node_position(store.value))  # type: ignore[union-attr]
+        if len(parameters) != 1 or not isinstance(parameters[0].node, ast.arg):
+            return None
+        module = next(o.module for o in owners if any(s is method for s in o.node.body))
+        owner_context = Context(module, store.scope.parent)
+        initialiser = FunctionValue(method, owner_context, (instance,))
+        made = self.evaluator.bind(initialiser, Arguments.of(instance.call, instance.context))
+        argument = made.argument(parameters[0].node)
+        return None if argument is None else (argument, level, parameters[0].node.arg)
+
+    def _through_spread(
+        self, arguments: Arguments, level: int, name: str, wrappers: list[ast.AST]
+    ) -> Decision:
+        """``name`` looked for in what ``**`` spreads into a call: a wrapper's ``**kwargs``
+        holds its callers' keywords; anything else may hold it (unknown)."""
+        if not arguments.spread:
+            return Decision("unknown", level, name)
+        decisions = []
+        for expression, context in arguments.spread:
+            held = _keywords_parameter(expression, context, wrappers)
+            if held is None:
+                return Decision("unknown", level, name)
+            keywords, owner = held
+            flow = keywords.keyword(name)
+            if flow is not None:
+                decisions.append(_follow(flow, owner, name, wrappers, self._stored_by_constructor))
+            elif name in keywords.taken:
+                return Decision("given", owner, name)  # a named parameter takes it there
+            elif keywords.arguments.double_star:
+                decisions.append(self._through_spread(keywords.arguments, owner, name, wrappers))
+            else:
+                decisions.append(Decision("omitted", owner, name))
+        decided = [d for d in decisions if d.state in ("given", "unknown")]
+        return decided[0] if decided else min(decisions, key=lambda d: d.level)
+
     def source_of(self, value: object) -> RegionSource | None:
-        """The table row a value is, by its qualified name."""
+        """The table row a value is, by its qualified name; for ``C.apply`` of a project's
+        own ``torch.autograd.Function`` that recomputes, the row it makes (memoised)."""
         if isinstance(value, External):
             return self.table.by_name.get(value.name)
         if isinstance(value, FunctionValue):
             return self.table.by_name.get(qualified_name(value))
         if isinstance(value, ClassValue):
             return self.table.by_name.get(qualified_name(value))
+        if isinstance(value, Method) and isinstance(value.receiver, ClassValue):
+            if value.name == "apply":
+                return self.recompute_function(value.receiver)
         return None
+
+    def recompute_function(self, cls: ClassValue) -> RegionSource | None:
+        key = id(cls.node)
+        if key not in self._recomputes:
+            self._recomputes[key] = recompute_function(cls, qualified_name(cls))
+        return self._recomputes[key]
 
     def wrapper_calls(self, function: FunctionValue) -> list[ast.Call]:
         """The calls in ``function``'s body that hand a parameter on as a region (empty for a
@@ -198,7 +430,7 @@ class SiteFinder:
         callee = self.evaluator.evaluate(call.func, context)
         return any(
             self.delegates(path, scope)
-            for path in self.paths(callee, Arguments.of(call, context), call.func)
+            for path in self.paths(callee, Arguments.of(call, context), call.func, context)
         )
 
     def delegates(self, path: SourceCall, scope: Scope) -> bool:
@@ -238,13 +470,88 @@ class SiteFinder:
         for call in list(scopes.calls):
             scope = scopes.scope_of(call)
             context = Context(module, scope)
-            callee = self.evaluator.evaluate(call.func, context)
-            paths = self.paths(callee, Arguments.of(call, context), call.func)
+            flags = _flags_tested_true(module, call)
+            if flags:  # ``if self.enabled: self._ckpt_fn(...)``
+                receiver = self.evaluator.evaluate(call.func.value, context)  # type: ignore[attr-defined]
+                callee = self.evaluator.member_under(receiver, call.func.attr, flags)  # type: ignore[attr-defined]
+            else:
+                callee = self.evaluator.evaluate(call.func, context)
+            paths = self.paths(callee, Arguments.of(call, context), call.func, context)
             if not paths:
                 continue
+            torch = self.evaluator.versions_at(module, call)
+            if torch.empty:
+                continue  # a branch that never runs on the torch the project targets
             delegates = any(self.delegates(path, scope) for path in paths)
-            yield Site(module, call, context, tuple(paths), delegates=delegates)
+            yield Site(module, call, context, tuple(paths), delegates=delegates, torch=torch)
         yield from self.layer_sites(module)
+        yield from self.decorated_sites(module)
+
+    def decorated_sites(self, module: Module) -> Iterator[Site]:
+        """Definitions (at module level or in a class) whose decorator runs them under a
+        region source: nanotron's ``@checkpoint_method(attr_name=...)`` returns a function
+        that calls ``checkpoint(func, ...)`` on the method it decorates."""
+        lines = module.candidate_lines
+        for node, owner in _definitions_at_top(module):
+            for decorator in node.decorator_list:
+                if not touches_lines(decorator, lines):
+                    continue
+                scope = module.scopes.function_scope(owner) if owner is not None else None
+                context = Context(module, scope or module.scopes.module)
+                decorated = FunctionValue(node, context)
+                paths = [
+                    path
+                    for value in self.evaluator.evaluate(decorator, context)
+                    if isinstance(value, FunctionValue)
+                    for path in self.decorator_paths(value, decorated)
+                ]
+                torch = self.evaluator.versions_at(module, node)
+                if paths and not torch.empty:
+                    label = callee_label(
+                        decorator.func if isinstance(decorator, ast.Call) else decorator
+                    )
+                    yield Site(module, node, context, tuple(paths), torch=torch, decorator=label)
+                    break
+
+    def decorator_paths(
+        self, decorator: FunctionValue, decorated: FunctionValue
+    ) -> list[SourceCall]:
+        """The source calls of the functions ``decorator`` returns when it decorates
+        ``decorated`` whose region is ``decorated`` itself."""
+        node = decorator.node
+        parameters = [*node.args.posonlyargs, *node.args.args]
+        if isinstance(node, ast.Lambda) or not parameters or decorator.bound is not None:
+            return []
+        given = (parameters[0], Argument(None, None, (decorated,)))
+        inner = Context(
+            decorator.module, self.evaluator.scope_of(decorator), (*decorator.context.env, given)
+        )
+        found: list[SourceCall] = []
+        for statement in own_nodes(node.body):
+            if not isinstance(statement, ast.Return) or statement.value is None:
+                continue
+            for returned in self.evaluator.evaluate(statement.value, inner):
+                if not isinstance(returned, FunctionValue) or returned.node is node:
+                    continue
+                context = self.evaluator.bind(returned, None)
+                body = returned.node.body
+                for call in own_nodes([body] if isinstance(body, ast.expr) else body):
+                    if not isinstance(call, ast.Call):
+                        continue
+                    callee = self.evaluator.evaluate(call.func, context)
+                    arguments = Arguments.of(call, context)
+                    for path in self.paths(callee, arguments, call.func, context):
+                        flow = path.region_flow()
+                        if flow is not None and decorated in self.evaluator.evaluate(*flow):
+                            found.append(
+                                SourceCall(
+                                    path.source,
+                                    path.arguments,
+                                    (returned, *path.wrappers),
+                                    path.partials,
+                                )
+                            )
+        return found[:MAX_PATHS_PER_WRAPPER]
 
     def layer_sites(self, module: Module) -> Iterator[Site]:
         """Classes whose bases name a word of interest and derive from a layer source."""
@@ -255,8 +562,11 @@ class SiteFinder:
             cls = ClassValue(node, context)
             source = self.layer_source(cls)
             forward = _own_method(node, "forward")
-            if source is not None and forward is not None:
-                yield Site(module, forward, context, layer=cls, layer_source=source)
+            if source is None or forward is None:
+                continue
+            torch = self.evaluator.versions_at(module, node)
+            if not torch.empty:
+                yield Site(module, forward, context, layer=cls, layer_source=source, torch=torch)
 
     def may_derive_from_a_layer(self, node: ast.ClassDef) -> bool:
         """A base names a layer class (by its last name): worth resolving the bases."""
@@ -354,6 +664,127 @@ class SiteFinder:
                 )
 
 
+@dataclass(frozen=True)
+class Decision:
+    """Who decides the value a source receives for a keyword, seen from a site.
+
+    ``level`` is the call that decides it: 0 the site's own call, ``i`` the call written in
+    the ``i``-th wrapper of the path (the source call itself is at ``len(wrappers)``).
+    ``state``: ``given`` a value other than a literal None is passed; ``none`` a literal
+    ``None`` (``written``) is; ``omitted`` the call at ``level`` leaves it out, and would
+    pass it as ``keyword`` (the parameter of the wrapper it calls that carries it on);
+    ``unknown`` a ``*args`` or a ``**mapping`` the analysis cannot see may carry it.
+    """
+
+    state: Literal["given", "none", "omitted", "unknown"]
+    level: int
+    keyword: str
+    written: ast.expr | None = None
+
+
+Through = Callable[[ast.Attribute, Context, list[ast.AST]], tuple[Argument, int, str] | None]
+
+
+def _follow(
+    flow: Flow, level: int, keyword: str, wrappers: list[ast.AST], through: Through
+) -> Decision:
+    """Follow a value through the wrappers' parameters it is passed on by (and the
+    attributes a wrapper class stores them in, ``through``), to the call that writes it or
+    leaves it to a parameter's default."""
+    expression, context = flow
+    while True:
+        if isinstance(expression, ast.Constant) and expression.value is None:
+            return Decision("none", level, keyword, expression)
+        if context is None:
+            return Decision("given", level, keyword)
+        if isinstance(expression, ast.Attribute):
+            found = through(expression, context, wrappers)
+            if found is None:
+                return Decision("given", level, keyword)
+            argument, level, keyword = found
+        elif isinstance(expression, ast.Name):
+            bindings = context.scope.lookup(expression.id, node_position(expression))
+            if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+                return Decision("given", level, keyword)
+            parameter, owner = bindings[0].node, bindings[0].scope.node
+            bound = context.argument(parameter)
+            if bound is None or owner not in wrappers:
+                return Decision("given", level, keyword)  # decided where the wrapper is made
+            argument, level, keyword = bound, wrappers.index(owner), parameter.arg
+        else:
+            return Decision("given", level, keyword)
+        if argument.expression is None:
+            return Decision("given", level, keyword)
+        if argument.default:
+            if isinstance(argument.expression, ast.Constant) and argument.expression.value is None:
+                return Decision("omitted", level, keyword)
+            return Decision("given", level, keyword)
+        expression, context = argument.expression, argument.context
+
+
+def _keywords_parameter(
+    expression: ast.expr, context: Context, wrappers: list[ast.AST]
+) -> tuple[CallKeywords, int] | None:
+    """The keywords a wrapper's ``**kwargs`` parameter holds, and the level of the call that
+    passed them; None when ``expression`` is not such a parameter."""
+    if not isinstance(expression, ast.Name):
+        return None
+    bindings = context.scope.lookup(expression.id, node_position(expression))
+    if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+        return None
+    owner = bindings[0].scope.node
+    argument = context.argument(bindings[0].node)
+    if argument is None or owner not in wrappers:
+        return None
+    held = [v for v in argument.values if isinstance(v, CallKeywords)]
+    return (held[0], wrappers.index(owner)) if held else None
+
+
+def _dict_item(mapping: Mapping, key: str) -> Flow | None:
+    for item_key, item_value in zip(mapping.node.keys, mapping.node.values, strict=True):  # type: ignore[union-attr]
+        if isinstance(item_key, ast.Constant) and item_key.value == key:
+            return item_value, mapping.context
+    return None
+
+
+def _as_defined(source: RegionSource, function: FunctionValue) -> RegionSource:
+    """A configured row for a function whose definition the project holds: CKP001 applies
+    only if its signature can take ``use_reentrant`` (by name, or in ``**kwargs``)."""
+    arguments = function.node.args
+    names = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    if source.reentrant is None or "use_reentrant" in names or arguments.kwarg is not None:
+        return source
+    return replace(source, reentrant=None)
+
+
+def _flags_tested_true(module: Module, call: ast.Call) -> frozenset[str]:
+    """For ``x.f(...)``: the attributes ``x.<flag>`` that the ``if`` statements around the
+    call require to be true (conjuncts of their tests, the call in their body)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+        return frozenset()
+    receiver = func.value.id
+    flags: set[str] = set()
+    for statement in statements_at(module.tree.body, call.lineno):
+        if not isinstance(statement, ast.If) or not statement.body:
+            continue
+        first, last = statement.body[0], statement.body[-1]
+        if not first.lineno <= call.lineno <= (last.end_lineno or last.lineno):
+            continue
+        test = statement.test
+        parts = (
+            test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        )
+        for part in parts:
+            if (
+                isinstance(part, ast.Attribute)
+                and isinstance(part.value, ast.Name)
+                and part.value.id == receiver
+            ):
+                flags.add(part.attr)
+    return frozenset(flags)
+
+
 def qualified_name(value: FunctionValue | ClassValue) -> str:
     """``package.module.Class.method`` of a definition at module or class level."""
     parts = [value.node.name] if not isinstance(value.node, ast.Lambda) else ["<lambda>"]
@@ -385,6 +816,29 @@ def classes_at_top(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:
         elif isinstance(node, (ast.If, ast.Try, ast.With)) and not isinstance(node, FUNCTIONS):
             for body in nested_bodies(node):
                 stack.extend(reversed(body))
+
+
+def _definitions_at_top(
+    module: Module,
+) -> Iterator[tuple[FunctionDefinition, ast.ClassDef | None]]:
+    """Functions defined at module level and methods of classes there (under ``if`` and
+    ``try`` too), each with the class it is a method of."""
+    stack = list(reversed(module.tree.body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, FUNCTIONS):
+            yield node, None
+        elif isinstance(node, ast.ClassDef):
+            if touches_lines(node, module.candidate_lines):  # else no decorator can matter
+                for statement in node.body:
+                    if isinstance(statement, FUNCTIONS):
+                        yield statement, node
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            for body in nested_bodies(node):
+                stack.extend(reversed(body))
+
+
+FunctionDefinition = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 def _own_method(node: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Literal
 
 SourceKind = Literal["function", "sequence", "module", "apply", "layer"]
+CONFIGURATION = "configuration"  # the library of rows from ``extend-checkpoint-functions``
 
 
 class ReentrantArgument(Enum):
@@ -44,10 +45,19 @@ class RegionSource:
     rng_keyword: str | None = None
     rng: str = ""
     attribute: bool = False
+    reentrant_since: str | None = None  # the torch release that added ``use_reentrant``
+    rng_position: int | None = None  # the positional argument that switches RNG saving off
+    restores_rng: bool = True  # False: the recompute never replays the forward's RNG state
+    display: str = ""  # how messages name it, when not by the last part of its name
 
     @property
     def label(self) -> str:
-        return self.names[0].rsplit(".", 1)[-1]
+        return self.display or self.names[0].rsplit(".", 1)[-1]
+
+    @property
+    def configured(self) -> bool:
+        """A row from ``extend-checkpoint-functions``."""
+        return self.library == CONFIGURATION
 
 
 _WRAPPER = "torch.distributed.algorithms._checkpoint.checkpoint_wrapper"
@@ -67,6 +77,7 @@ SOURCES: tuple[RegionSource, ...] = (
         ReentrantArgument.KEYWORD_ONLY,
         "preserve_rng_state",
         _TORCH_RNG,
+        reentrant_since="1.11",
     ),
     RegionSource(
         "torch",
@@ -76,6 +87,7 @@ SOURCES: tuple[RegionSource, ...] = (
         ReentrantArgument.FOURTH_POSITIONAL,
         "preserve_rng_state",
         _TORCH_RNG,
+        reentrant_since="2.0",
     ),
     RegionSource(
         "torch",
@@ -244,7 +256,7 @@ class SourceTable:
 def configured_source(name: str, kind: SourceKind = "function", region: int = 0) -> RegionSource:
     """A row for a user's own function from ``extend-checkpoint-functions``."""
     return RegionSource(
-        "configuration",
+        CONFIGURATION,
         (name,),
         kind,
         (region, None),

@@ -17,6 +17,8 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
+from packaging.version import Version
+
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import (
     FUNCTIONS,
@@ -26,11 +28,13 @@ from ckptlint.project.scopes import (
     fold,
     node_position,
     parameter_defaults,
+    statements_at,
 )
 from ckptlint.resolution.values import (
     UNKNOWN,
     Argument,
     Arguments,
+    CallKeywords,
     ClassValue,
     Constant,
     Context,
@@ -47,10 +51,23 @@ from ckptlint.resolution.values import (
     Row,
     Sequence,
     Super,
+    TorchVersionTest,
     Value,
     Values,
     known,
     unique,
+)
+from ckptlint.resolution.versions import (
+    DISTRIBUTION_VERSIONS,
+    EVERY_VERSION,
+    NO_VERSION,
+    TORCH_VERSION,
+    VERSION_PARSERS,
+    VersionRange,
+    at_least,
+    helper_test,
+    names_torch_version,
+    parse_version,
 )
 from ckptlint.torch_catalogue import (
     CONTAINERS,
@@ -63,6 +80,7 @@ PARTIAL = "functools.partial"
 # How deeply one evaluation may nest (names, calls, returns) before it gives up: UNKNOWN.
 MAX_DEPTH = 40
 _BUILTINS = frozenset(dir(builtins))
+_DEPTH_BOUND = object()  # what a lookup cut by MAX_DEPTH depends on
 _DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
 _ITERATION_BUILTINS = frozenset({"list", "tuple", "iter", "reversed", "sorted", "set", "frozenset"})
 
@@ -72,12 +90,25 @@ class Evaluator:
     its module defines or imports (see ``_duck_typed_member``); used only for regions, where
     guessing what ``model.transformer.h`` holds is worth its cost and its risk."""
 
-    def __init__(self, project: Project, *, duck_typing: bool = False) -> None:
+    def __init__(
+        self, project: Project, *, duck_typing: bool = False, target_torch: Version | None = None
+    ) -> None:
         self.project = project
         self.duck_typing = duck_typing
+        # The oldest torch the project runs on (None: not known, no branch is decided).
+        self.target_torch = target_torch
+        self._targeted = at_least(target_torch)
+        self._tests: dict[tuple[int, int], tuple[VersionRange, VersionRange]] = {}
+        self._callers: dict[tuple[int, int], list[tuple[FunctionValue, Arguments]] | None] = {}
         self._memo: dict[object, Values] = {}
+        # Results that a cut (a cycle back to a lookup still in progress, or the depth bound)
+        # made incomplete: kept only until the outermost evaluation returns, so that the
+        # same lookup reached from elsewhere, with room to finish, is computed in full.
+        self._provisional: dict[object, Values] = {}
         self._in_progress: set[object] = set()
+        self._cuts: list[set[object] | None] = []  # per lookup in progress: what it cut
         self._depth = 0
+        self._contexts: dict[Context, Context] = {}
         self._mro: dict[ClassValue, list[ClassValue | External]] = {}
         self._methods_built: set[int] = set()
         self._visible: dict[str, list[ClassValue]] = {}
@@ -106,21 +137,49 @@ class Evaluator:
     def _guarded(
         self, key: object, compute: Callable[..., Iterable[Value]], *args: object
     ) -> Values:
-        """Memoised, and bounded: a cycle or a chain deeper than MAX_DEPTH is UNKNOWN."""
+        """Memoised, and bounded: a cycle or a chain deeper than MAX_DEPTH is UNKNOWN.
+
+        A result that depends on such a cut is not memoised for good (only a cycle back to
+        the lookup itself is complete once it returns: its values are the fixed point)."""
         cached = self._memo.get(key)
+        if cached is None:
+            cached = self._provisional.get(key)
         if cached is not None:
             return cached
-        if key in self._in_progress or self._depth >= MAX_DEPTH:
+        if key in self._in_progress:
+            self._cut(key)
+            return (UNKNOWN,)
+        if self._depth >= MAX_DEPTH:
+            self._cut(_DEPTH_BOUND)
             return (UNKNOWN,)
         self._in_progress.add(key)
+        self._cuts.append(None)
         self._depth += 1
         try:
             values = unique(compute(*args)) or (UNKNOWN,)
         finally:
             self._depth -= 1
             self._in_progress.discard(key)
-        self._memo[key] = values
+            cuts = self._cuts.pop()
+        if cuts:
+            cuts.discard(key)
+        if cuts:
+            self._provisional[key] = values
+            for cut in cuts:
+                self._cut(cut)
+        else:
+            self._memo[key] = values
+        if not self._depth:
+            self._provisional.clear()
         return values
+
+    def _cut(self, what: object) -> None:
+        """The lookup in progress lacks what ``what`` would have given."""
+        if self._cuts:
+            if self._cuts[-1] is None:
+                self._cuts[-1] = {what}
+            else:
+                self._cuts[-1].add(what)  # type: ignore[union-attr]
 
     def call_result(self, callee: Values, call: ast.Call, context: Context) -> Values:
         return unique(v for value in callee for v in self._call(value, call, context)) or (UNKNOWN,)
@@ -149,8 +208,15 @@ class Evaluator:
                     supplied.add(name)
             for parameter, default in parameter_defaults(node.args).items():
                 if parameter.arg not in supplied and not arguments.double_star:
-                    env.append((parameter, Argument(default, function.context)))
-        return Context(function.module, scope, tuple(env))
+                    env.append((parameter, Argument(default, function.context, default=True)))
+            if node.args.kwarg is not None:
+                taken = frozenset(p.arg for p in (*node.args.posonlyargs, *node.args.args))
+                held = CallKeywords(arguments, taken | frozenset(by_name))
+                env.append((node.args.kwarg, Argument(None, None, (held,))))
+        context = Context(function.module, scope, tuple(env))
+        # One object per distinct binding: contexts nest (an argument holds its caller's
+        # context), and comparing equal copies would walk the whole nest at every level.
+        return self._contexts.setdefault(context, context)
 
     def scope_of(self, function: FunctionValue | ClassValue) -> Scope:
         scopes = function.context.module.scopes
@@ -229,11 +295,28 @@ class Evaluator:
             yield from self.evaluate(node.orelse, context)
         elif isinstance(node, ast.NamedExpr):
             yield from self.evaluate(node.value, context)
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+            yield self._version_comparison(node, context)
         else:
             yield UNKNOWN
 
+    def _version_comparison(self, node: ast.Compare, context: Context) -> Value:
+        """``torch.__version__ >= "1.11"`` (torch's version compares as a version, also
+        with a tuple) or ``version.parse(torch.__version__) < version.parse("2.0")``."""
+        operator = _COMPARISONS.get(type(node.ops[0]))
+        if operator is None or not _mentions_a_version(node):
+            return UNKNOWN
+        left = self.evaluate(node.left, context)
+        right = self.evaluate(node.comparators[0], context)
+        if not _is_torch_version(left):
+            left, right, operator = right, left, _MIRRORED[operator]
+        version = _version_literal(right) if _is_torch_version(left) else None
+        if version is None:
+            return UNKNOWN
+        return TorchVersionTest(VersionRange.compared(operator, version))
+
     def _name(self, node: ast.Name, context: Context) -> Iterator[Value]:
-        bindings = context.scope.lookup(node.id, node_position(node))
+        bindings = self._live(context.scope.lookup(node.id, node_position(node)), context.module)
         if not bindings:
             yield from self._unbound_name(node.id, context.module)
             return
@@ -241,14 +324,32 @@ class Evaluator:
             yield from self.binding_values(binding, context)
 
     def _unbound_name(self, name: str, module: Module) -> Values:
-        """A name no statement of the module binds: star imports, then builtins."""
-        for target in module.scopes.module.star_imports:
-            absolute = module.resolve_import(target.level, target.module)
+        """A name no statement of the module binds: star imports, then builtins.
+
+        Star imports are searched depth first in statement order, each module once, so a
+        cycle of them (``a`` imports ``*`` from ``b``, ``b`` from ``a``) ends, however many
+        files it spans."""
+        visited = {module.path}
+        stack = [(module, list(reversed(module.scopes.module.star_imports)))]
+        while stack:
+            importer, targets = stack[-1]
+            if not targets:
+                stack.pop()
+                continue
+            target = targets.pop()
+            absolute = importer.resolve_import(target.level, target.module)
             imported = None if absolute is None else self.project.module_named(absolute)
             if imported is not None:
-                found = self._module_member(imported, name, follow_submodules=False)
-                if found:
-                    return found
+                if imported.path in visited:
+                    continue
+                visited.add(imported.path)
+                bindings = imported.scopes.module.bindings.get(name)
+                if bindings:
+                    context = self.module_context(imported)
+                    return unique(
+                        v for b in fold(bindings, None) for v in self.binding_values(b, context)
+                    )
+                stack.append((imported, list(reversed(imported.scopes.module.star_imports))))
             elif absolute is not None and name not in _BUILTINS:
                 return (External(f"{absolute}.{name}"),)
         return (External(f"builtins.{name}"),) if name in _BUILTINS else (UNKNOWN,)
@@ -278,6 +379,7 @@ class Evaluator:
     def _parameter(self, node: ast.arg, binding: Binding, context: Context) -> Values:
         argument = context.argument(node)
         if argument is not None:
+            argument = passed_on(argument)
             if argument.expression is None:
                 return argument.values
             return self.evaluate(argument.expression, argument.context)  # type: ignore[arg-type]
@@ -286,13 +388,105 @@ class Evaluator:
         if owner is not None and scope.self_name == node.arg and _is_first(node, scope.node):
             return (Instance(ClassValue(owner.node, context.at(owner.parent)), exact=False),)  # type: ignore[arg-type]
         values: list[Value] = [Parameter(node, scope.node, context.module)]
-        if binding.value is not None:  # not passed: its default
-            values.extend(self.evaluate(binding.value, context.at(scope.parent)))  # type: ignore[arg-type]
+        if binding.value is not None:  # what callers pass, the default where they omit it
+            function = FunctionValue(scope.node, context.at(scope.parent))  # type: ignore[arg-type]
+            key = ("passed", id(node), id(context.module))
+            passed = self._guarded(key, self._passed_by_callers, function, node)
+            if passed == (UNKNOWN,):  # callers the analysis cannot all see
+                passed = self.evaluate(binding.value, context.at(scope.parent))  # type: ignore[arg-type]
+            values.extend(passed)
         if node.annotation is not None and not isinstance(node.annotation, ast.Constant):
             for annotated in self.evaluate(node.annotation, context.at(scope.parent)):  # type: ignore[arg-type]
                 if isinstance(annotated, ClassValue):
                     values.append(Instance(annotated, exact=False))
         return tuple(values)
+
+    def _passed_by_callers(self, function: FunctionValue, parameter: ast.arg) -> Values:
+        """What the calls of a private function pass as ``parameter`` (its default where a
+        call leaves it out); UNKNOWN when some call may be unseen or pass it in ``**``."""
+        callers = self.callers(function)
+        if callers is None:
+            return (UNKNOWN,)
+        values: list[Value] = []
+        for callee, arguments in callers:
+            argument = self.bind(callee, arguments).argument(parameter)
+            if argument is None:
+                return (UNKNOWN,)
+            argument = passed_on(argument)
+            if argument.expression is None:
+                values.extend(argument.values)
+            else:
+                values.extend(self.evaluate(argument.expression, argument.context))  # type: ignore[arg-type]
+        return tuple(values)
+
+    def callers(self, function: FunctionValue) -> list[tuple[FunctionValue, Arguments]] | None:
+        """The calls of a function, each with the callee as called (bound to its instance)
+        and its arguments, when all can be seen: a private function (``_name``) of which
+        every use in its module is a call, a ``functools.partial`` or an introspection
+        (``inspect.signature``). A call that cannot bind (a keyword the function does not
+        take) raises, so it passes nothing. None: a public function, or one that escapes."""
+        node = function.node
+        if isinstance(node, ast.Lambda) or not _is_private(node.name):
+            return None
+        key = (id(node), id(function.module))
+        if key in self._callers:
+            return self._callers[key]
+        self._callers[key] = None  # a use inside its own arguments ends here
+        found = self._find_callers(function)
+        self._callers[key] = found
+        return found
+
+    def _find_callers(
+        self, function: FunctionValue
+    ) -> list[tuple[FunctionValue, Arguments]] | None:
+        node = function.node
+        module = function.module
+        found: list[tuple[FunctionValue, Arguments]] = []
+        seen: set[int] = set()
+        for line in module.lines_naming(node.name):  # type: ignore[union-attr]
+            for statement, scope in self._statements_at(module, line):
+                context = Context(module, scope)
+                parents = {
+                    id(child): parent
+                    for parent in _statement_nodes(statement)
+                    for child in ast.iter_child_nodes(parent)
+                }
+                for reference in _statement_nodes(statement):
+                    if id(reference) in seen or not _refers_to(reference, node.name):  # type: ignore[union-attr]
+                        continue
+                    seen.add(id(reference))
+                    use = self._use(reference, parents.get(id(reference)), context, node)
+                    if use is None:
+                        return None
+                    found.extend(use)
+        return found
+
+    def _use(
+        self, reference: ast.expr, parent: ast.AST | None, context: Context, node: ast.AST
+    ) -> list[tuple[FunctionValue, Arguments]] | None:
+        """How one reference uses the function: the calls it makes ([] when it is not the
+        function, or only looks at it); None when it lets the function escape."""
+        values = self.evaluate(reference, context)
+        ours = [v for v in values if isinstance(v, FunctionValue) and v.node is node]
+        if not ours:
+            return [] if known(values) == values else None
+        if isinstance(parent, ast.Call) and parent.func is reference:
+            arguments = Arguments.of(parent, context)
+        elif isinstance(parent, ast.Call) and parent.args and parent.args[0] is reference:
+            called = _names(self.evaluate(parent.func, context))
+            if any(name in _INTROSPECTION for name in called):
+                return []
+            if called != [PARTIAL]:
+                return None
+            partial = Arguments((), {}, False, ()).then(parent, context, skip=1)
+            # what the partial is called with later is not known: more may come
+            arguments = Arguments((*partial.positional, None), partial.keywords, True, ())
+        elif isinstance(parent, ast.Call) and any(a is reference for a in parent.args):
+            called = _names(self.evaluate(parent.func, context))
+            return [] if called and all(name in _INTROSPECTION for name in called) else None
+        else:
+            return None
+        return [(callee, arguments) for callee in ours if _accepts(callee, arguments)]
 
     def _imported(self, binding: Binding, module: Module) -> Values:
         target = binding.imported
@@ -320,7 +514,7 @@ class Evaluator:
     def _module_member(
         self, module: Module, name: str, *, follow_submodules: bool = True
     ) -> Values:
-        bindings = module.scopes.module.bindings.get(name)
+        bindings = self._live(module.scopes.module.bindings.get(name, []), module)
         if bindings:
             context = self.module_context(module)
             return unique(v for b in fold(bindings, None) for v in self.binding_values(b, context))
@@ -329,6 +523,70 @@ class Evaluator:
             if submodule is not None:
                 return (ModuleValue(submodule),)
         return self._unbound_name(name, module) if module.scopes.module.star_imports else ()
+
+    # -- torch versions --------------------------------------------------------------------
+    def versions_at(self, module: Module, node: ast.AST) -> VersionRange:
+        """The torch versions ``node`` runs on: the targeted ones, as far as the ``if`` and
+        ``x if test else y`` around it that test the torch version allow."""
+        versions = self._targeted
+        if "version" not in module.text and "is_torch_" not in module.text:
+            return versions
+        line = node.lineno  # type: ignore[attr-defined]
+        scope = module.scopes.module
+        innermost: ast.stmt | None = None
+        for statement in statements_at(module.tree.body, line):
+            if isinstance(statement, ast.If) and statement is not node:
+                taken = _branch_taken(statement.body, statement.orelse, line)
+                if taken is not None:
+                    true, false = self.test_versions(statement.test, Context(module, scope))
+                    versions = versions.intersect(true if taken else false)
+            if isinstance(statement, (*FUNCTIONS, ast.ClassDef)) and statement is not node:
+                scope = module.scopes.function_scope(statement) or scope
+            innermost = statement
+        if innermost is not None and innermost is not node:
+            for branch in _branches_around(innermost, node):
+                test, taken = branch
+                true, false = self.test_versions(test, Context(module, scope))
+                versions = versions.intersect(true if taken else false)
+        return versions
+
+    def test_versions(self, test: ast.expr, context: Context) -> tuple[VersionRange, VersionRange]:
+        """The torch versions on which ``test`` may be true, and those on which it may be
+        false (every version for a test that does not look at the torch version)."""
+        key = (id(test), id(context.scope))
+        found = self._tests.get(key)
+        if found is not None:
+            return found
+        if isinstance(test, ast.BoolOp):
+            parts = [self.test_versions(value, context) for value in test.values]
+            true, false = parts[0]
+            for part_true, part_false in parts[1:]:
+                if isinstance(test.op, ast.And):
+                    true, false = true.intersect(part_true), false.union(part_false)
+                else:
+                    true, false = true.union(part_true), false.intersect(part_false)
+            found = (true, false)
+        elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            found = self.test_versions(test.operand, context)[::-1]
+        elif _mentions_a_version(test):
+            values = self.evaluate(test, context)
+            if all(isinstance(value, TorchVersionTest) for value in values):
+                true, false = NO_VERSION, NO_VERSION
+                for value in values:
+                    true = true.union(value.versions)  # type: ignore[union-attr]
+                    false = false.union(value.versions.complement())  # type: ignore[union-attr]
+                found = (true, false)
+        found = found or (EVERY_VERSION, EVERY_VERSION)
+        self._tests[key] = found
+        return found
+
+    def _live(self, bindings: list[Binding], module: Module) -> list[Binding]:
+        """Bindings made in code that runs on the targeted torch (all, with no target)."""
+        if self.target_torch is None or (
+            "version" not in module.text and "is_torch_" not in module.text
+        ):
+            return bindings
+        return [b for b in bindings if not self.versions_at(module, b.node).empty]
 
     # -- members ---------------------------------------------------------------------------
     def _member(self, value: Value, attribute: str) -> Values:
@@ -389,7 +647,24 @@ class Evaluator:
     def _project_mro(self, cls: ClassValue) -> list[ClassValue]:
         return [c for c in self.mro(cls) if isinstance(c, ClassValue)]
 
-    def _instance_member(self, instance: Instance, attribute: str) -> Values:
+    def member_under(self, values: Values, attribute: str, flags: frozenset[str]) -> Values:
+        """``x.attribute`` read where ``x.<flag>`` is true for each of ``flags`` (``if
+        self.gradient_checkpointing: self._gradient_checkpointing_func(...)``): a value
+        stored by a call that, in the same block, sets one of those flags false cannot be
+        the one read there, provided every store that may set the flag true also stores
+        the attribute (a later call made the flag true, and stored its own value)."""
+        results: list[Value] = []
+        for value in values:
+            if isinstance(value, Instance):
+                key = ("member under", value, attribute, flags)
+                results.extend(self._guarded(key, self._instance_member, value, attribute, flags))
+            else:
+                results.extend(self.member((value,), attribute))
+        return unique(results) or (UNKNOWN,)
+
+    def _instance_member(
+        self, instance: Instance, attribute: str, flags: frozenset[str] = frozenset()
+    ) -> Values:
         cls = instance.cls
         if isinstance(cls, External):
             return self._external_instance_member(instance, attribute)
@@ -399,38 +674,122 @@ class Evaluator:
             classes.extend(self._subclasses_overriding(cls, attribute))
         for owner in classes:
             view = instance if owner is cls else Instance(owner, exact=False)
-            results.extend(self._member_in_mro(owner, attribute, view))
+            results.extend(self._member_in_mro(owner, attribute, view, flags))
         if attribute == "__call__" and not known(tuple(results)):
             return (instance,)  # ``module.__call__`` runs the module, as calling it does
         if attribute in _MODULE_ITERATORS and not known(tuple(results)):
             return (Method(instance, attribute),)  # nn.Module's own, not overridden
         return unique(results) or (UNKNOWN,)
 
-    def _member_in_mro(self, cls: ClassValue, attribute: str, instance: Instance) -> Values:
+    def _member_in_mro(
+        self,
+        cls: ClassValue,
+        attribute: str,
+        instance: Instance,
+        flags: frozenset[str] = frozenset(),
+    ) -> Values:
         order = self.mro(cls)
         for owner in order:
             if isinstance(owner, External):
                 break
             assigned = self.instance_assignments(owner, attribute)
+            if assigned and flags:
+                return unique(
+                    v for b in assigned for v in self._stored_under(b, owner, instance, flags)
+                )
             if assigned:
                 return unique(v for b in assigned for v in self._assigned(b, owner, instance))
         return self._first_member(order, attribute, instance)
+
+    def _stored_under(
+        self, binding: Binding, owner: ClassValue, instance: Instance, flags: frozenset[str]
+    ) -> Values:
+        """``self.<attribute> = value`` as seen where ``flags`` are true (see
+        ``member_under``): the values its method's calls store, less those of calls that
+        set a flag false beside it; as ``_assigned`` when that cannot be told."""
+        method = binding.scope.node
+        self_name = binding.scope.self_name
+        if not isinstance(method, FUNCTIONS) or binding.value is None or self_name is None:
+            return self._assigned(binding, owner, instance)
+        beside = _block_of(method, binding.position[0])
+        switches = [
+            statement.value
+            for statement in beside
+            if _stores(statement, self_name, flags) and isinstance(statement, ast.Assign)
+        ]
+        attribute = binding.name
+        if not switches or not all(
+            self._set_true_only_with(flag, attribute, instance) for flag in flags
+        ):
+            return self._assigned(binding, owner, instance)
+        callers = self.callers(FunctionValue(method, Context(owner.module, binding.scope.parent)))  # type: ignore[arg-type]
+        if callers is None:
+            return self._assigned(binding, owner, instance)
+        results: list[Value] = []
+        for callee, arguments in callers:
+            context = self.bind(FunctionValue(method, callee.context, (instance,)), arguments)
+            if any(all(_falsy(v) for v in self.evaluate(w, context)) for w in switches):
+                continue  # this call switches the flag off: its value is never read there
+            values = self.evaluate(binding.value, context)
+            for index in binding.path:
+                values = unique(v for value in values for v in _item(value, index, self))
+            results.extend(values)
+        return tuple(results)
+
+    def _set_true_only_with(self, flag: str, attribute: str, instance: Instance) -> bool:
+        """Whether every ``self.<flag> = ...`` of the instance's classes that may set it
+        true also stores ``self.<attribute>`` in the same block."""
+        cls = instance.cls
+        if not isinstance(cls, ClassValue):
+            return False
+        owners = [*self._project_mro(cls), *self._subclasses_overriding(cls, flag)]
+        for owner in owners:
+            for store in self.instance_assignments(owner, flag):
+                if isinstance(store.value, ast.Constant) and not store.value.value:
+                    continue
+                method, self_name = store.scope.node, store.scope.self_name
+                if not isinstance(method, FUNCTIONS) or self_name is None:
+                    return False
+                block = _block_of(method, store.position[0])
+                if not any(_stores(s, self_name, frozenset({attribute})) for s in block):
+                    return False
+        return True
 
     def _assigned(self, binding: Binding, owner: ClassValue, instance: Instance) -> Values:
         if binding.value is None:
             return (UNKNOWN,)
         method = binding.scope
-        self_parameter = _first_parameter(method.node)
-        env: Environment = ()
-        if self_parameter is not None:
-            env = ((self_parameter, Argument(None, None, (instance,))),)
-        values = self.evaluate(binding.value, Context(owner.module, method, env))
+        node = method.node
+        if (
+            isinstance(node, FUNCTIONS)
+            and node.name == "__init__"
+            and instance.call is not None
+            and instance.context is not None
+            and method.parent is not None
+        ):  # stored by the constructor: its parameters are what the instance was made with
+            initialiser = FunctionValue(node, Context(owner.module, method.parent), (instance,))
+            made = Arguments.of(instance.call, instance.context)
+            values = self.evaluate(binding.value, self.bind(initialiser, made))
+        else:
+            self_parameter = _first_parameter(node)
+            env: Environment = ()
+            if self_parameter is not None:
+                env = ((self_parameter, Argument(None, None, (instance,))),)
+            values = self.evaluate(binding.value, Context(owner.module, method, env))
         for index in binding.path:  # ``self.stages, info = make_stages(...)``
             values = unique(v for value in values for v in _item(value, index, self)) or (UNKNOWN,)
         return values if binding.path else _made_for(values, binding)
 
     def _class_member(self, cls: ClassValue, attribute: str, instance: Instance | None) -> Values:
-        return self._first_member(self.mro(cls), attribute, instance)
+        order = self.mro(cls)
+        if attribute == "apply" and any(
+            isinstance(owner, External) and owner.name in AUTOGRAD_FUNCTIONS for owner in order
+        ):
+            own = self._first_member(order, attribute, instance)
+            if not known(own):  # ``C.apply`` of a ``torch.autograd.Function``: torch's own
+                return (Method(cls, "apply"),)
+            return own
+        return self._first_member(order, attribute, instance)
 
     def _first_member(
         self, owners: list[ClassValue | External], attribute: str, instance: Instance | None
@@ -541,7 +900,11 @@ class Evaluator:
         return self.call_result(callee, call, context)
 
     def _call(self, callee: Value, call: ast.Call, context: Context) -> Iterator[Value]:
-        if isinstance(callee, External):
+        name = _called_name(callee)
+        test = helper_test(name, [_constant(a) for a in call.args]) if name else None
+        if test is not None:  # ``is_torch_version(">=", "1.11.0")``
+            yield TorchVersionTest(test)
+        elif isinstance(callee, External):
             yield from self._external_call(callee.name, call, context)
         elif isinstance(callee, ClassValue):
             yield Instance(callee, call, context)
@@ -557,6 +920,10 @@ class Evaluator:
         first = arguments[0] if arguments and not isinstance(arguments[0], ast.Starred) else None
         if name == PARTIAL and first is not None:
             yield PartialValue(self.evaluate(first, context), call, context)
+        elif name in VERSION_PARSERS and first is not None:
+            yield from self._parsed_version(self.evaluate(first, context))
+        elif name in DISTRIBUTION_VERSIONS and _constant(first) == "torch":
+            yield External(TORCH_VERSION)
         elif name in ("builtins.staticmethod", "builtins.classmethod") and first is not None:
             yield from self.evaluate(first, context)
         elif name == "builtins.getattr" and len(arguments) >= 2:
@@ -584,6 +951,16 @@ class Evaluator:
             yield Mapping(call, context)
         else:
             yield UNKNOWN
+
+    def _parsed_version(self, values: Values) -> Iterator[Value]:
+        """``version.parse(x)``: torch's version stays torch's, a literal becomes a version."""
+        for value in values:
+            if _is_torch_version((value,)):
+                yield External(TORCH_VERSION)
+            elif isinstance(value, Constant) and parse_version(value.value) is not None:
+                yield Constant(parse_version(value.value))
+            else:
+                yield UNKNOWN
 
     def _super(self, context: Context) -> Iterator[Value]:
         scope = context.scope
@@ -860,6 +1237,22 @@ def _added_expressions(
             yield node.value, True
 
 
+def passed_on(argument: Argument) -> Argument:
+    """Where an argument that is itself a parameter passed on unchanged (``fn`` handed from
+    wrapper to wrapper) was first written: followed in a loop, so a chain of any length
+    costs no evaluation depth."""
+    while isinstance(argument.expression, ast.Name) and argument.context is not None:
+        name = argument.expression
+        bindings = argument.context.scope.lookup(name.id, node_position(name))
+        if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+            break
+        outer = argument.context.argument(bindings[0].node)
+        if outer is None:
+            break
+        argument = outer
+    return argument
+
+
 def _span(node: ast.AST | None) -> tuple[int, int] | None:
     if node is None:
         return None
@@ -932,6 +1325,165 @@ def _is_first(parameter: ast.arg, function: ast.AST) -> bool:
 
 def _arguments(call: ast.Call) -> tuple[list[ast.expr], dict[str, ast.expr]]:
     return list(call.args), {k.arg: k.value for k in call.keywords if k.arg is not None}
+
+
+# Functions that look at a function without calling it.
+_INTROSPECTION = frozenset(
+    {
+        "inspect.signature",
+        "inspect.getfullargspec",
+        "inspect.getsource",
+        "inspect.isfunction",
+        "inspect.ismethod",
+        "builtins.callable",
+        "builtins.id",
+        "builtins.isinstance",
+        "builtins.repr",
+    }
+)
+
+
+def _is_private(name: str) -> bool:
+    """``_name``: by convention used in its own module only (dunder names are Python's)."""
+    return name.startswith("_") and not name.endswith("__")
+
+
+def _refers_to(node: ast.AST, name: str) -> bool:
+    return (isinstance(node, ast.Name) and node.id == name) or (
+        isinstance(node, ast.Attribute) and node.attr == name
+    )
+
+
+def _statement_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
+    """A statement's own nodes, not those of the statements nested in it."""
+    stack: list[ast.AST] = [statement]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, ast.stmt):
+                stack.append(child)
+
+
+def _accepts(function: FunctionValue, arguments: Arguments) -> bool:
+    """Whether ``function`` can take ``arguments`` (a keyword it has no parameter for,
+    without ``**kwargs``, or too many positionals, without ``*args``, is a TypeError)."""
+    node = function.node.args
+    positional = [*node.posonlyargs, *node.args]
+    if function.bound is not None:
+        positional = positional[1:]
+    names = {p.arg for p in (*positional, *node.kwonlyargs)}
+    if node.kwarg is None and any(name not in names for name in arguments.keywords):
+        return False
+    known_count = 0
+    for flow in arguments.positional:
+        if flow is None:
+            break
+        known_count += 1
+    return node.vararg is not None or known_count <= len(positional)
+
+
+def _names(values: Values) -> list[str]:
+    return [v.name for v in values if isinstance(v, External)]
+
+
+def _block_of(function: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> list[ast.stmt]:
+    """The statement list of ``function`` that holds the statement at ``line``."""
+    path = statements_at(function.body, line)
+    return function.body if len(path) < 2 else body_containing(path[-2], line)
+
+
+def _stores(statement: ast.stmt, self_name: str, attributes: frozenset[str]) -> bool:
+    """``self.<one of attributes> = ...``."""
+    return isinstance(statement, ast.Assign) and any(
+        isinstance(t, ast.Attribute)
+        and t.attr in attributes
+        and isinstance(t.value, ast.Name)
+        and t.value.id == self_name
+        for t in statement.targets
+    )
+
+
+def _falsy(value: Value) -> bool:
+    return isinstance(value, Constant) and not value.value
+
+
+def _branch_taken(body: list[ast.stmt], orelse: list[ast.stmt], line: int) -> bool | None:
+    """True when ``line`` lies in ``body``, False in ``orelse``, None in neither (the test)."""
+    for statements, taken in ((body, True), (orelse, False)):
+        if statements and statements[0].lineno <= line <= _last_line(statements):
+            return taken
+    return None
+
+
+def _last_line(statements: list[ast.stmt]) -> int:
+    return statements[-1].end_lineno or statements[-1].lineno
+
+
+def _branches_around(statement: ast.stmt, node: ast.AST) -> Iterator[tuple[ast.expr, bool]]:
+    """The ``x if test else y`` of a statement's own expressions that hold ``node``: each
+    test, and whether ``node`` is on its true side."""
+    start = node_position(node)
+    for candidate in ast.walk(statement) if not isinstance(statement, _DEFINITIONS) else ():
+        if isinstance(candidate, ast.IfExp):
+            for side, taken in ((candidate.body, True), (candidate.orelse, False)):
+                end = (side.end_lineno or side.lineno, side.end_col_offset or 0)
+                if node_position(side) <= start and start < end:
+                    yield candidate.test, taken
+
+
+def _mentions_a_version(test: ast.expr) -> bool:
+    """Only tests naming a version are evaluated (``is_torch_version``, ``__version__``,
+    ``is_torch_greater_or_equal_than_1_13``): others cannot decide a torch version."""
+    for node in ast.walk(test):
+        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+        if isinstance(name, str) and ("version" in name or name.startswith("is_torch_")):
+            return True
+    return False
+
+
+AUTOGRAD_FUNCTIONS = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
+
+_COMPARISONS: dict[type, str] = {
+    ast.GtE: ">=",
+    ast.Gt: ">",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+}
+_MIRRORED = {">=": "<=", ">": "<", "<": ">", "<=": ">=", "==": "==", "!=": "!="}
+
+
+def _is_torch_version(values: Values) -> bool:
+    return bool(values) and all(
+        isinstance(v, External) and names_torch_version(v.name) for v in values
+    )
+
+
+def _version_literal(values: Values) -> Version | None:
+    """The one version ``values`` spell: ``"1.11"``, ``version.parse("1.11")``, ``(1, 11)``."""
+    if len(values) != 1:
+        return None
+    value = values[0]
+    if isinstance(value, Constant):
+        return value.value if isinstance(value.value, Version) else parse_version(value.value)
+    if isinstance(value, Sequence) and isinstance(value.node, ast.Tuple):
+        return parse_version(tuple(_constant(e) for e in value.node.elts))
+    return None
+
+
+def _constant(node: ast.expr | None) -> object:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def _called_name(callee: Value) -> str:
+    """The last name of a callee (``is_torch_version``), for helpers known by name."""
+    if isinstance(callee, External):
+        return callee.name.rpartition(".")[2]
+    if isinstance(callee, FunctionValue) and not isinstance(callee.node, ast.Lambda):
+        return callee.node.name
+    return ""
 
 
 def own_nodes(statements: list) -> Iterator[ast.AST]:

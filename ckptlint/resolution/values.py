@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import Binding, Scope
+from ckptlint.resolution.versions import VersionRange
 
 _T = TypeVar("_T")
 
@@ -42,6 +43,7 @@ class Argument:
     expression: ast.expr | None
     context: Context | None
     values: tuple[Value, ...] = ()
+    default: bool = False  # the parameter's default: the call left it out
 
 
 Environment = tuple[tuple[ast.arg, Argument], ...]
@@ -80,8 +82,9 @@ class Arguments:
 
     positional: tuple[Flow | None, ...]
     keywords: dict[str, Flow]
-    double_star: bool
+    double_star: bool  # some keywords are not known by name (``**kwargs``, or unseen)
     calls: tuple[ast.Call, ...]  # the calls that supplied them, outermost first
+    spread: tuple[Flow, ...] = ()  # the ``**mapping`` expressions among them
 
     @classmethod
     def of(cls, call: ast.Call, context: Context) -> Arguments:
@@ -94,13 +97,15 @@ class Arguments:
             positional.append(None if isinstance(argument, ast.Starred) else (argument, context))
         keywords = dict(self.keywords)
         keywords.update({k.arg: (k.value, context) for k in call.keywords if k.arg is not None})
-        double_star = self.double_star or any(k.arg is None for k in call.keywords)
-        return Arguments(tuple(positional), keywords, double_star, (*self.calls, call))
+        spread = (*self.spread, *((k.value, context) for k in call.keywords if k.arg is None))
+        double_star = self.double_star or len(spread) > len(self.spread)
+        return Arguments(tuple(positional), keywords, double_star, (*self.calls, call), spread)
 
     def __hash__(self) -> int:
         cached = self.__dict__.get("_hash")
         if cached is None:
-            cached = hash((self.positional, tuple(self.keywords.items()), self.double_star))
+            items = (self.positional, tuple(self.keywords.items()), self.double_star, self.spread)
+            cached = hash(items)
             object.__setattr__(self, "_hash", cached)
         return cached
 
@@ -252,6 +257,27 @@ class Parameter:
 
 @_cached_hash
 @dataclass(frozen=True)
+class CallKeywords:
+    """What a ``**kwargs`` parameter holds at a call: the keywords ``arguments`` passes that
+    no named parameter (``taken``) takes, and whatever its own ``**`` spreads carry."""
+
+    arguments: Arguments
+    taken: frozenset[str]
+
+    def keyword(self, name: str) -> Flow | None:
+        return None if name in self.taken else self.arguments.keywords.get(name)
+
+
+@_cached_hash
+@dataclass(frozen=True)
+class TorchVersionTest:
+    """A test of the installed torch's version: true on ``versions``."""
+
+    versions: VersionRange
+
+
+@_cached_hash
+@dataclass(frozen=True)
 class Method:
     """A method of a value the evaluator models (``ModuleDict.items``, ``dict.values``)."""
 
@@ -282,6 +308,8 @@ Value = (
     | Elements
     | Row
     | Parameter
+    | CallKeywords
+    | TorchVersionTest
     | Method
     | Super
 )

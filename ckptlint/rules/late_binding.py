@@ -192,24 +192,55 @@ def forward(self, x, mask, **kwargs):
             for function in _closures_of(analysis.region(site)):
                 if function.module is not context.module:
                     continue
-                found = late_binding(function, site.node, analysis)
-                if found is None:
-                    continue
-                if found.changed_line is None:
-                    how, state, bind = "rebinds it", "value", f"`{found.name}={found.name}`"
-                else:
-                    how = f"changes it in place (line {found.changed_line})"
-                    state, bind = "state", f"a copy, `{found.name}=dict({found.name})`"
-                message = (
-                    f"{site.subject} {function.label} reads `{found.name}` (line"
-                    f" {found.read_line}) through its closure, and the loop at line"
-                    f" {found.loop_line} {how}: the recompute in backward runs after the"
-                    f" loop moved on and sees the last {state}, so gradients are silently"
-                    f" wrong; bind it when making the region ({bind} default argument,"
-                    " functools.partial) or pass it as a checkpoint input"
-                )
-                yield context.finding(site.node, self.code, message)
-                break
+                found = late_bindings(function, site.node, analysis)
+                if found:
+                    yield context.finding(
+                        site.node, self.code, _message(site.subject, function, found)
+                    )
+                    break
+
+
+def _message(subject: str, function: FunctionValue, found: list[ClosureRead]) -> str:
+    """Names every late-bound variable the region reads, with the loop that changes it."""
+    consequence = (
+        "the recompute in backward runs after the loop moved on and sees the last {state}, so"
+        " gradients are silently wrong"
+    )
+    if len(found) == 1:
+        (read,) = found
+        if read.changed_line is None:
+            how, state, bind = "rebinds it", "value", f"`{read.name}={read.name}`"
+        else:
+            how = f"changes it in place (line {read.changed_line})"
+            state, bind = "state", f"a copy, `{read.name}=dict({read.name})`"
+        return (
+            f"{subject} {function.label} reads `{read.name}` (line {read.read_line}) through its"
+            f" closure, and the loop at line {read.loop_line} {how}: "
+            + consequence.format(state=state)
+            + f"; bind it when making the region ({bind} default argument, functools.partial)"
+            " or pass it as a checkpoint input"
+        )
+    parts, binds = [], []
+    for read in found:
+        if read.changed_line is None:
+            how = "rebinds it"
+            binds.append(f"`{read.name}={read.name}`")
+        else:
+            how = f"changes it in place at line {read.changed_line}"
+            binds.append(f"`{read.name}=dict({read.name})`")
+        parts.append(
+            f"`{read.name}` (line {read.read_line}; the loop at line {read.loop_line} {how})"
+        )
+    return (
+        f"{subject} {function.label} reads {_enumerate(parts)} through its closure: "
+        + consequence.format(state="values")
+        + f"; bind them when making the region ({', '.join(binds)} default arguments,"
+        " functools.partial) or pass them as checkpoint inputs"
+    )
+
+
+def _enumerate(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
 def _closures_of(region: Values) -> Iterator[FunctionValue]:
@@ -223,11 +254,11 @@ def _closures_of(region: Values) -> Iterator[FunctionValue]:
             yield value
 
 
-def late_binding(
+def late_bindings(
     function: FunctionValue, call: ast.Call, analysis: ProjectAnalysis
-) -> ClosureRead | None:
-    """The first variable ``function`` reads from an enclosing function whose loop, around
-    ``call``, rebinds it."""
+) -> list[ClosureRead]:
+    """The variables ``function`` reads from an enclosing function whose loop, around
+    ``call``, rebinds them or changes what it reads of them: each once, where first read."""
     body = function.node.body
     statements = [body] if isinstance(body, ast.expr) else body
     own_scope = analysis.evaluator.scope_of(function)
@@ -237,8 +268,11 @@ def late_binding(
         for parent in ast.walk(function.node)
         for child in ast.iter_child_nodes(parent)
     }
+    found: dict[str, ClosureRead] = {}
     for node, scope in analysis.reaches.nodes_with_scopes(statements, own_scope, function.module):
         if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
+            continue
+        if node.id in found:
             continue
         bindings = scope.lookup(node.id, (node.lineno, node.col_offset))
         owners = {id(b.scope): b.scope for b in bindings}
@@ -249,12 +283,13 @@ def late_binding(
             continue
         loop = _rebinding_loop(owner, node.id, call)
         if loop is not None:
-            return ClosureRead(node.id, node.lineno, loop.lineno)
+            found[node.id] = ClosureRead(node.id, node.lineno, loop.lineno)
+            continue
         changed = _changing_loop(owner, node.id, _part_read(node, parents), call)
         if changed is not None:
             loop, line = changed
-            return ClosureRead(node.id, node.lineno, loop.lineno, line)
-    return None
+            found[node.id] = ClosureRead(node.id, node.lineno, loop.lineno, line)
+    return list(found.values())
 
 
 def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from packaging.version import Version
+
 from ckptlint.core import AddKeyword, Finding, Fix, ReplaceText
-from ckptlint.regions.sites import SourceCall
-from ckptlint.regions.sources import ReentrantArgument
+from ckptlint.regions.sites import Decision, SourceCall, callee_label
 from ckptlint.resolution.values import Arguments, PartialValue
+from ckptlint.resolution.versions import VersionRange
 from ckptlint.rules.base import FileContext, Rule
 
 
@@ -33,6 +35,13 @@ class MissingUseReentrant(Rule):
     Calls passing `**kwargs` are not reported (the keyword may be inside), nor are
     `checkpoint_sequential` calls whose 4th positional argument (`use_reentrant`) is
     given or may come from `*args`.
+
+    Through your own wrappers the finding goes to the call that decides: a wrapper that
+    hands `use_reentrant` on to torch (its own parameter, defaulting to `None`, or
+    `**kwargs` forwarded to `checkpoint`) leaves it to its callers, so the calls that leave
+    it unset are reported, and the fix adds the keyword the wrapper takes. A wrapper that
+    cannot take it (`def run(fn, *args)`) is reported at its own `checkpoint` call, never at
+    its callers, also when it is declared in `extend-checkpoint-functions`.
     """
 
     code = "CKP001"
@@ -81,6 +90,15 @@ def forward(self, *inputs):
     return checkpoint.checkpoint(self.block, *inputs)
 """,
         """\
+from torch.utils.checkpoint import checkpoint
+
+def run(function, *args, **kwargs):
+    return checkpoint(function, *args, **kwargs)
+
+def forward(self, x):
+    return run(self.block, x)
+""",
+        """\
 try:
     from torch.utils.checkpoint import checkpoint
 except ImportError:
@@ -127,6 +145,15 @@ def forward(self, x, checkpoint):
         """\
 from torch.utils.checkpoint import checkpoint
 
+def run(function, *args, use_reentrant=False):
+    return checkpoint(function, *args, use_reentrant=use_reentrant)
+
+def forward(self, x):
+    return run(self.block, x)
+""",
+        """\
+from torch.utils.checkpoint import checkpoint
+
 class Trainer:
     def step(self, trainer, x):
         self.checkpoint(x)
@@ -144,43 +171,64 @@ def forward(self, x):
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         module = context.module
+        finder = context.analysis.finder
         regions = context.analysis.regions_of(module)
         consumed: set[int] = set()
         for site in regions.sites:
-            direct = [p for p in site.paths if p.source.reentrant is not None and not p.wrappers]
-            for path in direct:
+            paths = [p for p in site.paths if p.source.reentrant is not None]
+            for path in paths:
                 consumed.update(id(partial.call) for partial in path.partials)
-            if not isinstance(site.node, ast.Call) or not direct:
+            # A partial made in another module is reported where it is made.
+            paths = [
+                path
+                for path in paths
+                if path.wrappers or all(p.context.module is module for p in path.partials)
+            ]
+            if not isinstance(site.node, ast.Call) or not paths:
                 continue
-            if any(p.context.module is not module for path in direct for p in path.partials):
-                continue  # a partial made in another module is reported where it is made
-            failing = next((p for p in direct if not passes_use_reentrant(p)), None)
+            failing = _decided_here(context, paths, site.torch)
             if failing is not None:
-                yield self._finding(context, site.node, failing)
+                yield self._finding(context, site.node, *failing)
         for creation in regions.partials:
             consumed.update(id(inner.call) for inner in _inner_partials(creation.value))
         for creation in regions.partials:
             partial = creation.value
             if id(partial.call) in consumed:
                 continue
-            paths = context.analysis.finder.paths((partial,), _no_arguments(partial.call))
-            direct = [p for p in paths if p.source.reentrant is not None and not p.wrappers]
-            failing = next((p for p in direct if not passes_use_reentrant(p)), None)
+            paths = finder.paths((partial,), _no_arguments(partial.call))
+            paths = [p for p in paths if p.source.reentrant is not None]
+            torch = context.analysis.evaluator.versions_at(module, partial.call)
+            failing = _decided_here(context, paths, torch)
             if failing is not None:
-                yield self._finding(context, partial.call, failing, made=True)
+                yield self._finding(context, partial.call, *failing, made=True)
 
     def _finding(
-        self, context: FileContext, call: ast.Call, path: SourceCall, *, made: bool = False
+        self,
+        context: FileContext,
+        call: ast.Call,
+        path: SourceCall,
+        decision: Decision,
+        torch: VersionRange,
+        *,
+        made: bool = False,
     ) -> Finding:
         name = path.source.label
+        keyword = decision.keyword
+        callee = callee_label(path.partials[0].call.args[0]) if made else callee_label(call.func)
+        if not path.wrappers:
+            callee = name
         what = (
-            f"`functools.partial({name}, ...)` made, and no call of it in this file passes it"
+            f"`functools.partial({callee}, ...)` made, and no call of it in this file passes it"
             " either,"
             if made
-            else f"`{name}()` called"
+            else f"`{callee}()` called"
         )
-        none = explicit_none(path)
-        if none is not None:
+        via = ""
+        if path.wrappers:
+            as_keyword = "" if keyword == "use_reentrant" else " as `use_reentrant`"
+            via = f" (`{callee}()` passes it on to `{name}()`{as_keyword})"
+        if decision.written is not None:
+            none = decision.written
             end_line = none.end_lineno or none.lineno
             edit: AddKeyword | ReplaceText = ReplaceText(
                 none.lineno,
@@ -190,52 +238,48 @@ def forward(self, x):
                 "False",
             )
             message = (
-                f"{what} with `use_reentrant=None`, which torch treats as not passed; pass"
-                " `use_reentrant=False` (recommended) or `use_reentrant=True`"
+                f"{what} with `{keyword}=None`{via}, which torch treats as not passed; pass"
+                f" `{keyword}=False` (recommended) or `{keyword}=True`"
             )
         else:
             column = context.character_column(call.lineno, call.col_offset)
-            edit = AddKeyword(call.lineno, column, "use_reentrant", "False")
+            edit = AddKeyword(call.lineno, column, keyword, "False")
             message = (
-                f"{what} without `use_reentrant`; pass `use_reentrant=False` (recommended)"
-                " or `use_reentrant=True` explicitly"
+                f"{what} without `{keyword}`{via}; pass `{keyword}=False` (recommended)"
+                f" or `{keyword}=True` explicitly"
             )
+        oldest = torch.lower()
+        since = path.source.reentrant_since
+        if since is not None and oldest is not None and oldest < Version(since):
+            message += (
+                f"; no fix is offered: this code also runs on torch {oldest}, whose"
+                f" `{name}()` has no `use_reentrant` (added in {since})"
+            )
+            return context.finding(call, self.code, message)
         return context.finding(call, self.code, message, Fix(edit, "unsafe"))
 
 
-def passes_use_reentrant(path: SourceCall) -> bool:
-    """True when ``use_reentrant`` is (or may be) passed with a value other than None."""
-    arguments = path.arguments
-    if explicit_none(path) is not None:
-        return False
-    if "use_reentrant" in arguments.keywords or arguments.double_star:
-        return True
-    reentrant = path.source.reentrant
-    if reentrant is ReentrantArgument.KEYWORD_ONLY:
-        return False
-    for index, flow in enumerate(arguments.positional):
-        if flow is None:
-            return True  # a *args may carry it
-        if index == 3 and reentrant is ReentrantArgument.FOURTH_POSITIONAL:
-            return True
-    return False
-
-
-def explicit_none(path: SourceCall) -> ast.expr | None:
-    """The literal ``None`` given as ``use_reentrant`` (keyword, or the 4th positional
-    argument of ``checkpoint_sequential``), where it is written."""
-    flow = path.arguments.keywords.get("use_reentrant")
-    if flow is None and path.source.reentrant is ReentrantArgument.FOURTH_POSITIONAL:
-        leading = path.arguments.positional[:4]
-        if len(leading) == 4 and all(f is not None for f in leading):
-            flow = leading[3]
-    if flow is not None and _is_none(flow[0]):
-        return flow[0]
+def _decided_here(
+    context: FileContext, paths: list[SourceCall], torch: VersionRange
+) -> tuple[SourceCall, Decision, VersionRange] | None:
+    """The first path on which the call itself leaves ``use_reentrant`` unset (or None),
+    with that decision and the torch versions it runs on; None when every path gets it
+    from elsewhere (the call passes it, a wrapper decides it, a ``**mapping`` may hold it)
+    or runs only on a torch without ``use_reentrant`` (a branch for older releases)."""
+    analysis = context.analysis
+    for path in paths:
+        decision = analysis.finder.decision(path)
+        if decision.level != 0 or decision.state not in ("none", "omitted"):
+            continue
+        versions = torch
+        if path.wrappers:  # the source call itself may sit in a branch of the wrapper
+            inner = path.wrappers[-1].module
+            versions = versions.intersect(analysis.evaluator.versions_at(inner, path.call))
+        since = path.source.reentrant_since
+        if since is not None and versions.below(Version(since)):
+            continue
+        return path, decision, versions
     return None
-
-
-def _is_none(expression: ast.expr) -> bool:
-    return isinstance(expression, ast.Constant) and expression.value is None
 
 
 def _inner_partials(partial: PartialValue) -> Iterator[PartialValue]:

@@ -15,7 +15,7 @@ from ckptlint.project.scopes import (
     node_position,
     statements_at,
 )
-from ckptlint.regions.sites import MAX_WRAPPER_DEPTH, Site
+from ckptlint.regions.sites import Site
 from ckptlint.regions.steps import loops_around, runs_backward
 from ckptlint.resolution.values import (
     External,
@@ -236,9 +236,11 @@ def _region_expression(analysis: ProjectAnalysis, site: Site) -> ast.expr | None
 
 def _written_at(site: Site, flow: Flow) -> ast.expr | None:
     """The expression at the site that a flow's value comes from: a wrapper's parameter
-    is followed to the argument its caller passed."""
+    is followed to the argument its caller passed, through any number of wrappers."""
     node = site.node
-    for _ in range(MAX_WRAPPER_DEPTH + 1):
+    followed: set[int] = set()  # a wrapper calling itself ends the search
+    while id(flow[0]) not in followed:
+        followed.add(id(flow[0]))
         expression, context = flow
         if context.module is site.module and (
             node.lineno <= expression.lineno <= (node.end_lineno or node.lineno)  # type: ignore[attr-defined]

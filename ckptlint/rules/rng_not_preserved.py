@@ -23,7 +23,10 @@ class RngNotPreserved(Rule):
     in a `functools.partial`, through `checkpoint_wrapper(module, preserve_rng_state=False)`,
     `apply_activation_checkpointing(checkpoint_wrapper_fn=partial(...))`, the composable
     `checkpoint(module, ...)`, or a wrapper of your own that passes it on. (Megatron,
-    DeepSpeed, fairscale and Transformer Engine restore their RNG states themselves.)
+    DeepSpeed, fairscale and Transformer Engine restore their RNG states themselves.) A
+    `torch.autograd.Function` of your own that runs a function again in its `backward`
+    counts as well when its code does not save the RNG state in `forward` and set it back
+    in `backward`.
 
     Random ops are dropout in any form (`nn.Dropout` and its variants, including modules
     assigned in `__init__`, in a parent's `__init__` or in another file, `F.dropout`,
@@ -107,17 +110,27 @@ class Block(nn.Module):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            if not analysis.rng_switched_off(site):
+            switch = analysis.rng_switch(site)
+            if switch is None:
                 continue
             draws = analysis.reach(site).draws
             if not draws:
                 continue
             first = draws[0]
             where = f" at {first.where.describe(context.module)}" if first.where else ""
-            message = (
-                f"{site.subject} runs with `preserve_rng_state=False` and draws random numbers"
-                f" ({first.what}{where}): the recompute draws different ones than the forward,"
-                " so gradients are silently wrong; remove `preserve_rng_state=False` or move"
-                " the random op out of the region"
+            consequence = (
+                f" and draws random numbers ({first.what}{where}): the recompute draws"
+                " different ones than the forward, so gradients are silently wrong;"
             )
+            if switch.endswith("=False`"):
+                message = (
+                    f"{site.subject} runs with `preserve_rng_state=False`{consequence} remove"
+                    " `preserve_rng_state=False` or move the random op out of the region"
+                )
+            else:  # a hand-written recompute that never restores the RNG state
+                message = (
+                    f"{site.subject} runs under {switch}{consequence} save the RNG state in its"
+                    " forward and set it back in its backward (torch.get_rng_state,"
+                    " torch.set_rng_state), or move the random op out of the region"
+                )
             yield context.finding(site.node, self.code, message)
