@@ -29,7 +29,6 @@ its type and gets a recording policy, the recompute mode is entered through ``Re
 
 from __future__ import annotations
 
-import builtins
 import dis
 import functools
 import inspect
@@ -395,9 +394,7 @@ def _named_ops(policy: Any) -> list[tuple[str, Any]]:
             value = bound
         elif root in policy.__globals__:
             value = policy.__globals__[root]
-        elif hasattr(builtins, root) or root in code.co_varnames:
-            continue
-        else:
+        else:  # a local variable, a builtin, or a name of nested code's own closure
             continue
         _follow(found, root, value, attrs)
     for value in (*(policy.__defaults__ or ()), *(policy.__kwdefaults__ or {}).values()):
