@@ -116,13 +116,15 @@ def _in_graph_of(args: tuple, wanted: dict[int, str]) -> list[str]:
     regions before it: their nodes hold no parameter of the model's graph."""
     region_node = _compat.reentrant_backward_node()
     stack = [a.grad_fn for a in args if isinstance(a, torch.Tensor) and a.grad_fn is not None]
-    seen: set[int] = set()
+    # the nodes themselves, not their ids: torch makes a node's Python object on access and
+    # frees it with its last reference, so the id of a node left behind is soon another's
+    seen: set = set()
     found: dict[str, None] = {}
     while stack and len(seen) < MAX_GRAPH_NODES:
         node = stack.pop()
-        if node is None or id(node) in seen:
+        if node is None or node in seen:
             continue
-        seen.add(id(node))
+        seen.add(node)
         if type(node) is region_node:
             continue
         variable = getattr(node, "variable", None)  # AccumulateGrad: a leaf's gradient

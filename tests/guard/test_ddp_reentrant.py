@@ -165,3 +165,26 @@ def test_right_setups_stay_silent_and_bit_identical(cases: dict, name: str) -> N
         assert report["bit_identical"] is True
         if name != "clean_once_no_sync":  # its steps hold an extra local micro-batch
             assert plain["off_average"] == 0.0 and guard["off_average"] == 0.0
+
+
+def test_graph_of_a_region_inputs_names_every_parameter_used_before_it() -> None:
+    """The walk behind "the module also ran outside the region before it", in one process:
+    every parameter of the layers the input went through, none of a reentrant region's."""
+    from torch.utils.checkpoint import checkpoint
+
+    import ckptguard
+    from ckptguard import _ddp
+
+    torch.manual_seed(0)
+    before = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(6)))
+    inside = torch.nn.Linear(8, 8)
+    names = {id(p): n for n, p in [*before.named_parameters(), *inside.named_parameters()]}
+    x = torch.randn(4, 8, requires_grad=True)
+    with ckptguard.guard():
+        hidden = checkpoint(inside, before(x), use_reentrant=True)
+        assert sorted(_ddp._in_graph_of((before(x),), names)) == sorted(
+            n for n, _ in before.named_parameters()
+        )
+        # the walk stops at a reentrant region's node: what lies behind it was read by the
+        # region's own check, and the region's parameters are not in the model's graph
+        assert _ddp._in_graph_of((hidden,), names) == []
