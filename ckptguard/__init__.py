@@ -23,6 +23,7 @@ from ckptguard.errors import (
     CheckpointMismatchWarning,
     LostGradientsError,
     RecomputeSideEffectError,
+    ReentrantDDPError,
 )
 from ckptguard.pricing import price
 
@@ -34,6 +35,7 @@ __all__ = [
     "CheckpointMismatchWarning",
     "LostGradientsError",
     "RecomputeSideEffectError",
+    "ReentrantDDPError",
     "disable",
     "enable",
     "guard",

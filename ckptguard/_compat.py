@@ -301,3 +301,50 @@ def fsdp2_managed_modules() -> set[int]:
                 managed.add(id(info.module))
                 managed.update(id(m) for m in getattr(info, "shared_modules", ()))
     return managed
+
+
+# ------------------------------------- DDP and selective checkpointing (issue 20), optional
+
+_DDP_CLASS = getattr(getattr(torch.nn, "parallel", None), "DistributedDataParallel", None)
+# set by DistributedDataParallel around its module's forward (for TorchDynamo); a torch without
+# it runs no DDP check (nothing else tells a region that it runs inside a DDP step)
+_TRACKS_ACTIVE_DDP = _DDP_CLASS is not None and hasattr(_DDP_CLASS, "_active_ddp_module")
+
+
+def active_ddp() -> Any:
+    """The ``DistributedDataParallel`` whose forward is running on this process, or None."""
+    return _DDP_CLASS._active_ddp_module if _TRACKS_ACTIVE_DDP else None
+
+
+@dataclass(frozen=True)
+class SelectiveModes:
+    """Selective checkpointing's two dispatch modes, as ``create_selective_checkpoint_contexts``
+    makes them: the forward's calls the policy and fills ``storage`` (op -> call index ->
+    ``_VersionWrapper`` of the saved output, or a marker to recompute; a list per op up to
+    2.12); the recompute's takes the saved outputs (and, up to 2.12, calls the policy again:
+    it then has a ``policy_fn``)."""
+
+    caching: type  # _CachingTorchDispatchMode
+    cached: type  # _CachedTorchDispatchMode
+    version_wrapper: type  # _VersionWrapper: .val, and .version as it was when saved
+
+
+_SELECTIVE_NAMES = ("_CachingTorchDispatchMode", "_CachedTorchDispatchMode", "_VersionWrapper")
+_selective_found = [getattr(torch_checkpoint, name, None) for name in _SELECTIVE_NAMES]
+_SELECTIVE = SelectiveModes(*_selective_found) if all(_selective_found) else None
+
+
+def selective_modes() -> SelectiveModes | None:
+    """None on a torch without them: its selective-checkpoint regions get no policy checks."""
+    return _SELECTIVE
+
+
+def reentrant_backward_node() -> type:
+    """The autograd node type of a reentrant region (``CheckpointFunction``'s backward)."""
+    return resolve().checkpoint_function._backward_cls
+
+
+# the op objects torch hands a selective-checkpoint policy, and the namespaces that build them
+OP_OVERLOAD_TYPES = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
+OP_PACKET_TYPE = torch._ops.OpOverloadPacket
+OP_NAMESPACE_TYPES = (torch._ops._Ops, torch._ops._OpNamespace, torch._ops.OpOverloadPacket)

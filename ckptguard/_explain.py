@@ -17,6 +17,7 @@ from ckptguard.errors import (
     CheckpointMismatchError,
     CheckpointMismatchWarning,
     LostGradientsError,
+    ReentrantDDPError,
     abbreviate,
 )
 
@@ -402,9 +403,18 @@ def internal_error(region: str, stage: str, error: Exception) -> None:
 
 
 def lost_gradients(
-    region: str, parameters: list[str], nested: list[str], raise_: bool, fallback: Location | None
+    region: str,
+    parameters: list[str],
+    nested: list[str],
+    inputs: list[str],
+    model_fix: str | None,
+    raise_: bool,
+    fallback: Location | None,
 ) -> None:
-    """A reentrant region whose parameters or nested tensor inputs will get no gradient."""
+    """A reentrant region whose parameters or nested tensor inputs will get no gradient, with
+    its cause (inputs that do not require grad: the layers before it are frozen) and both
+    fixes. ``model_fix``: the model's own method to make inputs require grad, where it has one
+    (transformers and PEFT models: ``enable_input_require_grads``)."""
     parts = []
     if parameters:
         shown = ", ".join(parameters[:8])
@@ -418,17 +428,305 @@ def lost_gradients(
             "the tensors that require grad are nested inside container arguments, which the "
             f"reentrant variant does not track; they will get no gradient: {', '.join(nested)}"
         )
+    frozen = ", ".join(inputs) if inputs else "no positional argument is a tensor"
+    fix_input = (
+        f"call model.{model_fix}() (this model has it: it makes the input embeddings' "
+        f"output require grad)"
+        if model_fix
+        else "call model.enable_input_require_grads() on a transformers or PEFT model, or "
+        "x.requires_grad_() on the region's input"
+    )
     message = (
         f"ckptguard [lost_gradients]: checkpoint(use_reentrant=True) region {region}: "
         f"{'; '.join(parts)}.\n"
-        f"  how to fix: use use_reentrant=False, or pass an input that requires grad (e.g. "
-        f"call model.enable_input_require_grads() with frozen embeddings), and pass tensors as "
-        f"positional arguments."
+        f"  cause: the reentrant variant gives a region's parameters gradients only when one "
+        f"of its positional tensor inputs requires grad, and none does ({frozen}): what runs "
+        f"before the region is frozen, as the embeddings in front of LoRA adapters are, or a "
+        f"layer set requires_grad_(False). torch only warns 'None of the inputs have "
+        f"requires_grad=True. Gradients will be None'.\n"
+        f"  how to fix: use use_reentrant=False (transformers: gradient_checkpointing_enable("
+        f'gradient_checkpointing_kwargs={{"use_reentrant": False}})), or make the input '
+        f"require grad: {fix_input}; and pass tensors as positional arguments."
     )
     if raise_:
-        details = {"parameters": parameters, "nested": nested}
+        details = {"parameters": parameters, "nested": nested, "inputs": inputs}
         raise LostGradientsError(message, kind="lost_gradients", region=region, details=details)
     warn(message, CheckpointGuardWarning, fallback)
+
+
+_DDP_FIX = (
+    "pass use_reentrant=False to these checkpoint calls (one backward pass, gradients identical "
+    "to the unchecked model; transformers: gradient_checkpointing_enable("
+    'gradient_checkpointing_kwargs={"use_reentrant": False})), or build DDP with '
+    "static_graph=True if every step runs the same graph"
+)
+
+
+def _shown(names: list[str], limit: int = 6) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def ddp_reused_parameters(
+    region: str, others: list[tuple[str, list[str]]], outside: list[str], find_unused: bool
+) -> ReentrantDDPError:
+    """Parameters of a reentrant region whose gradient another backward pass of the same DDP
+    step produces too (another reentrant region, or the model's graph where the module ran
+    outside the region): named at the region's forward, before DDP reduces anything."""
+    parameters = list(dict.fromkeys([*outside, *(n for _, names in others for n in names)]))
+    where = [
+        f"{_shown(names)} (also in region {other})"
+        if other != region
+        else f"{_shown(names)} (the same region, checkpointed again)"
+        for other, names in others
+    ]
+    if outside:
+        where.append(f"{_shown(outside)} (the module also ran outside the region before it)")
+    if others and not find_unused:
+        effect = (
+            "DDP reduces a parameter's gradient when the first of these passes produces it and, "
+            "once every bucket is ready, finishes the step inside that pass, so the second pass "
+            "adds its gradient to each rank's own copy after the average: every rank steps with "
+            "a different gradient, none of them the average, and plain PyTorch raises nothing "
+            "(DDP raises 'Expected to mark a variable ready only once' only where the second "
+            "pass comes before the buckets are complete)"
+        )
+    else:
+        effect = (
+            "DDP marks the parameter ready in each pass: it raises 'Expected to mark a variable "
+            "ready only once' in backward, or, where one pass has made every bucket ready and "
+            "DDP finished the step inside it (as when the module's only use outside comes "
+            "before the region), adds the other pass's gradient after the average without a "
+            "word, and every rank steps with a different gradient"
+        )
+    message = (
+        f"ckptguard [ddp_reentrant]: checkpointed region {region} (use_reentrant=True) runs "
+        f"parameters whose gradients another backward pass of this DistributedDataParallel "
+        f"step produces too: {'; '.join(where)}.\n"
+        f"  why: a reentrant region computes its parameters' gradients in a backward pass of "
+        f"its own, and DDP expects one gradient per parameter and step. {effect[0].upper()}"
+        f"{effect[1:]}.\n"
+        f"  how to fix: {_DDP_FIX}."
+    )
+    details = {
+        "parameters": parameters,
+        "regions": [o for o, _ in others],
+        "outside": outside,
+        "find_unused_parameters": find_unused,
+    }
+    return ReentrantDDPError(message, kind="ddp_reentrant", region=region, details=details)
+
+
+def ddp_marked_twice(
+    region: str, parameter: str | None, others: list[str], find_unused: bool, torch_message: str
+) -> ReentrantDDPError:
+    """DDP's "Expected to mark a variable ready only once", raised in a reentrant region's
+    backward pass, explained: which parameter, which region(s), why, and the fix."""
+    named = f"parameter {parameter}" if parameter else "a parameter"
+    also = f"; it also runs in reentrant region {', '.join(others)} of this step" if others else ""
+    if find_unused:
+        why = (
+            "DDP was built with find_unused_parameters=True, and a reentrant region runs its "
+            "forward under no_grad: when the forward ended, DDP did not find the region's "
+            "parameters in the autograd graph and marked them ready as unused; the region's own "
+            "backward pass then produced their gradients and marked them ready a second time"
+        )
+        fix = f"{_DDP_FIX}, or drop find_unused_parameters if every parameter is used in every step"
+    else:
+        why = (
+            "a reentrant region computes its parameters' gradients in a backward pass of its "
+            "own, and this parameter's gradient was already produced in another backward pass "
+            "of this step: another reentrant region that runs it, or the model's own backward "
+            "where the module also runs outside the region"
+        )
+        fix = _DDP_FIX
+    message = (
+        f"ckptguard [ddp_reentrant]: DistributedDataParallel marked {named} ready twice in the "
+        f"backward pass of checkpointed region {region} (use_reentrant=True){also}.\n"
+        f"  torch: RuntimeError: Expected to mark a variable ready only once (DDP's whole "
+        f"message is this error's __cause__)\n"
+        f"  why: {why}.\n"
+        f"  how to fix: {fix}."
+    )
+    details = {
+        "parameters": [parameter] if parameter else [],
+        "regions": [region, *others],
+        "find_unused_parameters": find_unused,
+        "torch": torch_message,
+    }
+    return ReentrantDDPError(message, kind="ddp_reentrant", region=region, details=details)
+
+
+_POLICY_CAUSES = {
+    "packet": (
+        "its code compares the op with {what}; torch calls a policy with an OpOverload "
+        "(this region ran {detail}), which never equals its packet",
+        "compare with the overload (e.g. torch.ops.aten.mm.default), or compare "
+        "op.overloadpacket with the packet",
+    ),
+    "function": (
+        "its code compares the op with {what}; torch calls a policy with the aten op "
+        "(this region ran {detail}), never with a Python function",
+        "compare with the aten overload (e.g. torch.ops.aten.mm.default)",
+    ),
+    "answer": (
+        "it answered {what} for {detail}; torch saves an output only for "
+        "CheckpointPolicy.MUST_SAVE or PREFER_SAVE (or True) and reads anything else as "
+        "recompute",
+        "return CheckpointPolicy.MUST_SAVE (or PREFER_SAVE) for the outputs to keep",
+    ),
+    "overload": (
+        "its code names {what}, which {detail} in this region",
+        "name the overloads this region runs (torch asked about them above: nn.Linear runs "
+        "aten.addmm, not aten.mm), and check the answers the policy gives them",
+    ),
+}
+
+
+def selective_saved_nothing(
+    region: str,
+    policy: str,
+    calls: dict[Any, int],
+    causes: list[tuple[str, str, str]],
+    fallback: Location | None,
+) -> None:
+    """A selective-checkpoint policy that kept no output in a region whose policy code names
+    ops (a warning: the gradients are right, the memory/speed trade is not made)."""
+    asked = sorted(calls.items(), key=lambda item: -item[1])
+    shown = ", ".join(f"{op} x{count}" for op, count in asked[:6])
+    more = f" and {len(asked) - 6} more" if len(asked) > 6 else ""
+    why = "\n".join(
+        f"  why: {_POLICY_CAUSES[kind][0].format(what=what, detail=detail)}"
+        for kind, what, detail in causes
+    )
+    fixes = "; ".join(dict.fromkeys(_POLICY_CAUSES[kind][1] for kind, _, _ in causes))
+    message = (
+        f"ckptguard [selective_policy]: the selective-checkpoint policy {policy} of "
+        f"checkpointed region {region} saved no op's output: torch asked it about "
+        f"{sum(calls.values())} ops ({shown}{more}) and it chose recompute for every one, so "
+        f"backward recomputes the whole region, as plain checkpointing does.\n"
+        f"{why}\n"
+        f"  effect: the gradients are right, but the region keeps none of the outputs its "
+        f"policy was written to keep (no memory is traded for less recompute).\n"
+        f"  how to fix: {fixes}; ckptlint reports such policies before the run (CKP501, "
+        f"CKP502)."
+    )
+    warn(message, CheckpointGuardWarning, fallback)
+
+
+def selective_decision_changed(
+    region: str, policy: str, op: str, index: int, saved_before: bool, now: Any
+) -> CheckpointMismatchError:
+    """torch <= 2.12 asks the policy again in the recompute: it answered otherwise there."""
+    before = "saved" if saved_before else "recomputed"
+    after = "save" if not saved_before else "recompute"
+    message = (
+        f"ckptguard [selective_policy]: the selective-checkpoint policy {policy} of "
+        f"checkpointed region {region} decided differently in the recompute: call #{index} "
+        f"of {op} was {before} in the forward, and the policy now answers {abbreviate(now, 40)} "
+        f"({after}).\n"
+        f"  effect: this torch asks the policy again during the recompute and takes a saved "
+        f"output wherever it says save: with other answers it takes the output of another call "
+        f"of the op (wrong gradients where their shapes agree) or fails with '... not found "
+        f"in storage' or 'Trying to backward an extra time'.\n"
+        f"  how to fix: decide from the op and its arguments alone, or count the forward and "
+        f"the recompute apart (ctx.is_recompute); torch 2.13 and later ask the policy in the "
+        f"forward only."
+    )
+    details = {"op": op, "index": index, "forward": before, "recompute": abbreviate(now, 40)}
+    return CheckpointMismatchError(message, kind="selective_policy", region=region, details=details)
+
+
+def _mutated_text(mutated: list[tuple]) -> str:
+    return ", ".join(
+        f"{op} call #{index} (version {then} -> {now})" for op, index, then, now in mutated[:4]
+    ) + (f" and {len(mutated) - 4} more" if len(mutated) > 4 else "")
+
+
+MUTATED_TORCH = "Tensor cached during selective activation checkpoint has been mutated"
+_CACHE_MUTATED = (
+    "an output that selective checkpointing saved in the forward was modified in place "
+    "afterwards: {outputs}"
+)
+_CACHE_FIX = (
+    "use the out-of-place op (y = y * 2 rather than y.mul_(2)) on saved outputs, or have the "
+    "policy recompute that op instead of saving it"
+)
+
+
+def selective_cache_refused(region: str, mutated: list[tuple]) -> CheckpointMismatchError:
+    """torch's bare "Tensor cached ... has been mutated", with the op and call it means."""
+    message = (
+        f"ckptguard [selective_cache]: checkpointed region {region}: "
+        f"{_CACHE_MUTATED.format(outputs=_mutated_text(mutated))}.\n"
+        f"  torch: RuntimeError: {MUTATED_TORCH}\n"
+        f"  effect: torch refuses the recompute, since it would start from the modified "
+        f"value.\n"
+        f"  how to fix: {_CACHE_FIX}."
+    )
+    details = {"outputs": [f"{op} #{index}" for op, index, _, _ in mutated]}
+    return CheckpointMismatchError(message, kind="selective_cache", region=region, details=details)
+
+
+def selective_cache_unmeasured(region: str, mutated: list[tuple], fallback: Location | None):
+    """allow_cache_entry_mutation=True and a saved output modified in place, default mode."""
+    message = (
+        f"ckptguard [selective_cache]: checkpointed region {region} "
+        f"(allow_cache_entry_mutation=True): "
+        f"{_CACHE_MUTATED.format(outputs=_mutated_text(mutated))}.\n"
+        f"  effect: the recompute takes the modified tensor and runs the region's in-place op "
+        f"on it again, so the gradients may be wrong (not where the op gives the same result "
+        f"applied twice, as relu_ does); enable(strict=True) measures whether the tensors "
+        f"backward uses change.\n"
+        f"  how to fix: {_CACHE_FIX}."
+    )
+    warn(message, CheckpointGuardWarning, fallback)
+
+
+def selective_cache_measured(
+    region: str,
+    mutated: list[tuple],
+    what: str | None,
+    difference: dict[str, Any] | None,
+    first_op: dict[str, Any] | None,
+    fallback: Location | None,
+) -> CheckpointMismatchError | None:
+    """Strict mode's verdict on a saved output modified in place (allow_cache_entry_mutation
+    =True): an error where the tensors backward uses differ, else a warning that they match."""
+    outputs = _CACHE_MUTATED.format(outputs=_mutated_text(mutated))
+    if difference is None:
+        message = (
+            f"ckptguard [selective_cache]: checkpointed region {region} "
+            f"(allow_cache_entry_mutation=True): {outputs}.\n"
+            f"  measured: the recompute took the modified tensor and ran the in-place op on it "
+            f"again, and every tensor backward uses matches the forward's (strict mode): the "
+            f"gradients are not affected (the op gives the same result applied twice).\n"
+            f"  how to fix: nothing is wrong now; a change to the in-place op can make it wrong "
+            f"without a word: {_CACHE_FIX}."
+        )
+        warn(message, CheckpointGuardWarning, fallback)
+        return None
+    op_text = ""
+    if first_op is not None:
+        op_text = (
+            f"  first differing op: #{first_op['index']} {first_op['op']} {first_op['frame']}\n"
+        )
+    message = (
+        f"ckptguard [selective_cache]: checkpointed region {region} "
+        f"(allow_cache_entry_mutation=True): {outputs}.\n"
+        f"  measured: the recompute took the modified tensor and ran the in-place op on it "
+        f"again: {what} differs from the forward's ({difference['summary']}).\n"
+        f"{op_text}"
+        f"  effect: backward uses these recomputed tensors, so the gradients are affected; "
+        f"plain PyTorch does not notice.\n"
+        f"  how to fix: {_CACHE_FIX}."
+    )
+    details = {
+        "outputs": [f"{op} #{index}" for op, index, _, _ in mutated],
+        "what": what,
+        **difference,
+    }
+    return CheckpointMismatchError(message, kind="selective_cache", region=region, details=details)
 
 
 def compatibility_error(version: str, missing: str) -> CheckpointGuardCompatibilityError:

@@ -33,11 +33,13 @@ from torch.nn.parameter import is_lazy
 
 from ckptguard import (
     _compat,
+    _ddp,
     _explain,
     _names,
     _plan,
     _report,
     _rng,
+    _selective,
     _settings,
     _strict,
     _verify,
@@ -441,9 +443,25 @@ class Region:
             if tensor.requires_grad
         ]
         if parameters or nested:
-            raise_ = self.options.on_lost_gradients == "raise"
+            inputs = [
+                f"positional argument {i}: tensor {tuple(a.shape)} {a.dtype}"
+                for i, a in enumerate(args)
+                if isinstance(a, torch.Tensor)
+            ]
+            root = self.found_root()
+            model_fix = (
+                "enable_input_require_grads"
+                if callable(getattr(root, "enable_input_require_grads", None))
+                else None
+            )
             _explain.lost_gradients(
-                self.name, list(dict.fromkeys(parameters)), nested, raise_, self.location()
+                self.name,
+                list(dict.fromkeys(parameters)),
+                nested,
+                inputs,
+                model_fix,
+                self.options.on_lost_gradients == "raise",
+                self.location(),
             )
 
     # recompute --------------------------------------------------------------------------
@@ -521,6 +539,8 @@ class Region:
             finished = True
             raise
         except resolved.checkpoint_error as error:
+            if isinstance(error, CheckpointGuardError):  # the guard's own, from inside
+                raise
             raise self.explain(error) from error
         finally:
             state["depth"] -= 1
@@ -566,6 +586,8 @@ class Region:
             stopped = True
             raise
         except resolved.checkpoint_error as error:
+            if isinstance(error, CheckpointGuardError):  # the guard's own, from inside
+                raise
             raise self.explain(error) from error
         finally:
             _local.depth -= 1
@@ -577,6 +599,8 @@ class Region:
         try:
             return self._run(args, kwargs)
         except resolved.checkpoint_error as error:
+            if isinstance(error, CheckpointGuardError):  # the guard's own, from inside
+                raise
             raise self.explain(error) from error
         finally:
             _local.depth -= 1
@@ -629,7 +653,16 @@ class Region:
                 statistics_only &= not attributes and _only_statistics(module, buffers)
         if strict is not None:  # wrong values first: a side effect may be their cause
             found = strict.difference(stopped)
-            if found is not None:
+            mutated = _selective.take_mutations(self) if self.scoped else None
+            if mutated:  # selective checkpointing's saved outputs changed in place: measured
+                what, difference = found if found is not None else (None, None)
+                first_op = strict.first_diverging_op() if found is not None else None
+                error = _explain.selective_cache_measured(
+                    self.name, mutated, what, difference, first_op, self.location()
+                )
+                if error is not None:
+                    self._report(error)
+            elif found is not None:
                 what, difference = found
                 self._report(
                     _explain.values_error(self.name, what, difference, strict.first_diverging_op())
@@ -749,6 +782,9 @@ def _guard_reentrant(original_apply: Any) -> Any:
         outputs = original_apply(region, preserve_rng_state, *args)
         region.finish_forward(args, {})
         region.check_lost_gradients(args)
+        ddp = _compat.active_ddp()
+        if ddp is not None and not region.unguarded:
+            _ddp.reentrant_forward(region, ddp, args)
         return outputs
 
     return staticmethod(apply)
@@ -783,6 +819,7 @@ def _guard_generator(original: Any) -> Any:
     read_call = _generator_call_reader(original)
     signature = inspect.signature(original)
     noop_context = signature.parameters["context_fn"].default
+    context_argument = _selective.ContextArgument(original)
 
     def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
         options = _options
@@ -790,6 +827,10 @@ def _guard_generator(original: Any) -> Any:
             return (yield from original(fn, *args, **kwargs))
         preserve, user_args, user_kwargs = read_call(fn, args, kwargs)
         region = Region(fn, options, reentrant=False, preserve=preserve)
+        context_fn = context_argument.get(args, kwargs)
+        if context_fn is not noop_context:  # selective checkpointing's policy is watched
+            watched = _selective.watched(region, context_fn)
+            args, kwargs = context_argument.replace(args, kwargs, watched)
         if options.strict:
             args, kwargs = _scope_strict_recompute(signature, noop_context, region, args, kwargs)
         inner = original(region, *args, **kwargs)
@@ -868,6 +909,7 @@ def _patch(owner: Any, attribute: str, replacement: Any) -> None:
 def _install_patches(resolved: _compat.Torch) -> None:
     function = resolved.checkpoint_function
     _patch(function, "apply", _guard_reentrant(function.apply))
+    _patch(function, "backward", _ddp.guard_backward(function.backward, Region))
     for owner, name, original in resolved.generators:
         _patch(owner, name, _guard_generator(original))
     frame = resolved.checkpoint_frame

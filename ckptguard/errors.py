@@ -17,8 +17,10 @@ MISMATCH_KINDS = (
     "rng_device",
     "values",
     "saved_tensors",
+    "selective_policy",
+    "selective_cache",
 )
-GUARD_KINDS = ("side_effect", "lost_gradients")
+GUARD_KINDS = ("side_effect", "lost_gradients", "ddp_reentrant")
 
 
 class CheckpointGuardError(RuntimeError):
@@ -58,6 +60,13 @@ class RecomputeSideEffectError(CheckpointGuardError):
 class LostGradientsError(CheckpointGuardError):
     """``on_lost_gradients="raise"``: parameters of a reentrant region get no gradient
     (kind ``lost_gradients``)."""
+
+
+class ReentrantDDPError(CheckpointGuardError):
+    """A parameter of a ``use_reentrant=True`` region would get (or got) its gradient in two
+    backward passes of one ``DistributedDataParallel`` step (kind ``ddp_reentrant``): raised
+    at the forward where DDP would average it wrongly without a word, and in place of DDP's
+    "Expected to mark a variable ready only once" (kept as ``__cause__``)."""
 
 
 class CheckpointGuardCompatibilityError(RuntimeError):

@@ -35,9 +35,9 @@ TWICE = (
     " gradients that differ from the true average"
 )
 OUTSIDE = (
-    "its parameters get gradients in the region's own backward pass and in the outer one,"
-    " and DistributedDataParallel raises `Expected to mark a variable ready only once`"
-    " (with or without `find_unused_parameters`)"
+    "its parameters get gradients in the region's own backward pass and in the outer one:"
+    " DistributedDataParallel raises `Expected to mark a variable ready only once`, or (when"
+    " the outer use comes first) may raise nothing and average the gradients wrongly"
 )
 OUTSIDE_MARK = ", outside the region"
 FIX = "pass `use_reentrant=False` (or build DDP with `static_graph=True`)"
