@@ -33,6 +33,7 @@ import hashlib
 import itertools
 import multiprocessing
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ from ckptlint.source import (
     Prefilter,
     UnreadableSource,
     decode,
+    identifiers,
     lines_with_words,
     read_bytes,
     split_lines,
@@ -701,13 +703,14 @@ class Engine:
         words = state.words
         new = words
         owned: list[str] = []
+        exported: dict[str, frozenset[str]] = {}  # each file's own exports so far
         following = True
         for index in itertools.count():
             earlier = trace[index] if following and index < len(trace) else None
             if earlier is None or earlier.new != new:
                 earlier, following = None, False
             pending = self._pending(state, new, earlier, TRIGGERS if index == 0 else ())
-            reprocess = self._reprocess(state, owned, new, earlier) if index else ()
+            reprocess = self._reprocess(state, owned, new, earlier, exported) if index else ()
             state.rounds.append(Round(new, pending, reprocess))
             state.analysed.update(pending)
             calls: set[str] = set()
@@ -719,6 +722,9 @@ class Engine:
                     state.internal_errors[result.path] = result.internal_error
                 calls |= result.calls
                 classes |= result.classes
+                exported[result.path] = exported.get(result.path, frozenset()) | (
+                    result.calls | result.classes
+                )
             owned.extend(p for p in pending if p not in state.errors)
             added = Words(frozenset(calls) - words.names, frozenset(classes) - words.names)
             if not added.names:
@@ -751,9 +757,20 @@ class Engine:
         return tuple(found)
 
     def _reprocess(
-        self, state: _State, owned: list[str], new: Words, earlier: Round | None
+        self,
+        state: _State,
+        owned: list[str],
+        new: Words,
+        earlier: Round | None,
+        exported: Mapping[str, frozenset[str]],
     ) -> tuple[str, ...]:
-        """Files analysed in earlier rounds whose text names one of the round's new words."""
+        """Files analysed in earlier rounds that a new word can change: they name one that
+        another file exported, or one of their own classes is the base of a class of theirs.
+
+        A file naming only words it exported itself is left alone: its own wrappers,
+        factories and bindings to a source are among the names it was scoped with already
+        (its local aliases), and a class of its own reaches other classes of it only as
+        their base (see ``_own_bases``)."""
         known = set(earlier.reprocess) if earlier is not None else None
         found = []
         for path in owned:
@@ -765,7 +782,11 @@ class Engine:
                 text = decode(state.snapshot.data(path))
             except UnreadableSource:
                 continue
-            if lines_with_words(split_lines(text), sorted(new.names)):
+            own = exported.get(path, frozenset())
+            others = new.names - own
+            if lines_with_words(split_lines(text), sorted(others)) or _own_bases(
+                text, new.classes & own
+            ):
                 found.append(path)
         return tuple(found)
 
@@ -841,6 +862,23 @@ class Engine:
                 for key, paths in stored.scans.items():
                     state.scans.setdefault(key, paths)
             self._write_project(state)
+
+
+_CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+[^\W\d]\w*[ \t]*\(", re.MULTILINE)
+_HEADER_END = re.compile(r":[ \t]*(?:#[^\n]*)?(?:\n|$)")
+
+
+def _own_bases(text: str, classes: frozenset[str]) -> bool:
+    """Whether a class header of ``text`` names one of ``classes`` among its bases (read
+    from the header's text: a header that cannot be delimited counts)."""
+    if not classes:
+        return False
+    for header in _CLASS_HEADER.finditer(text):
+        end = _HEADER_END.search(text, header.end(), header.end() + 4000)
+        bases = text[header.end() : end.start() if end else header.end() + 4000]
+        if identifiers(bases) & classes:
+            return True
+    return False
 
 
 def updated_scans(

@@ -339,12 +339,25 @@ class ReachAnalysis:
         self, statements: list, scope: Scope, module: Module
     ) -> Iterator[tuple[ast.AST, Scope]]:
         """Nodes of a body with the scope each is evaluated in (comprehensions have their
-        own), not descending into nested definitions."""
-        stack = [(node, scope) for node in reversed(statements)]
-        scopes = module.scopes
+        own), not descending into nested definitions. Where no branch is decided the walk
+        depends on the tree and its scopes alone: made once per body and scope, and kept."""
         deciding = self.evaluator.target_torch is not None and (
             "version" in module.text or "is_torch_" in module.text
         )
+        if deciding:
+            return self._walk_with_scopes(statements, scope, module, deciding)
+        key = (id(statements), id(scope))
+        found = _NODES_WITH_SCOPES.get(key)
+        if found is None or found[0] is not statements or found[1] is not scope:
+            walked = tuple(self._walk_with_scopes(statements, scope, module, deciding))
+            found = _NODES_WITH_SCOPES[key] = (statements, scope, walked)
+        return iter(found[2])
+
+    def _walk_with_scopes(
+        self, statements: list, scope: Scope, module: Module, deciding: bool
+    ) -> Iterator[tuple[ast.AST, Scope]]:
+        stack = [(node, scope) for node in reversed(statements)]
+        scopes = module.scopes
         while stack:
             node, node_scope = stack.pop()
             yield node, node_scope
@@ -368,6 +381,12 @@ class ReachAnalysis:
         if not targeted.intersect(false).empty:
             children.extend(node.orelse)
         return children
+
+
+# (body, scope, walk): a body's nodes with their scopes (see nodes_with_scopes), the body
+# and scope kept so that their ids are never reused while an entry lives.
+_Walk = tuple[tuple[ast.AST, Scope], ...]
+_NODES_WITH_SCOPES: dict[tuple[int, int], tuple[list, Scope, _Walk]] = {}
 
 
 def module_data(name: str, scope: Scope, position: tuple[int, int]) -> bool:

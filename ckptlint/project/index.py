@@ -138,11 +138,21 @@ class Project:
         store.words = words
         if not added:
             return
+        rescoped = set()
         for path, module in list(store.base.items()):
             if module is not None and names_any(module, added - module.words):
                 store.base[path] = self.rescope(module, module.words | added)
-        store.aliased.clear()
-        store.alias_dependencies.clear()
+                rescoped.add(path)
+        # A module's aliases were computed from its own scoping and the base scoping of the
+        # modules they read (learned layer classes act only through the modules naming
+        # them): they hold while none of those was scoped again.
+        for path in list(store.aliased):
+            dependencies = store.alias_dependencies.get(path)
+            if path in rescoped or (
+                dependencies is not None and not rescoped.isdisjoint(dependencies.modules)
+            ):
+                store.aliased.pop(path)
+                store.alias_dependencies.pop(path, None)
 
     # -- recording what a computation reads ----------------------------------------------
     @contextlib.contextmanager

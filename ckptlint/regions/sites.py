@@ -458,7 +458,7 @@ class SiteFinder:
         """What a closure calls (its own parameters are its caller's business, not ours)."""
         context = self.evaluator.bind(function, None)
         body = function.node.body
-        for node in own_nodes([body] if isinstance(body, ast.expr) else body):
+        for node in own_nodes(body):
             if isinstance(node, ast.Call):
                 yield from self.evaluator.evaluate(node.func, context)
 
@@ -535,7 +535,7 @@ class SiteFinder:
                     continue
                 context = self.evaluator.bind(returned, None)
                 body = returned.node.body
-                for call in own_nodes([body] if isinstance(body, ast.expr) else body):
+                for call in own_nodes(body):
                     if not isinstance(call, ast.Call):
                         continue
                     callee = self.evaluator.evaluate(call.func, context)
@@ -630,7 +630,7 @@ class SiteFinder:
     def _isinstance_types(self, function: FunctionValue) -> Iterator[object]:
         context = self.evaluator.bind(function, None)
         body = function.node.body
-        for node in own_nodes([body] if isinstance(body, ast.expr) else body):
+        for node in own_nodes(body):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)

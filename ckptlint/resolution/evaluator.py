@@ -1486,14 +1486,29 @@ def _called_name(callee: Value) -> str:
     return ""
 
 
-def own_nodes(statements: list) -> Iterator[ast.AST]:
-    """Nodes of a body, not descending into nested definitions (their code runs only if
-    called) but including their defaults and decorators."""
-    stack = list(reversed(statements))
+def own_nodes(statements: list | ast.expr) -> tuple[ast.AST, ...]:
+    """Nodes of a body (a lambda's: its expression), not descending into nested definitions
+    (their code runs only if called) but including their defaults and decorators.
+
+    Walked once per body and kept: every rule and layer asks for the same bodies, and each
+    file's analysis, computed on its own, asks again. The walk depends on the tree alone;
+    the body is kept with its nodes, so its id is never reused while the entry lives.
+    """
+    found = _OWN_NODES.get(id(statements))
+    if found is not None and found[0] is statements:
+        return found[1]
+    nodes = []
+    stack = [statements] if isinstance(statements, ast.expr) else list(reversed(statements))
     while stack:
         node = stack.pop()
-        yield node
+        nodes.append(node)
         stack.extend(reversed(children_run_here(node)))
+    result = tuple(nodes)
+    _OWN_NODES[id(statements)] = (statements, result)
+    return result
+
+
+_OWN_NODES: dict[int, tuple[list | ast.expr, tuple[ast.AST, ...]]] = {}
 
 
 def children_run_here(node: ast.AST) -> list[ast.AST]:
