@@ -98,7 +98,9 @@ class FunctionFacts:
     reads: list[GlobalRead] = field(default_factory=list)
     writes: list[GlobalWrite] = field(default_factory=list)
     draws: list[RandomDraw] = field(default_factory=list)
-    callees: list[tuple[ast.Call, Values]] = field(default_factory=list)
+    calls: list[tuple[ast.Call, Context]] = field(default_factory=list)
+    # What each call may call, evaluated only when the reach goes past this function.
+    callees: list[tuple[ast.Call, Values]] | None = None
     # Writes under ``if flag:`` where the parameter ``flag`` defaults to a false constant
     # (``force_reset=False``): they run only for callers that pass it.
     opt_in_writes: list[tuple[OptIn, GlobalWrite]] = field(default_factory=list)
@@ -132,6 +134,9 @@ class Reach:
     """Everything a region runs, as deep as ``depth_for`` allows for each function."""
 
     depth_for: Callable[[FunctionValue], int] = lambda function: MAX_CALL_DEPTH
+    # Random functions called at the last level count (CKP301 follows every level); a near
+    # reach has no use for them, so the calls of its last level are never evaluated.
+    draws_at_the_edge: bool = True
     functions: list[FunctionValue] = field(default_factory=list)
     reads: list[GlobalRead] = field(default_factory=list)
     writes: list[GlobalWrite] = field(default_factory=list)
@@ -166,7 +171,7 @@ class ReachAnalysis:
         def depth_for(function: FunctionValue) -> int:
             return HOME_DEPTH if function.module is home else NEAR_DEPTH
 
-        return self._reach(region, Reach(depth_for))
+        return self._reach(region, Reach(depth_for, draws_at_the_edge=False))
 
     def _reach(self, region: Values, reach: Reach) -> Reach:
         seen: dict[object, int] = {}
@@ -278,12 +283,20 @@ class ReachAnalysis:
             reach.reads.extend(facts.reads)
             reach.writes.extend(facts.writes)
             reach.draws.extend(facts.draws)
-        for call, callees in facts.callees:
+        if depth == reach.depth_for(function) and not reach.draws_at_the_edge:
+            return  # what its calls run lies past the reach
+        for call, callees in self._callees(facts):
             for callee in known(callees):
                 if isinstance(callee, External):
                     self._external(callee, call, reach, Location(function.module, call.lineno))
                 else:
                     self._collect(callee, call, reach, depth + 1, seen)
+
+    def _callees(self, facts: FunctionFacts) -> list[tuple[ast.Call, Values]]:
+        if facts.callees is None:
+            evaluate = self.evaluator.evaluate
+            facts.callees = [(call, evaluate(call.func, where)) for call, where in facts.calls]
+        return facts.callees
 
     def facts(self, function: FunctionValue, context: Context) -> FunctionFacts:
         key = (function.node, context)
@@ -292,33 +305,51 @@ class ReachAnalysis:
         return self._facts[key]
 
     def _facts_of(self, function: FunctionValue, context: Context) -> FunctionFacts:
+        """One pass over the body: global reads, calls, random draws and global writes
+        (an assignment's targets, a mutating method's receiver), then the writes sorted
+        into those that always run and those behind an opt-in switch."""
         body = function.node.body
         statements = [body] if isinstance(body, ast.expr) else body
         module = function.module
         facts = FunctionFacts()
-        switched = _opt_in_lines(function.node, statements)
+        writes: list[tuple[GlobalWrite, Scope]] = []
+        switches = _opt_in_parameters(function.node.args)
+        switched: list[tuple[int, int, OptIn]] = []
         for node, scope in self.nodes_with_scopes(statements, context.scope, module):
-            node_context = context.at(scope) if scope is not context.scope else context
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                if module_data(node.id, scope, node_position(node)):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load) and module_data(
+                    node.id, scope, node_position(node)
+                ):
                     facts.reads.append(GlobalRead(module, node.id, Location(module, node.lineno)))
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-                facts.reads.extend(self._module_attribute_reads(node, node_context))
+            elif isinstance(node, ast.Attribute):
+                if isinstance(node.ctx, ast.Load):
+                    where = context.at(scope) if scope is not context.scope else context
+                    facts.reads.extend(self._module_attribute_reads(node, where))
             elif isinstance(node, ast.Call):
-                callees = self.evaluator.evaluate(node.func, node_context)
-                facts.callees.append((node, callees))
-                if isinstance(node.func, ast.Attribute) and node.func.attr in RANDOM_METHODS:
-                    what = f"`.{node.func.attr}()`"
+                where = context.at(scope) if scope is not context.scope else context
+                facts.calls.append((node, where))
+                callee = node.func
+                if isinstance(callee, ast.Attribute) and callee.attr in RANDOM_METHODS:
+                    what = f"`.{callee.attr}()`"
                     facts.draws.append(RandomDraw(what, Location(module, node.lineno)))
-            if isinstance(node, ast.stmt):
-                for write in global_writes(node, scope, module):
-                    if guarded_by_test_of(statements, write, scope):
-                        continue
-                    switch = _switch_of(switched, write.where.line)
-                    if switch is None:
-                        facts.writes.append(write)
-                    else:
-                        facts.opt_in_writes.append((switch, write))
+                mutation = _mutation(node, scope, module)
+                if mutation is not None:
+                    writes.append((mutation, scope))
+            elif isinstance(node, _ASSIGNING):
+                writes.extend((w, scope) for w in _assignment_writes(node, scope, module))
+            elif isinstance(node, ast.If) and switches:
+                test, branch = node.test, node.body
+                if isinstance(test, ast.Name) and branch and test.id in switches:
+                    last = branch[-1].end_lineno or branch[-1].lineno
+                    switched.append((branch[0].lineno, last, switches[test.id]))
+        for write, scope in writes:
+            if guarded_by_test_of(statements, write, scope):
+                continue
+            switch = _switch_of(switched, write.where.line)
+            if switch is None:
+                facts.writes.append(write)
+            else:
+                facts.opt_in_writes.append((switch, write))
         return facts
 
     def _module_attribute_reads(
@@ -400,8 +431,21 @@ def _is_data(node: ast.AST) -> bool:
     return not isinstance(node, (*_DEFINITIONS, ast.Import, ast.ImportFrom))
 
 
-def global_writes(statement: ast.stmt, scope: Scope, module: Module) -> Iterator[GlobalWrite]:
-    """Rebinding of a ``global`` name, or mutation of a module-level data object."""
+_ASSIGNING = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)
+
+
+def _mutation(call: ast.Call, scope: Scope, module: Module) -> GlobalWrite | None:
+    """The module-level object a call mutates (``CACHE.append(...)``), if any."""
+    callee = call.func
+    if isinstance(callee, ast.Attribute) and callee.attr in MUTATING_METHODS:
+        root = root_name(callee.value)
+        if root is not None and module_data(root.id, scope, node_position(root)):
+            return GlobalWrite(module, root.id, Location(module, call.lineno), "mutates")
+    return None
+
+
+def _assignment_writes(statement: ast.stmt, scope: Scope, module: Module) -> Iterator[GlobalWrite]:
+    """The writes an assignment statement's targets make (its calls are seen as nodes)."""
     for target in assigned_targets(statement):
         if isinstance(target, ast.Name):
             if target.id in scope.global_names:
@@ -411,15 +455,17 @@ def global_writes(statement: ast.stmt, scope: Scope, module: Module) -> Iterator
         root = root_name(target)
         if root is not None and module_data(root.id, scope, node_position(root)):
             yield GlobalWrite(module, root.id, Location(module, statement.lineno), "mutates")
+
+
+def global_writes(statement: ast.stmt, scope: Scope, module: Module) -> Iterator[GlobalWrite]:
+    """Rebinding of a ``global`` name, or mutation of a module-level data object."""
+    if isinstance(statement, _ASSIGNING):
+        yield from _assignment_writes(statement, scope, module)
     for node in header_nodes(statement):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in MUTATING_METHODS
-        ):
-            root = root_name(node.func.value)
-            if root is not None and module_data(root.id, scope, node_position(root)):
-                yield GlobalWrite(module, root.id, Location(module, node.lineno), "mutates")
+        if isinstance(node, ast.Call):
+            mutation = _mutation(node, scope, module)
+            if mutation is not None:
+                yield mutation
 
 
 def assigned_targets(statement: ast.stmt) -> list[ast.expr]:
@@ -494,24 +540,6 @@ def guarded_by_test_of(body: list[ast.stmt], write: GlobalWrite, scope: Scope) -
             ):
                 return True
     return False
-
-
-def _opt_in_lines(
-    function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, statements: list
-) -> list[tuple[int, int, OptIn]]:
-    """The line spans of ``if flag:`` bodies where ``flag`` is a parameter defaulting to a
-    false constant (``force_reset=False``, ``reset=None``)."""
-    switches = _opt_in_parameters(function.args)
-    if not switches:
-        return []
-    spans = []
-    for node in own_nodes(statements):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.body:
-            switch = switches.get(node.test.id)
-            if switch is not None:
-                end = node.body[-1].end_lineno or node.body[-1].lineno
-                spans.append((node.body[0].lineno, end, switch))
-    return spans
 
 
 def _opt_in_parameters(arguments: ast.arguments) -> dict[str, OptIn]:
