@@ -378,12 +378,13 @@ def test_silent(tmp_path: Path, files: dict[str, str]) -> None:
     assert lint_tree(tmp_path, files, select=("CKP1", "CKP2", "CKP3")) == []
 
 
-def test_readme_lists_every_region_source() -> None:
-    """The README's table of region sources names every library of the built-in table."""
+def test_the_reference_lists_every_region_source() -> None:
+    """The linter reference's table of region sources names every library of the built-in
+    table."""
     from ckptlint.regions.sources import SOURCES
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    table = readme[readme.index("### Regions: what ckptlint sees") :]
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "linter.md").read_text()
+    table = reference[reference.index("## Regions: what ckptlint sees") :]
     for source in SOURCES:
         library = source.library.split(",")[0].split("-")[0]
         assert library in table, library
