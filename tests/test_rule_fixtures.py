@@ -21,7 +21,7 @@ CLI's JSON reports 1-based character columns; the plugin gives flake8 ``column -
 offsets are 0-based) and flake8 prints that offset plus one, so both are compared 1-based.
 
 flake8 never hands the plugin a file it cannot parse: it reports E999 itself. Such a file
-(one Python's ``compile`` rejects) is expected to have E999 and no CKP finding under flake8.
+(a syntax error, a NUL byte) is expected to have E999 and no CKP finding under flake8.
 
 CKP902 is about paths that cannot be read, not about code: its examples are command lines
 with their output, run in a folder holding a clean ``src/model.py``.
@@ -74,7 +74,7 @@ def fixture_files() -> list[str]:
 def text_of(relative: str) -> str:
     if relative in EXPLAINED:
         return EXPLAINED[relative]
-    return (FIXTURES / relative).read_bytes().decode("utf-8", "replace")
+    return (FIXTURES / relative).read_bytes().decode("utf-8-sig", "replace")
 
 
 def expectations(text: str) -> list[Place]:
@@ -94,13 +94,10 @@ def expectations(text: str) -> list[Place]:
 
 
 def compiles(relative: str) -> bool:
-    """Whether Python can compile the file (flake8 hands the plugin only such files)."""
-    if relative in EXPLAINED:
-        source = EXPLAINED[relative].encode()
-    else:
-        source = (FIXTURES / relative).read_bytes()
+    """Whether the file's text is Python that compiles: flake8 runs the plugin on no other
+    (it decodes a file that is not UTF-8 as latin-1, so such a file does reach the plugin)."""
     try:
-        compile(source, relative, "exec", dont_inherit=True)
+        compile(text_of(relative), relative, "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
         return False
     return True
