@@ -29,6 +29,7 @@ from typing import TextIO
 from ckptlint import __version__
 from ckptlint.core import Finding
 from ckptlint.rules import ALL_RULES, RULES_BY_CODE
+from ckptlint.rules.base import shown
 
 Report = list[tuple[str, Finding]]
 
@@ -311,8 +312,8 @@ def explain(code: str) -> str:
     guard = f"{textwrap.fill(rule.GUARD, 88)}\n\n" if rule.GUARD else ""
     return (
         f"{rule.code} ({rule.name}): {rule.summary}\n\n{doc}\n\n{guard}"
-        f"Example that is reported:\n\n{_indent(rule.INVALID[0])}\n"
-        f"Written correctly:\n\n{_indent(rule.VALID[0])}"
+        f"Example that is reported:\n\n{_indent(shown(rule.EXAMPLE))}\n"
+        f"Written correctly:\n\n{_indent(shown(rule.CORRECTED))}"
     )
 
 

@@ -61,11 +61,16 @@ DEFAULT = settings(
 )
 CAMPAIGN = settings(DEFAULT, max_examples=10_000, derandomize=False)
 
-# Real code to mutate: the examples, every rule's own examples, and ckptlint's sources.
+# Real code to mutate: the examples, every rule's own examples and cases, and ckptlint's
+# sources.
 CORPUS = sorted(
     {
         *(path.read_text() for path in sorted((ROOT / "examples").glob("*.py"))),
-        *(example for rule in ALL_RULES for example in (*rule.INVALID, *rule.VALID)),
+        *(example for rule in ALL_RULES for example in (rule.EXAMPLE, rule.CORRECTED)),
+        *(
+            path.read_bytes().decode("utf-8", "replace")
+            for path in sorted((ROOT / "tests" / "fixtures" / "rules").rglob("*.py"))
+        ),
         *(path.read_text() for path in sorted((ROOT / "ckptlint").rglob("*.py"))),
     }
 )

@@ -4,11 +4,12 @@ checks with the project analysis it may ask about that file."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from typing import ClassVar
 
 from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding, Fix
+from ckptlint.core import Applicability, Finding, Fix
 from ckptlint.project.index import Module
 
 
@@ -51,9 +52,11 @@ class FileContext:
 class Rule:
     """Base of every rule. The subclass docstring is what ``ckptlint --explain`` prints.
 
-    ``INVALID`` and ``VALID`` hold whole example modules: each invalid one must produce at
-    least one finding of this rule, each valid one none. Their first entries are the bad and
-    the fixed example that ``--explain`` shows.
+    ``EXAMPLE`` and ``CORRECTED`` are the whole modules ``--explain`` and docs/rules.md show:
+    code that is reported and the same code written correctly. ``EXAMPLE`` marks each
+    finding with an ``# expect: CODE@COLUMN`` comment on its line (left out where it is
+    shown); the tests check both against the CLI and flake8 exactly, with every other case
+    of the rule, in tests/fixtures/rules/<code>/ (see its README.md).
     """
 
     code: ClassVar[str]
@@ -64,8 +67,18 @@ class Rule:
     TRIGGERS: ClassVar[frozenset[str]] = frozenset()
     # What ckptguard does about the same bug at run time (``--explain`` prints it).
     GUARD: ClassVar[str | None] = None
-    VALID: ClassVar[list[str]]
-    INVALID: ClassVar[list[str]]
+    # The fix its findings can carry: "safe", "unsafe" (applied with --unsafe-fixes), or None.
+    FIX: ClassVar[Applicability | None] = None
+    EXAMPLE: ClassVar[str]
+    CORRECTED: ClassVar[str]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         raise NotImplementedError
+
+
+_EXPECTATION = re.compile(r"[ \t]*# expect: .*$", re.MULTILINE)
+
+
+def shown(example: str) -> str:
+    """An example as users read it: without the ``# expect:`` comments the tests read."""
+    return _EXPECTATION.sub("", example)

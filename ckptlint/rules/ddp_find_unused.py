@@ -61,8 +61,7 @@ class DdpFindUnusedReentrant(Rule):
     name = "ddp-find-unused-with-reentrant"
     summary = "DDP with `find_unused_parameters=True` around a model with reentrant regions"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
@@ -70,17 +69,17 @@ from torch.utils.checkpoint import checkpoint
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.block = nn.Linear(64, 64)
+        self.block = nn.Sequential(nn.Linear(64, 64), nn.GELU())
 
     def forward(self, x):
         return checkpoint(self.block, x, use_reentrant=True)
 
 def build(rank):
-    return DistributedDataParallel(Net(), device_ids=[rank], find_unused_parameters=True)
-""",
-    ]
-    VALID = [
-        """\
+    return DistributedDataParallel(  # expect: CKP402@12
+        Net(), device_ids=[rank], find_unused_parameters=True
+    )
+"""
+    CORRECTED = """\
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
@@ -88,32 +87,16 @@ from torch.utils.checkpoint import checkpoint
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.block = nn.Linear(64, 64)
+        self.block = nn.Sequential(nn.Linear(64, 64), nn.GELU())
 
     def forward(self, x):
         return checkpoint(self.block, x, use_reentrant=False)
 
 def build(rank):
-    return DistributedDataParallel(Net(), device_ids=[rank], find_unused_parameters=True)
-""",
-        """\
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.checkpoint import checkpoint
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.block = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return checkpoint(self.block, x, use_reentrant=True)
-
-def build(rank):
-    model = DistributedDataParallel(Net(), find_unused_parameters=True, static_graph=True)
-    return model, DistributedDataParallel(Net(), device_ids=[rank])
-""",
-    ]
+    return DistributedDataParallel(
+        Net(), device_ids=[rank], find_unused_parameters=True
+    )
+"""
 
     TRIGGERS = frozenset({"find_unused_parameters"})
 

@@ -43,8 +43,7 @@ class GlobalSideEffect(Rule):
     name = "global-side-effect"
     summary = "checkpoint region writes global state"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 from torch.utils.checkpoint import checkpoint
 
 RECORDED = []
@@ -58,24 +57,9 @@ def block(x):
     return h * 2
 
 def forward(x):
-    return checkpoint(block, x, use_reentrant=False)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-STEPS = 0
-
-def block(x):
-    global STEPS
-    STEPS += 1
-    return x.relu() * 2
-
-def forward(x):
-    return checkpoint(block, x, use_reentrant=False)
-""",
-    ]
-    VALID = [
-        """\
+    return checkpoint(block, x, use_reentrant=False)  # expect: CKP203@12
+"""
+    CORRECTED = """\
 from torch.utils.checkpoint import checkpoint
 
 RECORDED = []
@@ -88,19 +72,7 @@ def forward(x):
     out, h = checkpoint(block, x, use_reentrant=False)
     RECORDED.append(h)
     return out
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-def block(x):
-    cache = {}
-    cache["h"] = x.relu()
-    return cache["h"] * 2
-
-def forward(x):
-    return checkpoint(block, x, use_reentrant=False)
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis

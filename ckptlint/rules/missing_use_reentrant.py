@@ -47,127 +47,20 @@ class MissingUseReentrant(Rule):
     code = "CKP001"
     name = "missing-use-reentrant"
     summary = "checkpoint call without `use_reentrant`"
+    FIX = "unsafe"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 import torch.utils.checkpoint
 
 def forward(self, x):
-    return torch.utils.checkpoint.checkpoint(self.block, x)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint as ckpt
-
-def forward(self, x):
-    return ckpt(self.block, x, preserve_rng_state=False)
-""",
-        """\
-import torch.utils.checkpoint as cp
-
-def run(functions, x):
-    return cp.checkpoint_sequential(functions, 2, x)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint, checkpoint_sequential
-
-def forward(self, x):
-    x = checkpoint(self.block, x, use_reentrant=None)
-    return checkpoint_sequential(self.layers, 2, x, None)
-""",
-        """\
-import functools
-from torch.utils.checkpoint import checkpoint
-
-run_checkpointed = functools.partial(checkpoint, preserve_rng_state=True)
-
-def forward(self, x):
-    return run_checkpointed(self.block, x)
-""",
-        """\
-from torch.utils import checkpoint
-
-def forward(self, *inputs):
-    return checkpoint.checkpoint(self.block, *inputs)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-def run(function, *args, **kwargs):
-    return checkpoint(function, *args, **kwargs)
-
-def forward(self, x):
-    return run(self.block, x)
-""",
-        """\
-try:
-    from torch.utils.checkpoint import checkpoint
-except ImportError:
-    checkpoint = None
-
-def forward(self, x):
-    return checkpoint(self.block, x)
-""",
-    ]
-    VALID = [
-        """\
+    return torch.utils.checkpoint.checkpoint(self.block, x)  # expect: CKP001@12
+"""
+    CORRECTED = """\
 import torch.utils.checkpoint
 
 def forward(self, x):
     return torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint_sequential
-
-def run(functions, x):
-    return checkpoint_sequential(functions, 2, x, False)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-def forward(self, x, **checkpoint_kwargs):
-    return checkpoint(self.block, x, **checkpoint_kwargs)
-""",
-        """\
-import functools
-from torch.utils.checkpoint import checkpoint
-
-run_checkpointed = functools.partial(checkpoint, use_reentrant=False)
-
-def forward(self, x):
-    return run_checkpointed(self.block, x)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-def forward(self, x, checkpoint):
-    return checkpoint(self.block, x)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-def run(function, *args, use_reentrant=False):
-    return checkpoint(function, *args, use_reentrant=use_reentrant)
-
-def forward(self, x):
-    return run(self.block, x)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-class Trainer:
-    def step(self, trainer, x):
-        self.checkpoint(x)
-        trainer.save_checkpoint("out")
-""",
-        """\
-import deepspeed
-from megatron.core.tensor_parallel import checkpoint
-
-def forward(self, x):
-    deepspeed.checkpointing.checkpoint(self.block, x)
-    return checkpoint(self.block, False, x)
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         module = context.module

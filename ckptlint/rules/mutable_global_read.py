@@ -50,8 +50,7 @@ class MutableGlobalRead(Rule):
     name = "mutable-global-read"
     summary = "checkpoint region reads a module global that is changed"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 from torch.utils.checkpoint import checkpoint
 
 SCALE = 1.0
@@ -64,29 +63,9 @@ def block(x):
     return x.relu() * SCALE + 1
 
 def forward(x):
-    return checkpoint(block, x, use_reentrant=False)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-CONFIG = {"temperature": 1.0}
-
-def anneal():
-    CONFIG["temperature"] *= 0.9
-
-def attention(q, k):
-    scores = q @ k.transpose(-1, -2)
-    return (scores / CONFIG["temperature"]).softmax(-1)
-
-def block(q, k):
-    return attention(q, k) @ k
-
-def forward(q, k):
-    return checkpoint(block, q, k, use_reentrant=False)
-""",
-    ]
-    VALID = [
-        """\
+    return checkpoint(block, x, use_reentrant=False)  # expect: CKP201@12
+"""
+    CORRECTED = """\
 import functools
 from torch.utils.checkpoint import checkpoint
 
@@ -101,22 +80,7 @@ def block(x, scale):
 
 def forward(x):
     return checkpoint(functools.partial(block, scale=SCALE), x, use_reentrant=False)
-""",
-        """\
-import math
-from torch.utils.checkpoint import checkpoint
-
-HIDDEN = 64
-TABLE = {"a": 1}
-TABLE["b"] = 2
-
-def block(x):
-    return x.relu() * math.sqrt(HIDDEN) * TABLE["a"]
-
-def forward(x):
-    return checkpoint(block, x, use_reentrant=False)
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis

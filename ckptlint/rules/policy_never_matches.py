@@ -68,39 +68,16 @@ class PolicyNeverMatches(Rule):
     name = "policy-never-matches"
     summary = "selective-checkpoint policy compares the op with an OpOverloadPacket"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 import torch
 from torch.utils.checkpoint import CheckpointPolicy
 
 def save_matmuls(ctx, op, *args, **kwargs):
-    if op == torch.ops.aten.mm:
+    if op == torch.ops.aten.mm:  # expect: CKP501@8
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
-""",
-        """\
-import functools
-import torch
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-
-aten = torch.ops.aten
-SAVE = {aten.mm, aten.addmm, aten._scaled_dot_product_efficient_attention.default}
-
-def policy(ctx, func, *args, **kwargs):
-    return CheckpointPolicy.MUST_SAVE if func in SAVE else CheckpointPolicy.PREFER_RECOMPUTE
-
-context_fn = functools.partial(create_selective_checkpoint_contexts, policy)
-""",
-        """\
-import torch
-from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-def context_fn():
-    return create_selective_checkpoint_contexts(lambda ctx, op, *a, **k: op is torch.matmul)
-""",
-    ]
-    VALID = [
-        """\
+"""
+    CORRECTED = """\
 import torch
 from torch.utils.checkpoint import CheckpointPolicy
 
@@ -108,19 +85,7 @@ def save_matmuls(ctx, op, *args, **kwargs):
     if op == torch.ops.aten.mm.default:
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
-""",
-        """\
-import torch
-from torch.utils.checkpoint import CheckpointPolicy
-
-SAVE = (torch.ops.aten.mm, torch.ops.aten.addmm)
-
-def policy(ctx, op, *args, **kwargs):
-    if op.overloadpacket in SAVE or op == torch.ops.higher_order.flex_attention:
-        return CheckpointPolicy.MUST_SAVE
-    return CheckpointPolicy.PREFER_RECOMPUTE
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis

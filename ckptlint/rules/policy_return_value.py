@@ -37,41 +37,19 @@ class PolicyReturnValue(Rule):
     name = "policy-return-value"
     summary = "selective-checkpoint policy returns a value torch reads as recompute"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 import torch
 from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
 SAVE = {torch.ops.aten.mm.default}
 
 def policy(ctx, op, *args, **kwargs):
-    return 1 if op in SAVE else 0
+    return 1 if op in SAVE else 0  # expect: CKP502@5
 
 def context_fn():
     return create_selective_checkpoint_contexts(policy)
-""",
-        """\
-import torch
-from torch.utils.checkpoint import CheckpointPolicy
-
-def policy(ctx, op, *args, **kwargs):
-    if op == torch.ops.aten.mm.default:
-        return CheckpointPolicy.MUST_SAVE.value
-    return CheckpointPolicy.PREFER_RECOMPUTE
-""",
-        """\
-import functools
-import torch
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-
-def policy(ctx, op, *args, **kwargs):
-    CheckpointPolicy.MUST_SAVE if op == torch.ops.aten.mm.default else None
-
-context_fn = functools.partial(create_selective_checkpoint_contexts, policy)
-""",
-    ]
-    VALID = [
-        """\
+"""
+    CORRECTED = """\
 import torch
 from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
@@ -82,16 +60,7 @@ def policy(ctx, op, *args, **kwargs):
 
 def context_fn():
     return create_selective_checkpoint_contexts(policy)
-""",
-        """\
-import torch
-from torch.utils.checkpoint import CheckpointPolicy
-
-def policy(ctx, op, *args, **kwargs):
-    if op == torch.ops.aten.mm.default:
-        return CheckpointPolicy.MUST_SAVE
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis

@@ -78,8 +78,7 @@ class ReentrantReuse(Rule):
     name = "reentrant-region-reused"
     summary = "reentrant region whose module runs more than once per step (DDP gradients)"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
@@ -90,39 +89,10 @@ class Recurrent(nn.Module):
 
     def forward(self, x):
         for _ in range(4):
-            x = checkpoint(self.cell, x, use_reentrant=True)
+            x = checkpoint(self.cell, x, use_reentrant=True)  # expect: CKP401@17
         return x
-""",
-        """\
-import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
-
-class Shared(nn.Module):
-    def __init__(self, block):
-        super().__init__()
-        self.layers = nn.ModuleList([block] * 6)
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = checkpoint(layer, x, use_reentrant=True)
-        return x
-""",
-        """\
-import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
-
-class Tied(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.block = nn.Linear(64, 64)
-
-    def forward(self, x):
-        x = checkpoint(self.block, x, use_reentrant=True)
-        return self.block(x)
-""",
-    ]
-    VALID = [
-        """\
+"""
+    CORRECTED = """\
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
@@ -135,34 +105,7 @@ class Recurrent(nn.Module):
         for _ in range(4):
             x = checkpoint(self.cell, x, use_reentrant=False)
         return x
-""",
-        """\
-import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
-
-class Stack(nn.Module):
-    def __init__(self, make_block):
-        super().__init__()
-        self.layers = nn.ModuleList([make_block() for _ in range(6)])
-
-    def forward(self, x):
-        for layer in self.layers:
-            if self.gradient_checkpointing:
-                x = checkpoint(layer, x, use_reentrant=True)
-            else:
-                x = layer(x)
-        return x
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-def train(model, batches, optimizer):
-    for batch in batches:
-        loss = checkpoint(model, batch, use_reentrant=True)
-        loss.backward()
-        optimizer.step()
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis

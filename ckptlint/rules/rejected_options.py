@@ -47,8 +47,7 @@ class RejectedOptions(Rule):
     name = "rejected-checkpoint-options"
     summary = "`context_fn` or `debug` where torch's checkpoint raises ValueError"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 import functools
 from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
@@ -56,32 +55,9 @@ from .policies import save_matmuls
 
 def forward(self, x):
     context_fn = functools.partial(create_selective_checkpoint_contexts, save_matmuls)
-    return checkpoint(self.block, x, use_reentrant=True, context_fn=context_fn)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint
-
-def forward(self, x):
-    return checkpoint(self.block, x, debug=True)
-""",
-        """\
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-    CheckpointImpl,
-    checkpoint_wrapper,
-)
-
-def wrap(block):
-    return checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.REENTRANT, debug=True)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint_sequential
-
-def forward(self, x):
-    return checkpoint_sequential(self.layers, 2, x, use_reentrant=False, debug=True)
-""",
-    ]
-    VALID = [
-        """\
+    return checkpoint(self.block, x, use_reentrant=True, context_fn=context_fn)  # expect: CKP002@12
+"""
+    CORRECTED = """\
 import functools
 from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
@@ -90,16 +66,7 @@ from .policies import save_matmuls
 def forward(self, x):
     context_fn = functools.partial(create_selective_checkpoint_contexts, save_matmuls)
     return checkpoint(self.block, x, use_reentrant=False, context_fn=context_fn)
-""",
-        """\
-from torch.utils.checkpoint import checkpoint, noop_context_fn
-
-def forward(self, x, context_fn):
-    x = checkpoint(self.block, x, use_reentrant=True, context_fn=noop_context_fn)
-    x = checkpoint(self.block, x, use_reentrant=True, debug=False)
-    return checkpoint(self.block, x, use_reentrant=True, context_fn=context_fn)
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis

@@ -45,8 +45,7 @@ class RngNotPreserved(Rule):
     name = "rng-not-preserved"
     summary = "`preserve_rng_state=False` with a region that draws random numbers"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
@@ -60,21 +59,11 @@ class Block(nn.Module):
         return self.dropout(self.linear(x).relu())
 
     def forward(self, x):
-        return checkpoint(self._block, x, use_reentrant=False, preserve_rng_state=False)
-""",
-        """\
-import torch
-from torch.utils.checkpoint import checkpoint
-
-def noisy(x):
-    return x + torch.randn_like(x) * 0.1
-
-def forward(x):
-    return checkpoint(noisy, x, use_reentrant=False, preserve_rng_state=False)
-""",
-    ]
-    VALID = [
-        """\
+        return checkpoint(  # expect: CKP301@16
+            self._block, x, use_reentrant=False, preserve_rng_state=False
+        )
+"""
+    CORRECTED = """\
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
@@ -89,23 +78,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         return checkpoint(self._block, x, use_reentrant=False)
-""",
-        """\
-import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(64, 64)
-
-    def _block(self, x):
-        return self.linear(x).relu()
-
-    def forward(self, x):
-        return checkpoint(self._block, x, use_reentrant=False, preserve_rng_state=False)
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis

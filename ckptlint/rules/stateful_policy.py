@@ -42,8 +42,7 @@ class StatefulPolicy(Rule):
     name = "stateful-policy"
     summary = "selective-checkpoint policy keeps state without reading `ctx.is_recompute`"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 import collections
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
@@ -51,7 +50,7 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 def make_policy(counts):
     def policy(ctx, op, *args, **kwargs):
         if op == torch.ops.aten.mm.default:
-            counts["mm"] += 1
+            counts["mm"] += 1  # expect: CKP503@13
             if counts["mm"] % 2 == 0:
                 return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
@@ -59,25 +58,8 @@ def make_policy(counts):
 
 def context_fn():
     return create_selective_checkpoint_contexts(make_policy(collections.defaultdict(int)))
-""",
-        """\
-import torch
-from torch.utils.checkpoint import CheckpointPolicy
-
-class SaveSecondMatmul:
-    def __init__(self):
-        self.seen = 0
-
-    def __call__(self, ctx, op, *args, **kwargs):
-        if op == torch.ops.aten.mm.default:
-            self.seen += 1
-        if self.seen == 2:
-            return CheckpointPolicy.MUST_SAVE
-        return CheckpointPolicy.PREFER_RECOMPUTE
-""",
-    ]
-    VALID = [
-        """\
+"""
+    CORRECTED = """\
 import collections
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
@@ -94,20 +76,7 @@ def make_policy(counts):
 
 def context_fn():
     return create_selective_checkpoint_contexts(make_policy(collections.defaultdict(int)))
-""",
-        """\
-import torch
-from torch.utils.checkpoint import CheckpointPolicy
-
-SEEN = []
-
-def policy(ctx, op, *args, **kwargs):
-    SEEN.append(op)
-    if op == torch.ops.aten.mm.default:
-        return CheckpointPolicy.MUST_SAVE
-    return CheckpointPolicy.PREFER_RECOMPUTE
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis

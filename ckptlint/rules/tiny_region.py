@@ -72,8 +72,7 @@ class TinyRegion(Rule):
     name = "tiny-region"
     summary = "checkpoint region is a single cheap op"
 
-    INVALID = [
-        """\
+    EXAMPLE = """\
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
@@ -83,46 +82,9 @@ class Block(nn.Module):
         self.act = nn.GELU()
 
     def forward(self, x):
-        return checkpoint(self.act, x, use_reentrant=False)
-""",
-        """\
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-
-def forward(x):
-    return checkpoint(F.gelu, x, use_reentrant=False)
-""",
-        """\
-import torch
-from torch.utils.checkpoint import checkpoint
-
-def forward(x, scale):
-    return checkpoint(lambda t: t * scale, x, use_reentrant=False)
-""",
-        """\
-import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norms = nn.ModuleList([nn.LayerNorm(64) for _ in range(4)])
-
-    def forward(self, x):
-        for i in range(4):
-            x = checkpoint(self.norms[i], x, use_reentrant=False)
-        return x
-""",
-        """\
-import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
-
-def forward(x):
-    return checkpoint(nn.Dropout(0.1), x, use_reentrant=False)
-""",
-    ]
-    VALID = [
-        """\
+        return checkpoint(self.act, x, use_reentrant=False)  # expect: CKP101@16
+"""
+    CORRECTED = """\
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
@@ -133,26 +95,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         return checkpoint(self.mlp, x, use_reentrant=False)
-""",
-        """\
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-
-def forward(x, layer):
-    return checkpoint(layer, x, use_reentrant=False)
-""",
-        """\
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-
-def block(x, w):
-    h = F.gelu(x @ w)
-    return F.layer_norm(h, h.shape[-1:])
-
-def forward(x, w):
-    return checkpoint(block, x, w, use_reentrant=False)
-""",
-    ]
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis

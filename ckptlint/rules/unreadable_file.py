@@ -31,14 +31,18 @@ class UnreadableFile(Rule):
     name = "unreadable-file"
     summary = "file could not be decoded, parsed or analysed"
 
-    INVALID: list[str] = [
-        "from torch.utils.checkpoint import checkpoint\n\n"
-        "def forward(self, x:\n    return checkpoint(self.block, x, use_reentrant=False)\n"
-    ]
-    VALID: list[str] = [
-        "from torch.utils.checkpoint import checkpoint\n\n"
-        "def forward(self, x):\n    return checkpoint(self.block, x, use_reentrant=False)\n"
-    ]
+    EXAMPLE = """\
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x:  # expect: CKP901@12
+    return checkpoint(self.block, x, use_reentrant=False)
+"""
+    CORRECTED = """\
+from torch.utils.checkpoint import checkpoint
+
+def forward(self, x):
+    return checkpoint(self.block, x, use_reentrant=False)
+"""
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         """Reported by the engine while reading a file; a parsed file has nothing to add."""
