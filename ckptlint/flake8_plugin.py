@@ -145,13 +145,20 @@ def _loose_root(folder: str) -> Any:
 
 
 def _is_disk_text(path: str, text: str) -> bool:
-    """Whether flake8's text is the file's own (it reads with universal newlines)."""
-    from ckptlint.source import UnreadableSource, decode, read_bytes
+    """Whether flake8's text is the file's own (it reads with universal newlines). A file
+    the CLI cannot take as text (not UTF-8 nor its declared coding, which flake8 then reads
+    as latin-1; over the size cap) is the file's own too: linted from its bytes, it gets the
+    CLI's CKP901. Only text with no file behind it (standard input) is linted as given."""
+    from ckptlint.source import CannotRead, UnreadableSource, decode, read_bytes
 
     try:
-        disk = decode(read_bytes(path))
+        data = read_bytes(path)
+    except CannotRead:
+        return os.path.isfile(path)
+    try:
+        disk = decode(data)
     except UnreadableSource:
-        return False
+        return True
     text = text.removeprefix("\ufeff")
     if disk == text:
         return True

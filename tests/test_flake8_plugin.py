@@ -225,3 +225,14 @@ def test_cross_file_wrappers_are_known_to_flake8_cold_and_warm(project: Path) ->
     assert warm.stdout == cold.stdout
     cli = run_ckptlint("model.py", cwd=project)
     assert cli.stdout.splitlines()[0] == cold.stdout.splitlines()[0]
+
+
+def test_a_file_over_the_size_cap_is_the_clis_ckp901_in_flake8(project: Path) -> None:
+    """flake8 reads any file whole; the plugin still answers from the file's bytes, so a file
+    over the project's ``max-file-size`` is CKP901 "too large" as in the CLI, not linted."""
+    (project / "pyproject.toml").write_text("[tool.ckptlint]\nmax-file-size = 64\n")
+    (project / "model.py").write_text(SOURCE)
+    from_flake8 = flake8("--select", "CKP", "model.py", cwd=project).stdout.splitlines()
+    cli = run_cli("--quiet", "model.py", cwd=project).stdout.splitlines()
+    assert len(cli) == 1 and " CKP901 " in cli[0] and "too large" in cli[0]
+    assert from_flake8 == cli

@@ -54,14 +54,6 @@ EXPLAINED = {
     if rule.code not in COMMAND_LINE_RULES
     for kind, text in (("example", rule.EXAMPLE), ("corrected", rule.CORRECTED))
 }
-# Cases whose expectation is right and whose finding is not: fixture path -> the bug.
-KNOWN_BUGS: dict[str, str] = {}
-KNOWN_FLAKE8_BUGS = {
-    "CKP901/undecodable_byte.py": (
-        "flake8 reads a file that is not valid UTF-8 as latin-1 and the plugin lints that "
-        "text: CKP001 at 2:13 instead of the CLI's CKP901 at 2:1"
-    ),
-}
 
 Place = tuple[int, int, str]  # line, column, code
 
@@ -101,12 +93,6 @@ def compiles(relative: str) -> bool:
     except (SyntaxError, ValueError):
         return False
     return True
-
-
-def marks(case: str, bugs: dict[str, str]) -> pytest.param:
-    if case in bugs:
-        return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=bugs[case]))
-    return case
 
 
 class Runs:
@@ -165,14 +151,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     return Runs(folder)
 
 
-@pytest.mark.parametrize("case", [marks(c, KNOWN_BUGS) for c in fixture_files()])
+@pytest.mark.parametrize("case", fixture_files())
 def test_the_cli_reports_exactly_the_expected_findings(runs: Runs, case: str) -> None:
     assert sorted(runs.cli.get(case, [])) == expectations(text_of(case))
 
 
-@pytest.mark.parametrize(
-    "case", [marks(c, {**KNOWN_BUGS, **KNOWN_FLAKE8_BUGS}) for c in fixture_files()]
-)
+@pytest.mark.parametrize("case", fixture_files())
 def test_flake8_reports_exactly_the_expected_findings(runs: Runs, case: str) -> None:
     found = sorted(runs.flake8.get(case, []))
     if compiles(case):
