@@ -10,18 +10,19 @@ that the engine can analyse every file using one.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from packaging.version import Version
 
 from ckptlint.effects.changes import ChangeFinder
-from ckptlint.effects.reach import Reach, ReachAnalysis
+from ckptlint.effects.reach import GlobalWrite, Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
+from ckptlint.regions.calls import calls_at
 from ckptlint.regions.policies import Policy, policies
-from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
+from ckptlint.regions.sites import Decision, Site, SiteFinder, SourceCall, classes_at_top
 from ckptlint.regions.sources import (
     CHECKPOINT,
     CHECKPOINT_SEQUENTIAL,
@@ -36,6 +37,7 @@ from ckptlint.resolution.values import (
     Constant,
     Context,
     External,
+    Flow,
     FunctionValue,
     Instance,
     Method,
@@ -43,6 +45,7 @@ from ckptlint.resolution.values import (
     Value,
     Values,
 )
+from ckptlint.resolution.versions import VersionRange
 from ckptlint.source import lines_with_words
 from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS, is_parameter_module_class
 
@@ -227,6 +230,68 @@ class ProjectAnalysis:
                 if value.cls.name in SEQUENTIAL_CONTAINERS:
                     stack.extend(self.evaluator.iterate((value,)))
         return False
+
+    # -- what the evaluator, the site finder and the effects say, as rules ask it ------------
+    def evaluate(self, expression: ast.expr, context: Context) -> Values:
+        """The values ``expression`` may have where ``context`` evaluates it."""
+        return self.evaluator.evaluate(expression, context)
+
+    def member(self, values: Values, attribute: str) -> Values:
+        """What ``<value>.<attribute>`` may be for any of ``values``."""
+        return self.evaluator.member(values, attribute)
+
+    def iterate(self, values: Values) -> Values:
+        """What iterating over any of ``values`` yields."""
+        return self.evaluator.iterate(values)
+
+    def binding_values(self, binding: Binding, context: Context) -> Values:
+        """The values a binding (an assignment, parameter, import...) gives its name."""
+        return self.evaluator.binding_values(binding, context)
+
+    def bind(self, function: FunctionValue, arguments: Arguments | None) -> Context:
+        """The context ``function``'s body runs in when it receives ``arguments`` (None: a
+        call the analysis does not see, parameters unbound)."""
+        return self.evaluator.bind(function, arguments)
+
+    def scope_of(self, function: FunctionValue | ClassValue) -> Scope:
+        """The scope of a function's (or class's) body."""
+        return self.evaluator.scope_of(function)
+
+    def versions_at(self, module: Module, node: ast.AST) -> VersionRange:
+        """The torch versions ``node`` runs on (see ``Evaluator.versions_at``)."""
+        return self.evaluator.versions_at(module, node)
+
+    def calls_at(self, module: Module, line: int) -> Iterator[tuple[ast.Call, Context]]:
+        """The calls of the innermost statement at ``line``, each with its context."""
+        return calls_at(self.evaluator, module, line)
+
+    def paths(self, callee: Values, arguments: Arguments) -> list[SourceCall]:
+        """The source calls that calling ``callee`` with ``arguments`` makes."""
+        return self.finder.paths(callee, arguments)
+
+    def keyword(self, path: SourceCall, name: str) -> Flow | None:
+        """What the source receives as ``name``, also through ``**kwargs`` (see
+        ``SiteFinder.keyword``)."""
+        return self.finder.keyword(path, name)
+
+    def decision(self, path: SourceCall) -> Decision:
+        """Which call decides the source's ``use_reentrant``, and how (see ``Decision``)."""
+        return self.finder.decision(path)
+
+    def reach_of(self, region: Values) -> Reach:
+        """What calling any of ``region`` runs, to the depth ``reach`` follows."""
+        return self.reaches.reach(region)
+
+    def nodes_with_scopes(
+        self, statements: list[ast.stmt], scope: Scope, module: Module
+    ) -> Iterator[tuple[ast.AST, Scope]]:
+        """The nodes of a body with the scope each is evaluated in, not descending into
+        nested definitions (see ``ReachAnalysis.nodes_with_scopes``)."""
+        return self.reaches.nodes_with_scopes(statements, scope, module)
+
+    def changes_of(self, module: Module, name: str) -> list[GlobalWrite]:
+        """Run-time rebinding or mutation of ``module.name`` anywhere the run can see."""
+        return self.changes.changes_of(module, name)
 
     def _find(self, module: Module) -> ModuleRegions:
         sites = list(self.finder.sites(module))

@@ -261,7 +261,7 @@ def late_bindings(
     ``call``, rebinds them or changes what it reads of them: each once, where first read."""
     body = function.node.body
     statements = [body] if isinstance(body, ast.expr) else body
-    own_scope = analysis.evaluator.scope_of(function)
+    own_scope = analysis.scope_of(function)
     bound = {id(parameter) for parameter, _ in function.context.env}
     parents = {
         id(child): parent
@@ -269,7 +269,7 @@ def late_bindings(
         for child in ast.iter_child_nodes(parent)
     }
     found: dict[str, ClosureRead] = {}
-    for node, scope in analysis.reaches.nodes_with_scopes(statements, own_scope, function.module):
+    for node, scope in analysis.nodes_with_scopes(statements, own_scope, function.module):
         if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
             continue
         if node.id in found:

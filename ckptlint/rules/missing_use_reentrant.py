@@ -171,7 +171,6 @@ def forward(self, x):
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         module = context.module
-        finder = context.analysis.finder
         regions = context.analysis.regions_of(module)
         consumed: set[int] = set()
         for site in regions.sites:
@@ -195,9 +194,9 @@ def forward(self, x):
             partial = creation.value
             if id(partial.call) in consumed:
                 continue
-            paths = finder.paths((partial,), _no_arguments(partial.call))
+            paths = context.analysis.paths((partial,), _no_arguments(partial.call))
             paths = [p for p in paths if p.source.reentrant is not None]
-            torch = context.analysis.evaluator.versions_at(module, partial.call)
+            torch = context.analysis.versions_at(module, partial.call)
             failing = _decided_here(context, paths, torch)
             if failing is not None:
                 yield self._finding(context, partial.call, *failing, made=True)
@@ -268,13 +267,13 @@ def _decided_here(
     or runs only on a torch without ``use_reentrant`` (a branch for older releases)."""
     analysis = context.analysis
     for path in paths:
-        decision = analysis.finder.decision(path)
+        decision = analysis.decision(path)
         if decision.level != 0 or decision.state not in ("none", "omitted"):
             continue
         versions = torch
         if path.wrappers:  # the source call itself may sit in a branch of the wrapper
             inner = path.wrappers[-1].module
-            versions = versions.intersect(analysis.evaluator.versions_at(inner, path.call))
+            versions = versions.intersect(analysis.versions_at(inner, path.call))
         since = path.source.reentrant_since
         if since is not None and versions.below(Version(since)):
             continue

@@ -128,7 +128,7 @@ def forward(x):
                 key = (read.module.path, read.name)
                 if key in reported:
                     continue
-                change = _change_outside(reach, analysis.changes.changes_of(read.module, read.name))
+                change = _change_outside(reach, analysis.changes_of(read.module, read.name))
                 if change is None:
                     continue
                 reported.add(key)

@@ -105,7 +105,7 @@ def policy(ctx, op, *args, **kwargs):
     ) -> Finding | None:
         function = policy.function
         node = function.node
-        bound = analysis.evaluator.bind(function, None)
+        bound = analysis.bind(function, None)
         if isinstance(node, ast.Lambda):
             returns: list[tuple[ast.AST, ast.expr | None]] = [(node, node.body)]
         else:
@@ -117,7 +117,7 @@ def policy(ctx, op, *args, **kwargs):
             values = (
                 (Constant(None),)
                 if expression is None
-                else known(analysis.evaluator.evaluate(expression, bound))
+                else known(analysis.evaluate(expression, bound))
             )
             for value in values:
                 misread = _misread(value)

@@ -268,7 +268,7 @@ def _has_parameters(analysis: ProjectAnalysis, site: Site, expression: ast.expr)
         if not isinstance(call, ast.Call):
             continue
         for argument in (*call.args, *(k.value for k in call.keywords)):
-            values = analysis.evaluator.evaluate(argument, site.context)
+            values = analysis.evaluate(argument, site.context)
             if analysis.holds_parameters(values):
                 return True
     if any(_calls_an_enclosing_module(analysis, f) for f in region if isinstance(f, FunctionValue)):
@@ -285,9 +285,9 @@ def _calls_an_enclosing_module(analysis: ProjectAnalysis, function: FunctionValu
         return False
     body = function.node.body
     statements = [body] if isinstance(body, ast.expr) else body
-    own = analysis.evaluator.scope_of(function)
-    context = analysis.evaluator.bind(function, None)
-    for node, scope in analysis.reaches.nodes_with_scopes(statements, own, function.module):
+    own = analysis.scope_of(function)
+    context = analysis.bind(function, None)
+    for node, scope in analysis.nodes_with_scopes(statements, own, function.module):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         root = root_name(node.func)
@@ -298,7 +298,7 @@ def _calls_an_enclosing_module(analysis: ProjectAnalysis, function: FunctionValu
             continue  # a global, an import, or the region's own variable (its inputs)
         receiver = [
             v
-            for v in known(analysis.evaluator.evaluate(node.func.value, context.at(scope)))
+            for v in known(analysis.evaluate(node.func.value, context.at(scope)))
             if not isinstance(v, Parameter)  # what the caller passes: not known here
         ]
         if not receiver or analysis.holds_parameters(tuple(receiver)):
@@ -349,7 +349,7 @@ def _repeating_container(
         return None
     if not _uses_names(expression, {loop.target.id}):
         return None
-    for value in analysis.evaluator.evaluate(loop.iter, site.context):
+    for value in analysis.evaluate(loop.iter, site.context):
         if not (
             isinstance(value, Instance)
             and isinstance(value.cls, External)

@@ -168,7 +168,7 @@ def forward(self, x, context_fn):
 def _sets_a_context(analysis: ProjectAnalysis, flow: Flow) -> bool:
     """A ``context_fn`` that is known and not torch's default (a parameter passed in from
     outside, or an unresolved name, may well be ``noop_context_fn``)."""
-    for value in analysis.evaluator.evaluate(*flow):
+    for value in analysis.evaluate(*flow):
         if value is UNKNOWN or isinstance(value, (Parameter, Constant)):
             continue
         if isinstance(value, External) and value.name == NOOP_CONTEXT_FN:
@@ -179,8 +179,7 @@ def _sets_a_context(analysis: ProjectAnalysis, flow: Flow) -> bool:
 
 def _may_be_true(analysis: ProjectAnalysis, flow: Flow) -> bool:
     return any(
-        isinstance(value, Constant) and value.value is True
-        for value in analysis.evaluator.evaluate(*flow)
+        isinstance(value, Constant) and value.value is True for value in analysis.evaluate(*flow)
     )
 
 

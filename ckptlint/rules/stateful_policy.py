@@ -134,10 +134,10 @@ def _state_change(analysis: ProjectAnalysis, policy: Policy) -> tuple[ast.stmt, 
     node = policy.function.node
     if any(_mentions_is_recompute(n) for n in ast.walk(node)):
         return None
-    bound = analysis.evaluator.bind(policy.function, None)
+    bound = analysis.bind(policy.function, None)
     own = bound.scope
     module = policy.function.module
-    nodes = list(analysis.reaches.nodes_with_scopes(policy.body, own, module))
+    nodes = list(analysis.nodes_with_scopes(policy.body, own, module))
     instance = _instance_parameter(policy)
     for statement, scope in nodes:
         if not isinstance(statement, ast.stmt):
