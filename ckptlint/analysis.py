@@ -152,30 +152,6 @@ class ProjectAnalysis:
             found.extend(self.finder.paths(self.evaluator.evaluate(*flow), applied))
         return found
 
-    def rng_switched_off(self, site: Site) -> bool:
-        """Whether the recompute may not replay the forward's RNG state: some path passes
-        ``preserve_rng_state=False`` (or its library's switch), or reaches a source that
-        never restores it (a project's ``autograd.Function`` that does not)."""
-        return self.rng_switch(site) is not None
-
-    def rng_switch(self, site: Site) -> str | None:
-        """What turns RNG restoring off on some path of the site, as messages say it:
-        ``preserve_rng_state=False``, or the source that never restores it."""
-        for path in self.effective_paths(site):
-            source = path.source
-            if not source.restores_rng:
-                return f"`{source.label}`, which does not restore the RNG state,"
-            keyword = source.rng_keyword
-            flow = self.finder.keyword(path, keyword) if keyword else None
-            if flow is None and source.rng_position is not None:
-                flow = path.arguments.get(source.rng_position, None)
-            if flow is not None and any(
-                isinstance(value, Constant) and value.value is False
-                for value in self.evaluator.evaluate(*flow)
-            ):
-                return f"`{keyword or 'preserve_rng_state'}=False`"
-        return None
-
     def reentrancy(self, path: SourceCall) -> Reentrancy | None:
         """How a source call selects torch's reentrant checkpoint: ``"explicit"``
         (``use_reentrant=True``, ``checkpoint_impl=CheckpointImpl.REENTRANT``), ``"default"``
