@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from packaging.version import Version
@@ -30,7 +29,7 @@ from ckptlint.regions.sources import (
     ReentrantArgument,
     SourceTable,
 )
-from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, PARTIAL, Evaluator, own_nodes
+from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, Evaluator, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
     ClassValue,
@@ -52,13 +51,6 @@ from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS, is_parameter_module_
 Reentrancy = Literal["explicit", "default"]
 
 
-@dataclass(frozen=True)
-class PartialCreation:
-    """``functools.partial(<source>, ...)`` written in a module (CKP001 checks it)."""
-
-    value: PartialValue
-
-
 class Exports(NamedTuple):
     calls: frozenset[str]
     classes: frozenset[str]
@@ -66,12 +58,6 @@ class Exports(NamedTuple):
     @property
     def names(self) -> frozenset[str]:
         return self.calls | self.classes
-
-
-@dataclass
-class ModuleRegions:
-    sites: list[Site]
-    partials: list[PartialCreation]
 
 
 class ProjectAnalysis:
@@ -95,20 +81,17 @@ class ProjectAnalysis:
         self.finder.layer_words |= self._learned_layer_words
         self.reaches = ReachAnalysis(self.evaluator)
         self.changes = ChangeFinder(self.project, self.evaluator)
-        self._modules: dict[str, ModuleRegions] = {}
+        self._sites: dict[str, list[Site]] = {}
         self._regions: dict[int, Values] = {}
         self._reach: dict[tuple[int, str], Reach] = {}
         self._policies: dict[str, list[Policy]] = {}
 
     # -- per module ------------------------------------------------------------------------
-    def regions_of(self, module: Module) -> ModuleRegions:
-        found = self._modules.get(module.path)
-        if found is None:
-            found = self._modules[module.path] = self._find(module)
-        return found
-
     def sites(self, module: Module) -> list[Site]:
-        return self.regions_of(module).sites
+        found = self._sites.get(module.path)
+        if found is None:
+            found = self._sites[module.path] = list(self.finder.sites(module))
+        return found
 
     def policies(self, module: Module) -> list[Policy]:
         """The selective-checkpoint policies the module defines (see ``regions.policies``)."""
@@ -269,21 +252,6 @@ class ProjectAnalysis:
         """Run-time rebinding or mutation of ``module.name`` anywhere the run can see."""
         return self.changes.changes_of(module, name)
 
-    def _find(self, module: Module) -> ModuleRegions:
-        sites = list(self.finder.sites(module))
-        site_calls = {id(site.node) for site in sites}
-        partials = []
-        for call in module.scopes.calls:
-            if id(call) in site_calls:
-                continue
-            context = Context(module, module.scopes.scope_of(call))
-            if PARTIAL not in _names(self.evaluator.evaluate(call.func, context)):
-                continue
-            for value in self.evaluator.evaluate(call, context):
-                if isinstance(value, PartialValue) and self._reaches_source(value):
-                    partials.append(PartialCreation(value))
-        return ModuleRegions(sites, partials)
-
     def _reaches_source(self, partial: PartialValue) -> bool:
         return bool(self.finder.paths((partial,), Arguments((), {}, False, (partial.call,))))
 
@@ -310,7 +278,7 @@ class ProjectAnalysis:
         a base are looked at again (their sites may change; evaluations stay valid)."""
         self._learned_layer_words |= names
         self.finder.layer_words |= names
-        self._modules.clear()
+        self._sites.clear()
 
     def local_aliases(self, module: Module) -> set[str]:
         """Names a module binds (at any level) to a source, beyond the words it was scoped
@@ -442,10 +410,6 @@ def _enclosing_function_names(scope: Scope | None) -> list[str]:
             names.append(scope.node.name)
         scope = scope.parent
     return names
-
-
-def _names(values: Values) -> list[str]:
-    return [v.name for v in values if isinstance(v, External)]
 
 
 def _last_name(expression: ast.expr) -> str:

@@ -7,9 +7,12 @@ from collections.abc import Iterator
 
 from packaging.version import Version
 
+from ckptlint.analysis import ProjectAnalysis
 from ckptlint.core import AddKeyword, Finding, Fix, ReplaceText
-from ckptlint.regions.sites import Decision, SourceCall, callee_label
-from ckptlint.resolution.values import Arguments, PartialValue
+from ckptlint.project.index import Module
+from ckptlint.regions.sites import Decision, Site, SourceCall, callee_label
+from ckptlint.resolution.evaluator import PARTIAL
+from ckptlint.resolution.values import Arguments, Context, External, PartialValue
 from ckptlint.resolution.versions import VersionRange
 from ckptlint.rules.base import FileContext, Rule
 
@@ -171,9 +174,10 @@ def forward(self, x):
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         module = context.module
-        regions = context.analysis.regions_of(module)
+        analysis = context.analysis
+        sites = analysis.sites(module)
         consumed: set[int] = set()
-        for site in regions.sites:
+        for site in sites:
             paths = [p for p in site.paths if p.source.reentrant is not None]
             for path in paths:
                 consumed.update(id(partial.call) for partial in path.partials)
@@ -188,15 +192,14 @@ def forward(self, x):
             failing = _decided_here(context, paths, site.torch)
             if failing is not None:
                 yield self._finding(context, site.node, *failing)
-        for creation in regions.partials:
-            consumed.update(id(inner.call) for inner in _inner_partials(creation.value))
-        for creation in regions.partials:
-            partial = creation.value
+        made = list(_partials_made(analysis, module, sites))
+        for partial, _ in made:
+            consumed.update(id(inner.call) for inner in _inner_partials(partial))
+        for partial, paths in made:
             if id(partial.call) in consumed:
                 continue
-            paths = context.analysis.paths((partial,), _no_arguments(partial.call))
             paths = [p for p in paths if p.source.reentrant is not None]
-            torch = context.analysis.versions_at(module, partial.call)
+            torch = analysis.versions_at(module, partial.call)
             failing = _decided_here(context, paths, torch)
             if failing is not None:
                 yield self._finding(context, partial.call, *failing, made=True)
@@ -279,6 +282,26 @@ def _decided_here(
             continue
         return path, decision, versions
     return None
+
+
+def _partials_made(
+    analysis: ProjectAnalysis, module: Module, sites: list[Site]
+) -> Iterator[tuple[PartialValue, list[SourceCall]]]:
+    """``functools.partial(<source>, ...)`` written in the module outside its sites, with the
+    source calls that calling the partial makes."""
+    site_calls = {id(site.node) for site in sites}
+    for call in module.scopes.calls:
+        if id(call) in site_calls:
+            continue
+        context = Context(module, module.scopes.scope_of(call))
+        callee = analysis.evaluate(call.func, context)
+        if not any(isinstance(v, External) and v.name == PARTIAL for v in callee):
+            continue
+        for value in analysis.evaluate(call, context):
+            if isinstance(value, PartialValue):
+                paths = analysis.paths((value,), _no_arguments(value.call))
+                if paths:
+                    yield value, paths
 
 
 def _inner_partials(partial: PartialValue) -> Iterator[PartialValue]:
