@@ -14,9 +14,9 @@ from ckptlint.project.scopes import (
     Binding,
     Scope,
     nested_bodies,
-    statements_at,
 )
 from ckptlint.regions.sites import callee_label
+from ckptlint.regions.steps import loops_around
 from ckptlint.resolution.values import FunctionValue, PartialValue, Values
 from ckptlint.rules.base import FileContext, Rule
 
@@ -298,7 +298,7 @@ def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
     if isinstance(owner.node, COMPREHENSIONS):
         inside = owner.node.lineno <= call.lineno <= (owner.node.end_lineno or 0)
         return owner.node if inside else None
-    for statement in _loops_around(owner, call):
+    for statement in loops_around(owner.node, call):
         end = statement.end_lineno or statement.lineno
         rebound = [
             binding
@@ -308,17 +308,6 @@ def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
         if rebound and not _same_constant_first(rebound, call) and not _runs_backward(statement):
             return statement
     return None
-
-
-def _loops_around(owner: Scope, call: ast.Call) -> Iterator[ast.For | ast.AsyncFor | ast.While]:
-    """The loops of a function's body whose body holds ``call``, innermost first."""
-    if not isinstance(owner.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return
-    for statement in reversed(statements_at(owner.node.body, call.lineno)):
-        if not isinstance(statement, (ast.For, ast.AsyncFor, ast.While)):
-            continue
-        if statement.body and statement.body[0].lineno <= call.lineno:  # not in the header
-            yield statement
 
 
 # The part of an object a read or a change touches: ("attr", name), ("key", constant or None
@@ -350,7 +339,7 @@ def _changing_loop(owner: Scope, name: str, read: Part, call: ast.Call) -> tuple
     place, the part of ``name`` the region reads, to a value computed from names the loop
     binds (a value that cannot differ between iterations changes nothing the recompute
     sees); None when there is none or the loop also runs the backward."""
-    for statement in _loops_around(owner, call):
+    for statement in loops_around(owner.node, call):
         end = statement.end_lineno or statement.lineno
         varying = {
             other
@@ -445,7 +434,8 @@ def _same_constant_first(bindings: list[Binding], call: ast.Call) -> bool:
 
 
 def _runs_backward(loop: ast.AST) -> bool:
-    """``loss.backward()`` or ``torch.autograd.grad(...)`` inside the loop."""
+    """``loss.backward()`` or ``torch.autograd.grad(...)`` inside the loop (narrower than
+    ``regions.steps.runs_backward``: an ``optimizer.zero_grad()`` alone does not count)."""
     for node in ast.walk(loop):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr == "backward":
