@@ -327,8 +327,3 @@ def unique(values) -> Values:
 def known(values: Values) -> Values:
     """The values the analysis can see ("any branch" policy)."""
     return tuple(v for v in values if v is not UNKNOWN)
-
-
-def single(values: Values) -> Value | None:
-    """The value when exactly one, known, is possible ("exactly one" policy)."""
-    return values[0] if len(values) == 1 and values[0] is not UNKNOWN else None

@@ -8,13 +8,14 @@ from collections.abc import Iterator
 from ckptlint.analysis import ProjectAnalysis
 from ckptlint.core import Finding
 from ckptlint.resolution.values import (
+    UNKNOWN,
     Context,
     External,
     FunctionValue,
     Instance,
     PartialValue,
     Value,
-    single,
+    Values,
 )
 from ckptlint.rules.base import FileContext, Rule
 from ckptlint.torch_catalogue import canonical, is_torch_module_class, short_name
@@ -269,3 +270,9 @@ def _is_value(name: ast.Name, context: Context) -> bool:
         b.imported is None and not isinstance(b.node, (ast.ClassDef, ast.FunctionDef))
         for b in bindings
     )
+
+
+def single(values: Values) -> Value | None:
+    """The value when exactly one, known, is possible: the rule speaks only of a region it is
+    sure of."""
+    return values[0] if len(values) == 1 and values[0] is not UNKNOWN else None
