@@ -21,7 +21,7 @@ from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
 from ckptlint.regions.calls import calls_at
 from ckptlint.regions.policies import Policy, policies
-from ckptlint.regions.sites import Decision, Site, SiteFinder, SourceCall, classes_at_top
+from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
 from ckptlint.regions.sources import (
     CHECKPOINT,
     CHECKPOINT_SEQUENTIAL,
@@ -216,6 +216,14 @@ class ProjectAnalysis:
         """The scope of a function's (or class's) body."""
         return self.evaluator.scope_of(function)
 
+    def mro(self, cls: ClassValue) -> list[ClassValue | External]:
+        """The class and its bases, left to right, each once."""
+        return self.evaluator.mro(cls)
+
+    def instance_assignments(self, cls: ClassValue, attribute: str) -> list[Binding]:
+        """``self.<attribute> = ...`` in the methods of ``cls``."""
+        return self.evaluator.instance_assignments(cls, attribute)
+
     def versions_at(self, module: Module, node: ast.AST) -> VersionRange:
         """The torch versions ``node`` runs on (see ``Evaluator.versions_at``)."""
         return self.evaluator.versions_at(module, node)
@@ -232,10 +240,6 @@ class ProjectAnalysis:
         """What the source receives as ``name``, also through ``**kwargs`` (see
         ``SiteFinder.keyword``)."""
         return self.finder.keyword(path, name)
-
-    def decision(self, path: SourceCall) -> Decision:
-        """Which call decides the source's ``use_reentrant``, and how (see ``Decision``)."""
-        return self.finder.decision(path)
 
     def reach_of(self, region: Values) -> Reach:
         """What calling any of ``region`` runs, to the depth ``reach`` follows."""
