@@ -19,7 +19,6 @@ import re
 from collections.abc import Iterator
 
 from ckptlint.effects.reach import (
-    MUTATING_METHODS,
     GlobalWrite,
     Location,
     assigned_targets,
@@ -33,6 +32,7 @@ from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, node_position, st
 from ckptlint.project.search import ATTRIBUTE_WRITES, CONTENT_WRITES, NAMES
 from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import UNKNOWN, Context, ModuleValue
+from ckptlint.torch_catalogue import MUTATING_METHODS
 
 # Functions that run while objects are built, not between a forward and its backward.
 SETUP_FUNCTIONS = frozenset(

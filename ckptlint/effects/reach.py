@@ -34,6 +34,7 @@ from ckptlint.resolution.values import (
 from ckptlint.resolution.versions import at_least
 from ckptlint.torch_catalogue import (
     CONTAINERS,
+    MUTATING_METHODS,
     RANDOM_METHODS,
     is_random_function,
     is_random_module_class,
@@ -48,11 +49,6 @@ MAX_CALL_DEPTH = 8
 # In the site's own module (the user's code) the region is followed further.
 NEAR_DEPTH = 1
 HOME_DEPTH = 3
-# Methods that change the object they are called on.
-MUTATING_METHODS = frozenset(
-    "append extend insert update pop popitem setdefault clear remove discard add sort reverse"
-    " __setitem__ __delitem__".split()
-)
 _DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
 
 
