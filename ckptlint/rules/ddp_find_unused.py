@@ -5,22 +5,23 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import Location
-from ckptlint.project.index import Module
-from ckptlint.project.scopes import statements_at
-from ckptlint.regions.sites import Site
-from ckptlint.resolution.values import (
+from ckptlint.rules.base import (
     ClassValue,
     Constant,
     Context,
     External,
+    FileContext,
+    Finding,
     Instance,
+    Location,
+    Module,
+    ProjectAnalysis,
+    Rule,
+    Site,
     Values,
     known,
+    statements_at,
 )
-from ckptlint.rules.base import FileContext, Rule
 
 DDP = frozenset(
     {

@@ -6,19 +6,24 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import MUTATING_METHODS, assigned_targets, header_nodes
-from ckptlint.project.scopes import (
+from ckptlint.rules.base import (
     COMPREHENSIONS,
+    MUTATING_METHODS,
     Binding,
+    FileContext,
+    Finding,
+    FunctionValue,
+    PartialValue,
+    ProjectAnalysis,
+    Rule,
     Scope,
+    Values,
+    assigned_targets,
+    callee_label,
+    header_nodes,
+    loops_around,
     nested_bodies,
 )
-from ckptlint.regions.sites import callee_label
-from ckptlint.regions.steps import loops_around
-from ckptlint.resolution.values import FunctionValue, PartialValue, Values
-from ckptlint.rules.base import FileContext, Rule
 
 
 @dataclass(frozen=True)

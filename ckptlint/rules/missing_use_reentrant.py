@@ -9,27 +9,34 @@ from typing import Literal
 
 from packaging.version import Version
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import AddKeyword, Finding, Fix, ReplaceText
-from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, node_position
-from ckptlint.regions.sites import Site, SourceCall, callee_label
-from ckptlint.regions.sources import ReentrantArgument
-from ckptlint.resolution.evaluator import PARTIAL
-from ckptlint.resolution.values import (
+from ckptlint.rules.base import (
+    FUNCTIONS,
+    PARTIAL,
+    AddKeyword,
     Argument,
     Arguments,
     CallKeywords,
     ClassValue,
     Context,
     External,
+    FileContext,
+    Finding,
+    Fix,
     Flow,
     FunctionValue,
     Instance,
+    Module,
     PartialValue,
+    ProjectAnalysis,
+    ReentrantArgument,
+    ReplaceText,
+    Rule,
+    Site,
+    SourceCall,
+    VersionRange,
+    callee_label,
+    node_position,
 )
-from ckptlint.resolution.versions import VersionRange
-from ckptlint.rules.base import FileContext, Rule
 
 
 class MissingUseReentrant(Rule):

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.core import Finding
-from ckptlint.effects.reach import GlobalWrite, Reach
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    FileContext,
+    Finding,
+    GlobalWrite,
+    Reach,
+    Rule,
+)
 
 
 class MutableGlobalRead(Rule):

@@ -6,22 +6,23 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import Location
-from ckptlint.project.index import Module
-from ckptlint.regions.policies import Policy
-from ckptlint.resolution.values import (
+from ckptlint.rules.base import (
     Context,
     Elements,
     External,
+    FileContext,
+    Finding,
+    Location,
     Mapping,
+    Module,
+    Policy,
+    ProjectAnalysis,
+    Rule,
     Sequence,
     Value,
     Values,
     known,
 )
-from ckptlint.rules.base import FileContext, Rule
 
 # ``torch.<name>`` that are submodules, not the Python functions a policy might confuse
 # with ops (``torch.mm``, ``torch.matmul``).

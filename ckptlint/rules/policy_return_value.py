@@ -5,12 +5,18 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.regions.policies import CHECKPOINT_POLICY, Policy
-from ckptlint.resolution.evaluator import own_nodes
-from ckptlint.resolution.values import Constant, External, known
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    CHECKPOINT_POLICY,
+    Constant,
+    External,
+    FileContext,
+    Finding,
+    Policy,
+    ProjectAnalysis,
+    Rule,
+    known,
+    own_nodes,
+)
 
 
 class PolicyReturnValue(Rule):

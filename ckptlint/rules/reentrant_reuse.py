@@ -5,28 +5,29 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import header_nodes, root_name
-from ckptlint.project.scopes import (
+from ckptlint.rules.base import (
     COMPREHENSIONS,
     FUNCTIONS,
-    Scope,
-    node_position,
-    statements_at,
-)
-from ckptlint.regions.sites import Site
-from ckptlint.regions.steps import loops_around, runs_backward
-from ckptlint.resolution.values import (
+    SEQUENTIAL_CONTAINERS,
     External,
+    FileContext,
+    Finding,
     Flow,
     FunctionValue,
     Instance,
     Parameter,
+    ProjectAnalysis,
+    Rule,
+    Scope,
+    Site,
+    header_nodes,
     known,
+    loops_around,
+    node_position,
+    root_name,
+    runs_backward,
+    statements_at,
 )
-from ckptlint.rules.base import FileContext, Rule
-from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS
 
 TWICE = (
     "its parameters get gradients in several reentrant backward passes of one step, which"

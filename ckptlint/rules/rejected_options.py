@@ -5,13 +5,23 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import Location
-from ckptlint.regions.sites import Site, SourceCall
-from ckptlint.regions.sources import CHECKPOINT, CHECKPOINT_SEQUENTIAL, CHECKPOINT_WRAPPER
-from ckptlint.resolution.values import UNKNOWN, Constant, External, Flow, Parameter
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    CHECKPOINT,
+    CHECKPOINT_SEQUENTIAL,
+    CHECKPOINT_WRAPPER,
+    UNKNOWN,
+    Constant,
+    External,
+    FileContext,
+    Finding,
+    Flow,
+    Location,
+    Parameter,
+    ProjectAnalysis,
+    Rule,
+    Site,
+    SourceCall,
+)
 
 NOOP_CONTEXT_FN = "torch.utils.checkpoint.noop_context_fn"
 REENTRANT_ERROR = (

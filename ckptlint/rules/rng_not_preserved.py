@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.regions.sites import Site
-from ckptlint.resolution.values import Constant
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    Constant,
+    FileContext,
+    Finding,
+    ProjectAnalysis,
+    Rule,
+    Site,
+)
 
 
 class RngNotPreserved(Rule):

@@ -5,12 +5,17 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import MUTATING_METHODS, assigned_targets, root_name
-from ckptlint.project.scopes import Scope
-from ckptlint.regions.policies import Policy
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    MUTATING_METHODS,
+    FileContext,
+    Finding,
+    Policy,
+    ProjectAnalysis,
+    Rule,
+    Scope,
+    assigned_targets,
+    root_name,
+)
 
 
 class StatefulPolicy(Rule):

@@ -5,20 +5,23 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.resolution.values import (
+from ckptlint.rules.base import (
     UNKNOWN,
     Context,
     External,
+    FileContext,
+    Finding,
     FunctionValue,
     Instance,
     PartialValue,
+    ProjectAnalysis,
+    Rule,
     Value,
     Values,
+    canonical,
+    is_torch_module_class,
+    short_name,
 )
-from ckptlint.rules.base import FileContext, Rule
-from ckptlint.torch_catalogue import canonical, is_torch_module_class, short_name
 
 CHEAP_MODULES = frozenset(
     "ReLU ReLU6 GELU SiLU Mish Sigmoid Tanh LeakyReLU ELU SELU CELU PReLU GLU Hardswish"
