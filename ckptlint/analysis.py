@@ -18,7 +18,7 @@ from packaging.version import Version
 from ckptlint.effects.changes import ChangeFinder
 from ckptlint.effects.reach import GlobalWrite, Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
-from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
+from ckptlint.project.scopes import FUNCTIONS, Binding, Body, Scope, touches_lines
 from ckptlint.regions.calls import calls_at
 from ckptlint.regions.policies import Policy, policies
 from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
@@ -246,7 +246,7 @@ class ProjectAnalysis:
         return self.reaches.reach(region)
 
     def nodes_with_scopes(
-        self, statements: list[ast.stmt], scope: Scope, module: Module
+        self, statements: Body, scope: Scope, module: Module
     ) -> Iterator[tuple[ast.AST, Scope]]:
         """The nodes of a body with the scope each is evaluated in, not descending into
         nested definitions (see ``ReachAnalysis.nodes_with_scopes``)."""

@@ -44,6 +44,7 @@ from ckptlint.resolution.values import (
     Method,
     Parameter,
     PartialValue,
+    Value,
     Values,
     known,
 )
@@ -366,7 +367,7 @@ class SiteFinder:
                 stack.extend(self._called_values(value))
         return False
 
-    def _called_values(self, function: FunctionValue) -> Iterator[object]:
+    def _called_values(self, function: FunctionValue) -> Iterator[Value]:
         """What a closure calls (its own parameters are its caller's business, not ours)."""
         context = self.evaluator.bind(function, None)
         body = function.node.body
@@ -537,7 +538,7 @@ class SiteFinder:
         instances = [
             Instance(cls, exact=False) for cls in classes if isinstance(cls, (ClassValue, External))
         ]
-        return tuple(dict.fromkeys(instances)) or (UNKNOWN,)  # type: ignore[return-value]
+        return tuple(dict.fromkeys(instances)) or (UNKNOWN,)
 
     def _isinstance_types(self, function: FunctionValue) -> Iterator[object]:
         context = self.evaluator.bind(function, None)
@@ -634,7 +635,7 @@ def qualified_name(value: FunctionValue | ClassValue) -> str:
 
 
 def _enclosing_functions(scope: Scope | None) -> list[ast.AST]:
-    owners = []
+    owners: list[ast.AST] = []
     while scope is not None:
         if isinstance(scope.node, FUNCTIONS):
             owners.append(scope.node)

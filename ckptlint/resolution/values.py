@@ -8,6 +8,7 @@ others, so "any branch" and "exactly one" are decisions of the caller (see ``eva
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -23,7 +24,7 @@ def _cached_hash(cls: type[_T]) -> type[_T]:
     compute each hash once, not on every dictionary lookup."""
     compute = cls.__hash__
 
-    def __hash__(self) -> int:  # noqa: N807
+    def __hash__(self: object) -> int:  # noqa: N807
         cached = self.__dict__.get("_hash")
         if cached is None:
             cached = compute(self)
@@ -316,7 +317,7 @@ Value = (
 Values = tuple[Value, ...]
 
 
-def unique(values) -> Values:
+def unique(values: Iterable[Value]) -> Values:
     """Deduplicate, keeping first-seen (source) order so results never depend on hashing."""
     seen: dict = {}
     for value in values:

@@ -190,7 +190,7 @@ def train(model, batches, optimizer):
         if isinstance(scope.node, COMPREHENSIONS):
             if parameters and not _uses_names(expression, set(scope.bindings)):
                 return f"runs `{label}` for every element of the comprehension at line" + (
-                    f" {scope.node.lineno}"  # type: ignore[attr-defined]
+                    f" {scope.node.lineno}"
                 )
             return None
         owner = _enclosing_function(scope)
