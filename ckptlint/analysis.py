@@ -310,10 +310,12 @@ class ProjectAnalysis:
                 continue
             if not touches_lines(node, lines):  # no candidate line: no return of a source
                 continue
-            returns = [
-                n for n in own_nodes(node.body) if isinstance(n, ast.Return) and n.value is not None
+            results = [
+                n.value
+                for n in own_nodes(node.body)
+                if isinstance(n, ast.Return) and n.value is not None
             ]
-            if not any(touches_lines(r.value, lines) for r in returns):
+            if not any(touches_lines(result, lines) for result in results):
                 continue
             function = FunctionValue(node, Context(module, scope.parent))
             returned = self.evaluator.returned(function, None)

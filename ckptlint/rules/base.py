@@ -56,7 +56,7 @@ from ckptlint.regions.sources import (
     CHECKPOINT_WRAPPER,
     ReentrantArgument,
 )
-from ckptlint.regions.steps import loops_around, runs_backward
+from ckptlint.regions.steps import Loop, loops_around, runs_backward
 from ckptlint.resolution.evaluator import PARTIAL, own_nodes
 from ckptlint.resolution.values import (
     UNKNOWN,
@@ -126,6 +126,7 @@ __all__ = [
     "CHECKPOINT_POLICY",
     "PARTIAL",
     "Policy",
+    "Loop",
     "loops_around",
     "runs_backward",
     # effects: what a region reaches

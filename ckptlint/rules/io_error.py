@@ -31,11 +31,11 @@ class InaccessiblePath(Rule):
 
     # The examples are command lines, not modules: the finding is about the file system.
     # tests/test_rule_examples.py runs them and compares the output.
-    INVALID: list[str] = [
+    INVALID = [
         "$ ckptlint src/model.py does_not_exist.py\n"
         "does_not_exist.py:1:1: CKP902 no such file or folder\n"
     ]
-    VALID: list[str] = ["$ ckptlint src/model.py\nAll checks passed!\n"]
+    VALID = ["$ ckptlint src/model.py\nAll checks passed!\n"]
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         """Reported by the command line while finding and reading files; a parsed file has

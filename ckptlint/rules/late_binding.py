@@ -13,6 +13,7 @@ from ckptlint.rules.base import (
     FileContext,
     Finding,
     FunctionValue,
+    Loop,
     PartialValue,
     ProjectAnalysis,
     Rule,
@@ -297,7 +298,7 @@ def late_bindings(
     return list(found.values())
 
 
-def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
+def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.expr | ast.stmt | None:
     """The innermost loop of ``owner`` around ``call`` that rebinds ``name`` to values that
     may differ between iterations, and does not also run the backward."""
     if isinstance(owner.node, COMPREHENSIONS):
@@ -357,17 +358,18 @@ def _changing_loop(owner: Scope, name: str, read: Part, call: ast.Call) -> tuple
     return None
 
 
-def _in_place_changes(loop: ast.AST, name: str) -> Iterator[tuple[Part, ast.AST | None, int]]:
+def _in_place_changes(loop: Loop, name: str) -> Iterator[tuple[Part, ast.AST | None, int]]:
     """(part changed, the value or call that changes it, line) for ``name[k] = v``,
     ``name.a = v``, ``del name[k]`` and ``name.update(...)``-style calls in the loop's body,
     outside nested definitions. The value is None where the change builds on the part's own
     previous state (``name[k] += 1``, ``del``): it differs between iterations by itself."""
     for statement in _statements_run_in(loop):
-        cumulative = isinstance(statement, (ast.AugAssign, ast.Delete))
         for target in assigned_targets(statement):
             part = _part_of_target(target, name)
-            if part is not None:
-                value = None if cumulative else statement.value
+            if part is not None:  # ``+=`` and ``del`` build on the part's previous state
+                value = (
+                    statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
+                )
                 yield part, value, statement.lineno
         for node in header_nodes(statement):
             if (
@@ -383,13 +385,14 @@ def _in_place_changes(loop: ast.AST, name: str) -> Iterator[tuple[Part, ast.AST 
 def _part_of_target(target: ast.expr, name: str) -> Part | None:
     """The part of ``name`` a target expression (``name[k].x``) lands in, None when it is
     not rooted at ``name`` itself."""
-    outer = None
+    outer: ast.Attribute | ast.Subscript | None = None
+    root: ast.Name | None = None
     while isinstance(target, (ast.Attribute, ast.Subscript)):
         if isinstance(target.value, ast.Name):
-            outer = target
+            outer, root = target, target.value
             break
         target = target.value
-    if outer is None or outer.value.id != name:
+    if outer is None or root is None or root.id != name:
         return None
     if isinstance(outer, ast.Attribute):
         return ("attr", outer.attr)
@@ -408,7 +411,7 @@ def _uses_any(value: ast.AST, names: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(value))
 
 
-def _statements_run_in(loop: ast.AST) -> Iterator[ast.stmt]:
+def _statements_run_in(loop: Loop) -> Iterator[ast.stmt]:
     """Statements of a loop's body (nested blocks included), not of nested definitions."""
     stack = list(reversed(loop.body))
     while stack:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -349,11 +349,12 @@ def _decision(analysis: ProjectAnalysis, path: SourceCall) -> Decision:
 
 
 def _follow(
-    analysis: ProjectAnalysis, flow: Flow, level: int, keyword: str, wrappers: list[ast.AST]
+    analysis: ProjectAnalysis, flow: Flow, level: int, keyword: str, wrappers: Sequence[ast.AST]
 ) -> Decision:
     """Follow a value through the wrappers' parameters it is passed on by (and the
     attributes a wrapper class stores them in), to the call that writes it or leaves it to a
     parameter's default."""
+    context: Context | None
     expression, context = flow
     while True:
         if isinstance(expression, ast.Constant) and expression.value is None:
@@ -386,7 +387,7 @@ def _follow(
 
 
 def _keywords_parameter(
-    expression: ast.expr, context: Context, wrappers: list[ast.AST]
+    expression: ast.expr, context: Context, wrappers: Sequence[ast.AST]
 ) -> tuple[CallKeywords, int] | None:
     """The keywords a wrapper's ``**kwargs`` parameter holds, and the level of the call that
     passed them; None when ``expression`` is not such a parameter."""
@@ -404,7 +405,10 @@ def _keywords_parameter(
 
 
 def _stored_by_constructor(
-    analysis: ProjectAnalysis, expression: ast.Attribute, context: Context, wrappers: list[ast.AST]
+    analysis: ProjectAnalysis,
+    expression: ast.Attribute,
+    context: Context,
+    wrappers: Sequence[ast.AST],
 ) -> tuple[Argument, int, str] | None:
     """``self.use_reentrant`` in the ``forward`` of a wrapper class, stored once by its
     ``__init__`` from a parameter: that parameter as the constructor call binds it,
@@ -419,13 +423,15 @@ def _stored_by_constructor(
     methods = {id(s) for owner in owners for s in owner.node.body}
     level = next((i for i, w in enumerate(wrappers) if id(w) in methods), None)
     stores = [b for owner in owners for b in analysis.instance_assignments(owner, expression.attr)]
-    if level is None or len(stores) != 1 or not isinstance(stores[0].value, ast.Name):
+    if level is None or len(stores) != 1:
         return None
     store = stores[0]
-    method = store.scope.node
-    if not isinstance(method, FUNCTIONS) or method.name != "__init__" or store.scope.parent is None:
+    stored, method = store.value, store.scope.node
+    if not isinstance(stored, ast.Name) or not isinstance(method, FUNCTIONS):
         return None
-    parameters = store.scope.lookup(store.value.id, node_position(store.value))  # type: ignore[union-attr]
+    if method.name != "__init__" or store.scope.parent is None:
+        return None
+    parameters = store.scope.lookup(stored.id, node_position(stored))
     if len(parameters) != 1 or not isinstance(parameters[0].node, ast.arg):
         return None
     module = next(o.module for o in owners if any(s is method for s in o.node.body))
@@ -437,7 +443,11 @@ def _stored_by_constructor(
 
 
 def _through_spread(
-    analysis: ProjectAnalysis, arguments: Arguments, level: int, name: str, wrappers: list[ast.AST]
+    analysis: ProjectAnalysis,
+    arguments: Arguments,
+    level: int,
+    name: str,
+    wrappers: Sequence[ast.AST],
 ) -> Decision:
     """``name`` looked for in what ``**`` spreads into a call: a wrapper's ``**kwargs``
     holds its callers' keywords; anything else may hold it (unknown)."""

@@ -34,11 +34,11 @@ class UnreadableFile(Rule):
     name = "unreadable-file"
     summary = "file could not be decoded, parsed or analysed"
 
-    INVALID: list[str] = [
+    INVALID = [
         "from torch.utils.checkpoint import checkpoint\n\n"
         "def forward(self, x:\n    return checkpoint(self.block, x, use_reentrant=False)\n"
     ]
-    VALID: list[str] = [
+    VALID = [
         "from torch.utils.checkpoint import checkpoint\n\n"
         "def forward(self, x):\n    return checkpoint(self.block, x, use_reentrant=False)\n"
     ]
