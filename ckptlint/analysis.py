@@ -10,16 +10,16 @@ that the engine can analyse every file using one.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from typing import Literal, NamedTuple
 
 from packaging.version import Version
 
 from ckptlint.effects.changes import ChangeFinder
-from ckptlint.effects.reach import Reach, ReachAnalysis
+from ckptlint.effects.reach import GlobalWrite, Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
-from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, touches_lines
+from ckptlint.project.scopes import FUNCTIONS, Binding, Body, Scope, touches_lines
+from ckptlint.regions.calls import calls_at
 from ckptlint.regions.policies import Policy, policies
 from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
 from ckptlint.regions.sources import (
@@ -29,13 +29,14 @@ from ckptlint.regions.sources import (
     ReentrantArgument,
     SourceTable,
 )
-from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, PARTIAL, Evaluator, own_nodes
+from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, Evaluator, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
     ClassValue,
     Constant,
     Context,
     External,
+    Flow,
     FunctionValue,
     Instance,
     Method,
@@ -43,17 +44,11 @@ from ckptlint.resolution.values import (
     Value,
     Values,
 )
+from ckptlint.resolution.versions import VersionRange
 from ckptlint.source import lines_with_words
 from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS, is_parameter_module_class
 
 Reentrancy = Literal["explicit", "default"]
-
-
-@dataclass(frozen=True)
-class PartialCreation:
-    """``functools.partial(<source>, ...)`` written in a module (CKP001 checks it)."""
-
-    value: PartialValue
 
 
 class Exports(NamedTuple):
@@ -63,12 +58,6 @@ class Exports(NamedTuple):
     @property
     def names(self) -> frozenset[str]:
         return self.calls | self.classes
-
-
-@dataclass
-class ModuleRegions:
-    sites: list[Site]
-    partials: list[PartialCreation]
 
 
 class ProjectAnalysis:
@@ -92,20 +81,17 @@ class ProjectAnalysis:
         self.finder.layer_words |= self._learned_layer_words
         self.reaches = ReachAnalysis(self.evaluator)
         self.changes = ChangeFinder(self.project, self.evaluator)
-        self._modules: dict[str, ModuleRegions] = {}
+        self._sites: dict[str, list[Site]] = {}
         self._regions: dict[int, Values] = {}
         self._reach: dict[tuple[int, str], Reach] = {}
         self._policies: dict[str, list[Policy]] = {}
 
     # -- per module ------------------------------------------------------------------------
-    def regions_of(self, module: Module) -> ModuleRegions:
-        found = self._modules.get(module.path)
-        if found is None:
-            found = self._modules[module.path] = self._find(module)
-        return found
-
     def sites(self, module: Module) -> list[Site]:
-        return self.regions_of(module).sites
+        found = self._sites.get(module.path)
+        if found is None:
+            found = self._sites[module.path] = list(self.finder.sites(module))
+        return found
 
     def policies(self, module: Module) -> list[Policy]:
         """The selective-checkpoint policies the module defines (see ``regions.policies``)."""
@@ -148,30 +134,6 @@ class ProjectAnalysis:
             applied = Arguments((), {}, False, path.arguments.calls)
             found.extend(self.finder.paths(self.evaluator.evaluate(*flow), applied))
         return found
-
-    def rng_switched_off(self, site: Site) -> bool:
-        """Whether the recompute may not replay the forward's RNG state: some path passes
-        ``preserve_rng_state=False`` (or its library's switch), or reaches a source that
-        never restores it (a project's ``autograd.Function`` that does not)."""
-        return self.rng_switch(site) is not None
-
-    def rng_switch(self, site: Site) -> str | None:
-        """What turns RNG restoring off on some path of the site, as messages say it:
-        ``preserve_rng_state=False``, or the source that never restores it."""
-        for path in self.effective_paths(site):
-            source = path.source
-            if not source.restores_rng:
-                return f"`{source.label}`, which does not restore the RNG state,"
-            keyword = source.rng_keyword
-            flow = self.finder.keyword(path, keyword) if keyword else None
-            if flow is None and source.rng_position is not None:
-                flow = path.arguments.get(source.rng_position, None)
-            if flow is not None and any(
-                isinstance(value, Constant) and value.value is False
-                for value in self.evaluator.evaluate(*flow)
-            ):
-                return f"`{keyword or 'preserve_rng_state'}=False`"
-        return None
 
     def reentrancy(self, path: SourceCall) -> Reentrancy | None:
         """How a source call selects torch's reentrant checkpoint: ``"explicit"``
@@ -228,20 +190,71 @@ class ProjectAnalysis:
                     stack.extend(self.evaluator.iterate((value,)))
         return False
 
-    def _find(self, module: Module) -> ModuleRegions:
-        sites = list(self.finder.sites(module))
-        site_calls = {id(site.node) for site in sites}
-        partials = []
-        for call in module.scopes.calls:
-            if id(call) in site_calls:
-                continue
-            context = Context(module, module.scopes.scope_of(call))
-            if PARTIAL not in _names(self.evaluator.evaluate(call.func, context)):
-                continue
-            for value in self.evaluator.evaluate(call, context):
-                if isinstance(value, PartialValue) and self._reaches_source(value):
-                    partials.append(PartialCreation(value))
-        return ModuleRegions(sites, partials)
+    # -- what the evaluator, the site finder and the effects say, as rules ask it ------------
+    def evaluate(self, expression: ast.expr, context: Context) -> Values:
+        """The values ``expression`` may have where ``context`` evaluates it."""
+        return self.evaluator.evaluate(expression, context)
+
+    def member(self, values: Values, attribute: str) -> Values:
+        """What ``<value>.<attribute>`` may be for any of ``values``."""
+        return self.evaluator.member(values, attribute)
+
+    def iterate(self, values: Values) -> Values:
+        """What iterating over any of ``values`` yields."""
+        return self.evaluator.iterate(values)
+
+    def binding_values(self, binding: Binding, context: Context) -> Values:
+        """The values a binding (an assignment, parameter, import...) gives its name."""
+        return self.evaluator.binding_values(binding, context)
+
+    def bind(self, function: FunctionValue, arguments: Arguments | None) -> Context:
+        """The context ``function``'s body runs in when it receives ``arguments`` (None: a
+        call the analysis does not see, parameters unbound)."""
+        return self.evaluator.bind(function, arguments)
+
+    def scope_of(self, function: FunctionValue | ClassValue) -> Scope:
+        """The scope of a function's (or class's) body."""
+        return self.evaluator.scope_of(function)
+
+    def mro(self, cls: ClassValue) -> list[ClassValue | External]:
+        """The class and its bases, left to right, each once."""
+        return self.evaluator.mro(cls)
+
+    def instance_assignments(self, cls: ClassValue, attribute: str) -> list[Binding]:
+        """``self.<attribute> = ...`` in the methods of ``cls``."""
+        return self.evaluator.instance_assignments(cls, attribute)
+
+    def versions_at(self, module: Module, node: ast.AST) -> VersionRange:
+        """The torch versions ``node`` runs on (see ``Evaluator.versions_at``)."""
+        return self.evaluator.versions_at(module, node)
+
+    def calls_at(self, module: Module, line: int) -> Iterator[tuple[ast.Call, Context]]:
+        """The calls of the innermost statement at ``line``, each with its context."""
+        return calls_at(self.evaluator, module, line)
+
+    def paths(self, callee: Values, arguments: Arguments) -> list[SourceCall]:
+        """The source calls that calling ``callee`` with ``arguments`` makes."""
+        return self.finder.paths(callee, arguments)
+
+    def keyword(self, path: SourceCall, name: str) -> Flow | None:
+        """What the source receives as ``name``, also through ``**kwargs`` (see
+        ``SiteFinder.keyword``)."""
+        return self.finder.keyword(path, name)
+
+    def reach_of(self, region: Values) -> Reach:
+        """What calling any of ``region`` runs, to the depth ``reach`` follows."""
+        return self.reaches.reach(region)
+
+    def nodes_with_scopes(
+        self, statements: Body, scope: Scope, module: Module
+    ) -> Iterator[tuple[ast.AST, Scope]]:
+        """The nodes of a body with the scope each is evaluated in, not descending into
+        nested definitions (see ``ReachAnalysis.nodes_with_scopes``)."""
+        return self.reaches.nodes_with_scopes(statements, scope, module)
+
+    def changes_of(self, module: Module, name: str) -> list[GlobalWrite]:
+        """Run-time rebinding or mutation of ``module.name`` anywhere the run can see."""
+        return self.changes.changes_of(module, name)
 
     def _reaches_source(self, partial: PartialValue) -> bool:
         return bool(self.finder.paths((partial,), Arguments((), {}, False, (partial.call,))))
@@ -269,7 +282,7 @@ class ProjectAnalysis:
         a base are looked at again (their sites may change; evaluations stay valid)."""
         self._learned_layer_words |= names
         self.finder.layer_words |= names
-        self._modules.clear()
+        self._sites.clear()
 
     def local_aliases(self, module: Module) -> set[str]:
         """Names a module binds (at any level) to a source, beyond the words it was scoped
@@ -297,10 +310,12 @@ class ProjectAnalysis:
                 continue
             if not touches_lines(node, lines):  # no candidate line: no return of a source
                 continue
-            returns = [
-                n for n in own_nodes(node.body) if isinstance(n, ast.Return) and n.value is not None
+            results = [
+                n.value
+                for n in own_nodes(node.body)
+                if isinstance(n, ast.Return) and n.value is not None
             ]
-            if not any(touches_lines(r.value, lines) for r in returns):
+            if not any(touches_lines(result, lines) for result in results):
                 continue
             function = FunctionValue(node, Context(module, scope.parent))
             returned = self.evaluator.returned(function, None)
@@ -401,10 +416,6 @@ def _enclosing_function_names(scope: Scope | None) -> list[str]:
             names.append(scope.node.name)
         scope = scope.parent
     return names
-
-
-def _names(values: Values) -> list[str]:
-    return [v.name for v in values if isinstance(v, External)]
 
 
 def _last_name(expression: ast.expr) -> str:

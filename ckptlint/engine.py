@@ -327,6 +327,7 @@ class _Workers:
         if not self._workers:
             return make(tuple(paths)).run(self.local)
         shares = [tuple(paths[i :: len(self._workers)]) for i in range(len(self._workers))]
+        sent: list[tuple[multiprocessing.process.BaseProcess, Connection | None, tuple[str, ...]]]
         sent = []
         for (process, connection), share in zip(self._workers, shares, strict=True):
             if share:
@@ -336,11 +337,11 @@ class _Workers:
                 except OSError:
                     sent.append((process, None, share))
         by_path: dict[str, Any] = {}
-        for process, connection, share in sent:
+        for process, reply, share in sent:
             try:
-                if connection is None:
+                if reply is None:
                     raise EOFError
-                kind, payload = connection.recv()
+                kind, payload = reply.recv()
             except (EOFError, OSError):
                 process.join(timeout=1)
                 self.notes.append(_dead_worker(process, len(share)))
@@ -629,8 +630,8 @@ class Engine:
         for path, (digest, name) in dependencies.modules.items():
             if snapshot.digest(path) != digest or layout.module_name(path) != name:
                 return False
-        for name, path in dependencies.resolved.items():
-            if layout.find(name) != path:
+        for name, resolved in dependencies.resolved.items():
+            if layout.find(name) != resolved:
                 return False
         for name, found in dependencies.packages.items():
             if layout.is_project_package(name) != found:

@@ -224,9 +224,12 @@ def add_keyword(call: cst.Call, keyword: str, value: str) -> cst.Call:
     if not arguments:
         return call.with_changes(args=[new_argument])
     last = arguments[-1]
-    has_trailing_comma = isinstance(last.comma, cst.Comma)
-    after_last = last.comma.whitespace_after if has_trailing_comma else last.whitespace_after_arg
-    comma_before = last.comma.whitespace_before if has_trailing_comma else no_space
+    comma = last.comma
+    has_trailing_comma = isinstance(comma, cst.Comma)
+    if isinstance(comma, cst.Comma):
+        after_last, comma_before = comma.whitespace_after, comma.whitespace_before
+    else:
+        after_last, comma_before = last.whitespace_after_arg, no_space
     argument_line = _argument_line_whitespace(call, arguments)
 
     if isinstance(after_last, cst.ParenthesizedWhitespace) and argument_line is not None:
@@ -322,8 +325,8 @@ def fix_source(analyse: Analyse, data: bytes, path: str, *, unsafe: bool) -> Fil
         return FileFix(data, stored, notes=tuple(notes), hidden=hidden)
     try:
         after = encode_like(fixed.text, data)
-    except FixFailed as error:
-        notes.append((0, 0, f"fixes not applied: {error}"))
+    except FixFailed as failure:
+        notes.append((0, 0, f"fixes not applied: {failure}"))
         return FileFix(data, stored, notes=tuple(notes), hidden=hidden)
     error = compile_error(after, path)
     if error is not None:

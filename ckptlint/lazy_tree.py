@@ -89,7 +89,7 @@ def check_unparsed_bodies(tree: ast.Module, text: str, filename: str) -> None:
     without building Python objects, about 25 % cheaper than ``ast.parse``. Chunks that fail
     there may only have been split wrongly, so the whole text has the last word.
     """
-    stubs = [
+    stubs: list[_LazyBody] = [
         node for node in tree.body if isinstance(node, _LazyBody) and node._parsed_body is None
     ]
     if not stubs:
@@ -179,41 +179,47 @@ class _LazyBody:
 
     _real_type: type
     _source: tuple[list[str], _Chunk, str]
+    end_lineno: int | None
     _parsed_body: list[ast.stmt] | None = None
 
     _parsed_end_col_offset: int | None = None
 
     @property
     def body(self) -> list[ast.stmt]:
-        if self._parsed_body is None:
-            self._parse()
-        return self._parsed_body  # type: ignore[return-value]
+        body = self._parsed_body
+        return body if body is not None else self._parse()
 
     @body.setter
     def body(self, statements: list[ast.stmt]) -> None:
         self._parsed_body = statements
 
     @property
-    def end_col_offset(self) -> int:
+    def end_col_offset(self) -> int | None:
         """Known only from the body's last statement (a trailing comment is not part of it)."""
         if self._parsed_end_col_offset is None:
             self._parse()
-        return self._parsed_end_col_offset  # type: ignore[return-value]
+        return self._parsed_end_col_offset
 
     @end_col_offset.setter
-    def end_col_offset(self, value: int) -> None:
+    def end_col_offset(self, value: int | None) -> None:
         self._parsed_end_col_offset = value
 
-    def _parse(self) -> None:
+    def _parse(self) -> list[ast.stmt]:
+        """Parse the definition's lines, keep its body and end, and return the body."""
         lines, chunk, filename = self._source
         statements = _parse_at(lines, chunk.start, chunk.end, filename)
         if statements is None or len(statements) != 1:
             raise LazyTreeMismatch(filename, chunk.start + 1)
         (real,) = statements
-        if type(real) is not self._real_type or real.end_lineno != self.end_lineno:
+        if (
+            not isinstance(real, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            or type(real) is not self._real_type
+            or real.end_lineno != self.end_lineno
+        ):
             raise LazyTreeMismatch(filename, chunk.start + 1)
         self._parsed_body = real.body
         self._parsed_end_col_offset = real.end_col_offset
+        return real.body
 
 
 class LazyFunctionDef(_LazyBody, ast.FunctionDef):

@@ -19,7 +19,6 @@ import re
 from collections.abc import Iterator
 
 from ckptlint.effects.reach import (
-    MUTATING_METHODS,
     GlobalWrite,
     Location,
     assigned_targets,
@@ -33,6 +32,9 @@ from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, node_position, st
 from ckptlint.project.search import ATTRIBUTE_WRITES, CONTENT_WRITES, NAMES
 from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import UNKNOWN, Context, ModuleValue
+from ckptlint.torch_catalogue import MUTATING_METHODS
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 # Functions that run while objects are built, not between a forward and its backward.
 SETUP_FUNCTIONS = frozenset(
@@ -175,7 +177,7 @@ class ChangeFinder:
 
     def _statement_in_function(
         self, module: Module, line: int
-    ) -> tuple[ast.stmt, list[ast.AST], Scope] | None:
+    ) -> tuple[ast.stmt, list[Function], Scope] | None:
         """The innermost statement at ``line``, the functions around it (outermost first) and
         its scope; None at module or class level (those run at import)."""
         path = statements_at(module.tree.body, line)
@@ -190,12 +192,12 @@ class ChangeFinder:
             return None
         return path[-1], functions, scope
 
-    def runs_at_setup_only(self, module: Module, functions: list[ast.AST], depth: int) -> bool:
+    def runs_at_setup_only(self, module: Module, functions: list[Function], depth: int) -> bool:
         """Whether the outermost of ``functions`` runs only while the program is set up: a
         constructor-like method, a function named for seeding or initialisation, or a function
         whose every use is at module or class level, in a decorator, or in such a function."""
         outermost = functions[0]
-        name = outermost.name  # type: ignore[attr-defined]
+        name = outermost.name
         if name in SETUP_FUNCTIONS or _SETUP_NAME.search(name):
             return True
         if depth >= _MAX_CALLER_DEPTH:
@@ -204,7 +206,7 @@ class ChangeFinder:
             (other, line)
             for other in self._modules_naming(module, name)
             for line in other.lines_naming(name)
-            if not (other is module and line == outermost.lineno)  # type: ignore[attr-defined]
+            if not (other is module and line == outermost.lineno)
         ]
         if not uses:
             return False  # public API nobody here calls: a user may call it at any time

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, node_position
+from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Body, Scope, node_position
 from ckptlint.resolution.evaluator import Evaluator, children_run_here, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
@@ -34,6 +34,7 @@ from ckptlint.resolution.values import (
 from ckptlint.resolution.versions import at_least
 from ckptlint.torch_catalogue import (
     CONTAINERS,
+    MUTATING_METHODS,
     RANDOM_METHODS,
     is_random_function,
     is_random_module_class,
@@ -48,11 +49,6 @@ MAX_CALL_DEPTH = 8
 # In the site's own module (the user's code) the region is followed further.
 NEAR_DEPTH = 1
 HOME_DEPTH = 3
-# Methods that change the object they are called on.
-MUTATING_METHODS = frozenset(
-    "append extend insert update pop popitem setdefault clear remove discard add sort reverse"
-    " __setitem__ __delitem__".split()
-)
 _DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
 
 
@@ -367,7 +363,7 @@ class ReachAnalysis:
                     yield GlobalRead(target, node.attr, where)
 
     def nodes_with_scopes(
-        self, statements: list, scope: Scope, module: Module
+        self, statements: Body, scope: Scope, module: Module
     ) -> Iterator[tuple[ast.AST, Scope]]:
         """Nodes of a body with the scope each is evaluated in (comprehensions have their
         own), not descending into nested definitions. Where no branch is decided the walk
@@ -385,7 +381,7 @@ class ReachAnalysis:
         return iter(found[2])
 
     def _walk_with_scopes(
-        self, statements: list, scope: Scope, module: Module, deciding: bool
+        self, statements: Body, scope: Scope, module: Module, deciding: bool
     ) -> Iterator[tuple[ast.AST, Scope]]:
         stack = [(node, scope) for node in reversed(statements)]
         scopes = module.scopes
@@ -417,7 +413,7 @@ class ReachAnalysis:
 # (body, scope, walk): a body's nodes with their scopes (see nodes_with_scopes), the body
 # and scope kept so that their ids are never reused while an entry lives.
 _Walk = tuple[tuple[ast.AST, Scope], ...]
-_NODES_WITH_SCOPES: dict[tuple[int, int], tuple[list, Scope, _Walk]] = {}
+_NODES_WITH_SCOPES: dict[tuple[int, int], tuple[Body, Scope, _Walk]] = {}
 
 
 def module_data(name: str, scope: Scope, position: tuple[int, int]) -> bool:
@@ -526,7 +522,7 @@ def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
             stack.extend(ast.iter_child_nodes(node))
 
 
-def guarded_by_test_of(body: list[ast.stmt], write: GlobalWrite, scope: Scope) -> bool:
+def guarded_by_test_of(body: Body, write: GlobalWrite, scope: Scope) -> bool:
     """A write after a test of the same global, or of a ``global`` the function keeps as a
     "loaded" flag (``if KERNEL is None:``, ``if key not in CACHE:``, ``if _loaded != impl:``,
     an early ``return`` when set already): a lazy initialisation or a memo, which a second

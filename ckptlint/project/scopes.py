@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,6 +22,8 @@ ScopeKind = Literal["module", "class", "function"]
 Position = tuple[int, int]
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# The nodes a walk of a body starts from: its statements, or ``[lambda.body]``.
+Body = Sequence[ast.AST]
 
 
 @dataclass(frozen=True)

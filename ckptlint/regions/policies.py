@@ -139,7 +139,7 @@ def _returning_a_policy(evaluator: Evaluator, module: Module) -> Iterator[Functi
 
 def _returns_policy_member(evaluator: Evaluator, function: FunctionValue) -> bool:
     context = evaluator.bind(function, None)
-    for node in own_nodes(function.node.body):  # type: ignore[arg-type]
+    for node in own_nodes(function.node.body):
         if isinstance(node, ast.Return) and node.value is not None:
             for value in evaluator.evaluate(node.value, context):
                 if isinstance(value, External) and value.name.startswith(CHECKPOINT_POLICY + "."):

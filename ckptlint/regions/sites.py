@@ -15,21 +15,19 @@ on; a call of it is a site, its inner call only a delegation.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import (
     FUNCTIONS,
     Scope,
     nested_bodies,
-    node_position,
     statements_at,
     touches_lines,
 )
 from ckptlint.regions.custom import recompute_function
-from ckptlint.regions.sources import ReentrantArgument, RegionSource, SourceTable
+from ckptlint.regions.sources import RegionSource, SourceTable
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
 from ckptlint.resolution.values import (
     UNKNOWN,
@@ -46,6 +44,7 @@ from ckptlint.resolution.values import (
     Method,
     Parameter,
     PartialValue,
+    Value,
     Values,
     known,
 )
@@ -301,92 +300,6 @@ class SiteFinder:
                     found = found or _dict_item(value, name)
         return found
 
-    def decision(self, path: SourceCall, name: str = "use_reentrant") -> Decision:
-        """Which call decides what the source receives as ``name`` (a keyword-only
-        parameter, or ``checkpoint_sequential``'s 4th positional), and how; see Decision."""
-        wrappers = [wrapper.node for wrapper in path.wrappers]
-        arguments = path.arguments
-        level = len(wrappers)
-        flow = arguments.keywords.get(name)
-        if flow is None and path.source.reentrant is ReentrantArgument.FOURTH_POSITIONAL:
-            leading = arguments.positional[:4]
-            if any(f is None for f in leading):
-                return Decision("unknown", level, name)  # a *args may carry it
-            if len(leading) == 4:
-                flow = leading[3]
-        if flow is not None:
-            return _follow(flow, level, name, wrappers, self._stored_by_constructor)
-        if arguments.double_star:
-            return self._through_spread(arguments, level, name, wrappers)
-        if path.source.reentrant is ReentrantArgument.UNKNOWN and None in arguments.positional:
-            return Decision("unknown", level, name)  # a configured function: maybe in *args
-        return Decision("omitted", level, name)
-
-    def _stored_by_constructor(
-        self, expression: ast.Attribute, context: Context, wrappers: list[ast.AST]
-    ) -> tuple[Argument, int, str] | None:
-        """``self.use_reentrant`` in the ``forward`` of a wrapper class, stored once by its
-        ``__init__`` from a parameter: that parameter as the constructor call binds it,
-        with the level of that call and the parameter's name."""
-        receivers = self.evaluator.evaluate(expression.value, context)
-        instance = receivers[0] if len(receivers) == 1 else None
-        if not isinstance(instance, Instance) or not isinstance(instance.cls, ClassValue):
-            return None
-        if instance.call is None or instance.context is None:
-            return None
-        owners = [c for c in self.evaluator.mro(instance.cls) if isinstance(c, ClassValue)]
-        methods = {id(s) for owner in owners for s in owner.node.body}
-        level = next((i for i, w in enumerate(wrappers) if id(w) in methods), None)
-        stores = [
-            b
-            for owner in owners
-            for b in self.evaluator.instance_assignments(owner, expression.attr)
-        ]
-        if level is None or len(stores) != 1 or not isinstance(stores[0].value, ast.Name):
-            return None
-        store = stores[0]
-        method = store.scope.node
-        if (
-            not isinstance(method, FUNCTIONS)
-            or method.name != "__init__"
-            or store.scope.parent is None
-        ):
-            return None
-        parameters = store.scope.lookup(store.value.id, node_position(store.value))  # type: ignore[union-attr]
-        if len(parameters) != 1 or not isinstance(parameters[0].node, ast.arg):
-            return None
-        module = next(o.module for o in owners if any(s is method for s in o.node.body))
-        owner_context = Context(module, store.scope.parent)
-        initialiser = FunctionValue(method, owner_context, (instance,))
-        made = self.evaluator.bind(initialiser, Arguments.of(instance.call, instance.context))
-        argument = made.argument(parameters[0].node)
-        return None if argument is None else (argument, level, parameters[0].node.arg)
-
-    def _through_spread(
-        self, arguments: Arguments, level: int, name: str, wrappers: list[ast.AST]
-    ) -> Decision:
-        """``name`` looked for in what ``**`` spreads into a call: a wrapper's ``**kwargs``
-        holds its callers' keywords; anything else may hold it (unknown)."""
-        if not arguments.spread:
-            return Decision("unknown", level, name)
-        decisions = []
-        for expression, context in arguments.spread:
-            held = _keywords_parameter(expression, context, wrappers)
-            if held is None:
-                return Decision("unknown", level, name)
-            keywords, owner = held
-            flow = keywords.keyword(name)
-            if flow is not None:
-                decisions.append(_follow(flow, owner, name, wrappers, self._stored_by_constructor))
-            elif name in keywords.taken:
-                return Decision("given", owner, name)  # a named parameter takes it there
-            elif keywords.arguments.double_star:
-                decisions.append(self._through_spread(keywords.arguments, owner, name, wrappers))
-            else:
-                decisions.append(Decision("omitted", owner, name))
-        decided = [d for d in decisions if d.state in ("given", "unknown")]
-        return decided[0] if decided else min(decisions, key=lambda d: d.level)
-
     def source_of(self, value: object) -> RegionSource | None:
         """The table row a value is, by its qualified name; for ``C.apply`` of a project's
         own ``torch.autograd.Function`` that recomputes, the row it makes (memoised)."""
@@ -454,7 +367,7 @@ class SiteFinder:
                 stack.extend(self._called_values(value))
         return False
 
-    def _called_values(self, function: FunctionValue) -> Iterator[object]:
+    def _called_values(self, function: FunctionValue) -> Iterator[Value]:
         """What a closure calls (its own parameters are its caller's business, not ours)."""
         context = self.evaluator.bind(function, None)
         body = function.node.body
@@ -625,7 +538,7 @@ class SiteFinder:
         instances = [
             Instance(cls, exact=False) for cls in classes if isinstance(cls, (ClassValue, External))
         ]
-        return tuple(dict.fromkeys(instances)) or (UNKNOWN,)  # type: ignore[return-value]
+        return tuple(dict.fromkeys(instances)) or (UNKNOWN,)
 
     def _isinstance_types(self, function: FunctionValue) -> Iterator[object]:
         context = self.evaluator.bind(function, None)
@@ -662,82 +575,6 @@ class SiteFinder:
                     for v in self.evaluator.iterate((value,))
                     if isinstance(v, (ClassValue, External))
                 )
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Who decides the value a source receives for a keyword, seen from a site.
-
-    ``level`` is the call that decides it: 0 the site's own call, ``i`` the call written in
-    the ``i``-th wrapper of the path (the source call itself is at ``len(wrappers)``).
-    ``state``: ``given`` a value other than a literal None is passed; ``none`` a literal
-    ``None`` (``written``) is; ``omitted`` the call at ``level`` leaves it out, and would
-    pass it as ``keyword`` (the parameter of the wrapper it calls that carries it on);
-    ``unknown`` a ``*args`` or a ``**mapping`` the analysis cannot see may carry it.
-    """
-
-    state: Literal["given", "none", "omitted", "unknown"]
-    level: int
-    keyword: str
-    written: ast.expr | None = None
-
-
-Through = Callable[[ast.Attribute, Context, list[ast.AST]], tuple[Argument, int, str] | None]
-
-
-def _follow(
-    flow: Flow, level: int, keyword: str, wrappers: list[ast.AST], through: Through
-) -> Decision:
-    """Follow a value through the wrappers' parameters it is passed on by (and the
-    attributes a wrapper class stores them in, ``through``), to the call that writes it or
-    leaves it to a parameter's default."""
-    expression, context = flow
-    while True:
-        if isinstance(expression, ast.Constant) and expression.value is None:
-            return Decision("none", level, keyword, expression)
-        if context is None:
-            return Decision("given", level, keyword)
-        if isinstance(expression, ast.Attribute):
-            found = through(expression, context, wrappers)
-            if found is None:
-                return Decision("given", level, keyword)
-            argument, level, keyword = found
-        elif isinstance(expression, ast.Name):
-            bindings = context.scope.lookup(expression.id, node_position(expression))
-            if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
-                return Decision("given", level, keyword)
-            parameter, owner = bindings[0].node, bindings[0].scope.node
-            bound = context.argument(parameter)
-            if bound is None or owner not in wrappers:
-                return Decision("given", level, keyword)  # decided where the wrapper is made
-            argument, level, keyword = bound, wrappers.index(owner), parameter.arg
-        else:
-            return Decision("given", level, keyword)
-        if argument.expression is None:
-            return Decision("given", level, keyword)
-        if argument.default:
-            if isinstance(argument.expression, ast.Constant) and argument.expression.value is None:
-                return Decision("omitted", level, keyword)
-            return Decision("given", level, keyword)
-        expression, context = argument.expression, argument.context
-
-
-def _keywords_parameter(
-    expression: ast.expr, context: Context, wrappers: list[ast.AST]
-) -> tuple[CallKeywords, int] | None:
-    """The keywords a wrapper's ``**kwargs`` parameter holds, and the level of the call that
-    passed them; None when ``expression`` is not such a parameter."""
-    if not isinstance(expression, ast.Name):
-        return None
-    bindings = context.scope.lookup(expression.id, node_position(expression))
-    if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
-        return None
-    owner = bindings[0].scope.node
-    argument = context.argument(bindings[0].node)
-    if argument is None or owner not in wrappers:
-        return None
-    held = [v for v in argument.values if isinstance(v, CallKeywords)]
-    return (held[0], wrappers.index(owner)) if held else None
 
 
 def _dict_item(mapping: Mapping, key: str) -> Flow | None:
@@ -798,7 +635,7 @@ def qualified_name(value: FunctionValue | ClassValue) -> str:
 
 
 def _enclosing_functions(scope: Scope | None) -> list[ast.AST]:
-    owners = []
+    owners: list[ast.AST] = []
     while scope is not None:
         if isinstance(scope.node, FUNCTIONS):
             owners.append(scope.node)

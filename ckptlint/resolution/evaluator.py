@@ -16,6 +16,7 @@ import ast
 import builtins
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from typing import TypeGuard
 
 from packaging.version import Version
 
@@ -23,6 +24,7 @@ from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import (
     FUNCTIONS,
     Binding,
+    Body,
     Scope,
     body_containing,
     fold,
@@ -179,7 +181,7 @@ class Evaluator:
             if self._cuts[-1] is None:
                 self._cuts[-1] = {what}
             else:
-                self._cuts[-1].add(what)  # type: ignore[union-attr]
+                self._cuts[-1].add(what)
 
     def call_result(self, callee: Values, call: ast.Call, context: Context) -> Values:
         return unique(v for value in callee for v in self._call(value, call, context)) or (UNKNOWN,)
@@ -972,7 +974,7 @@ class Evaluator:
             return
         cls = ClassValue(owner.node, context.at(owner.parent))  # type: ignore[arg-type]
         self_parameter = _first_parameter(scope.node)
-        instance = (UNKNOWN,)
+        instance: Values = (UNKNOWN,)
         if self_parameter is not None:
             binding = scope.bindings[self_parameter.arg][0]
             instance = self._parameter(self_parameter, binding, context.at(scope))
@@ -1080,7 +1082,7 @@ class Evaluator:
         scope = context.module.scopes.function_scope(node) or context.module.scopes.build_nested(
             node, context.scope
         )
-        return self.evaluate(node.elt, context.at(scope))  # type: ignore[union-attr]
+        return self.evaluate(node.elt, context.at(scope))
 
     def _container_values(self, value: Value) -> Values:
         """The modules (or values) a torch container or a mapping holds, also those added
@@ -1157,7 +1159,7 @@ class Evaluator:
             arguments, keywords = _arguments(value.call)
             if not arguments:
                 if isinstance(key, Constant) and key.value in keywords:
-                    return self.evaluate(keywords[key.value], value.context)  # type: ignore[index]
+                    return self.evaluate(keywords[key.value], value.context)
                 return self._container_values(value)
             mappings = self.evaluate(arguments[0], value.context)
             return unique(v for m in mappings for v in self._mapping_item(m, key)) or (UNKNOWN,)
@@ -1171,7 +1173,7 @@ class Evaluator:
             elif isinstance(node, ast.Call):
                 _, keywords = _arguments(node)
                 if key.value in keywords:
-                    return self.evaluate(keywords[key.value], context)  # type: ignore[index]
+                    return self.evaluate(keywords[key.value], context)
         return self._mapping_values(node, context)
 
     def _subscript(self, node: ast.Subscript, context: Context) -> Iterator[Value]:
@@ -1282,10 +1284,12 @@ def _item(value: Value, index: int, evaluator: Evaluator) -> Values:
 
 def _bind_method(function: FunctionValue, instance: Instance | None, owner: ClassValue) -> Value:
     decorators = {_decorator_name(d) for d in function.node.decorator_list}  # type: ignore[union-attr]
-    if "staticmethod" in decorators or instance is None and "classmethod" not in decorators:
+    if "staticmethod" in decorators:
         return function
     if "classmethod" in decorators:
         return FunctionValue(function.node, function.context, (owner,))
+    if instance is None:
+        return function
     return FunctionValue(function.node, function.context, (instance,))
 
 
@@ -1348,7 +1352,7 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")
 
 
-def _refers_to(node: ast.AST, name: str) -> bool:
+def _refers_to(node: ast.AST, name: str) -> TypeGuard[ast.Name | ast.Attribute]:
     return (isinstance(node, ast.Name) and node.id == name) or (
         isinstance(node, ast.Attribute) and node.attr == name
     )
@@ -1486,7 +1490,7 @@ def _called_name(callee: Value) -> str:
     return ""
 
 
-def own_nodes(statements: list | ast.expr) -> tuple[ast.AST, ...]:
+def own_nodes(statements: Body | ast.expr) -> tuple[ast.AST, ...]:
     """Nodes of a body (a lambda's: its expression), not descending into nested definitions
     (their code runs only if called) but including their defaults and decorators.
 
@@ -1498,7 +1502,9 @@ def own_nodes(statements: list | ast.expr) -> tuple[ast.AST, ...]:
     if found is not None and found[0] is statements:
         return found[1]
     nodes = []
-    stack = [statements] if isinstance(statements, ast.expr) else list(reversed(statements))
+    stack: list[ast.AST] = (
+        [statements] if isinstance(statements, ast.expr) else list(reversed(statements))
+    )
     while stack:
         node = stack.pop()
         nodes.append(node)
@@ -1508,7 +1514,7 @@ def own_nodes(statements: list | ast.expr) -> tuple[ast.AST, ...]:
     return result
 
 
-_OWN_NODES: dict[int, tuple[list | ast.expr, tuple[ast.AST, ...]]] = {}
+_OWN_NODES: dict[int, tuple[Body | ast.expr, tuple[ast.AST, ...]]] = {}
 
 
 def children_run_here(node: ast.AST) -> list[ast.AST]:

@@ -8,6 +8,7 @@ others, so "any branch" and "exactly one" are decisions of the caller (see ``eva
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -23,7 +24,7 @@ def _cached_hash(cls: type[_T]) -> type[_T]:
     compute each hash once, not on every dictionary lookup."""
     compute = cls.__hash__
 
-    def __hash__(self) -> int:  # noqa: N807
+    def __hash__(self: object) -> int:  # noqa: N807
         cached = self.__dict__.get("_hash")
         if cached is None:
             cached = compute(self)
@@ -316,7 +317,7 @@ Value = (
 Values = tuple[Value, ...]
 
 
-def unique(values) -> Values:
+def unique(values: Iterable[Value]) -> Values:
     """Deduplicate, keeping first-seen (source) order so results never depend on hashing."""
     seen: dict = {}
     for value in values:
@@ -327,8 +328,3 @@ def unique(values) -> Values:
 def known(values: Values) -> Values:
     """The values the analysis can see ("any branch" policy)."""
     return tuple(v for v in values if v is not UNKNOWN)
-
-
-def single(values: Values) -> Value | None:
-    """The value when exactly one, known, is possible ("exactly one" policy)."""
-    return values[0] if len(values) == 1 and values[0] is not UNKNOWN else None

@@ -57,7 +57,7 @@ def helper_test(name: str, arguments: list[object]) -> VersionRange | None:
     version = parse_version(arguments[0]) if arguments else None
     if version is None or operator not in _OPERATORS:
         return None
-    return VersionRange.compared(operator, version)  # type: ignore[arg-type]
+    return VersionRange.compared(operator, version)
 
 
 # A point between versions: (v, 0) just below v, (v, 1) just above it; None is the end.

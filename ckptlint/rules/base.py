@@ -1,5 +1,26 @@
-"""What a rule is (a code, a message, an explanation and its own examples), and the file it
-checks with the project analysis it may ask about that file."""
+"""The surface a rule is written against: everything a rule file imports from ckptlint.
+
+A rule sees three things, and nothing else of the linter:
+
+- **the file it checks**, as a ``FileContext``: the parsed ``module`` (its tree, text, lines
+  and scopes), and ``finding()`` to report a node with flake8's columns;
+- **the project analysis**, ``context.analysis`` (``ProjectAnalysis``): the region sites of
+  a module and the values each region runs (``sites``, ``region``, ``effective_paths``,
+  ``reentrancy``, ``holds_parameters``), what a region reaches (``reach``, ``near_reach``,
+  ``reach_of``, ``changes_of``), the selective-checkpoint ``policies``, and the evaluator's
+  answers (``evaluate``, ``member``, ``iterate``, ``bind``, ``scope_of``, ``binding_values``,
+  ``mro``, ``instance_assignments``, ``versions_at``, ``calls_at``, ``paths``, ``keyword``,
+  ``nodes_with_scopes``). Its ``evaluator``, ``finder``, ``reaches`` and ``changes`` are
+  the machinery behind those answers, not for rules;
+- **the names re-exported below**: the values the analysis answers with, the region, policy
+  and effect records, the syntax helpers the layers share, what torch's names mean, and the
+  findings and fixes a rule returns.
+
+So a rule file imports from ckptlint only this module (``tests/test_rule_surface.py``
+enforces it). Knowledge only one rule needs lives in that rule's file; a query or record a
+second rule needs moves down into its layer (project -> resolution -> regions -> effects)
+and is re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +30,135 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Applicability, Finding, Fix
+from ckptlint.core import AddKeyword, Applicability, Finding, Fix, ReplaceText
+from ckptlint.effects.reach import (
+    GlobalWrite,
+    Location,
+    Reach,
+    assigned_targets,
+    header_nodes,
+    root_name,
+)
 from ckptlint.project.index import Module
+from ckptlint.project.scopes import (
+    COMPREHENSIONS,
+    FUNCTIONS,
+    Binding,
+    Scope,
+    nested_bodies,
+    node_position,
+    statements_at,
+)
+from ckptlint.regions.policies import CHECKPOINT_POLICY, Policy
+from ckptlint.regions.sites import Site, SourceCall, callee_label
+from ckptlint.regions.sources import (
+    CHECKPOINT,
+    CHECKPOINT_SEQUENTIAL,
+    CHECKPOINT_WRAPPER,
+    ReentrantArgument,
+)
+from ckptlint.regions.steps import Loop, loops_around, runs_backward
+from ckptlint.resolution.evaluator import PARTIAL, own_nodes
+from ckptlint.resolution.values import (
+    UNKNOWN,
+    Argument,
+    Arguments,
+    CallKeywords,
+    ClassValue,
+    Constant,
+    Context,
+    Elements,
+    External,
+    Flow,
+    FunctionValue,
+    Instance,
+    Mapping,
+    Parameter,
+    PartialValue,
+    Sequence,
+    Value,
+    Values,
+    known,
+)
+from ckptlint.resolution.versions import VersionRange
+from ckptlint.torch_catalogue import (
+    MUTATING_METHODS,
+    SEQUENTIAL_CONTAINERS,
+    canonical,
+    is_torch_module_class,
+    short_name,
+)
+
+__all__ = [
+    # the file and the rule
+    "FileContext",
+    "Rule",
+    "Module",
+    # the project analysis
+    "ProjectAnalysis",
+    # values the analysis answers with (resolution.values, resolution.versions)
+    "UNKNOWN",
+    "Argument",
+    "Arguments",
+    "CallKeywords",
+    "ClassValue",
+    "Constant",
+    "Context",
+    "Elements",
+    "External",
+    "Flow",
+    "FunctionValue",
+    "Instance",
+    "Mapping",
+    "Parameter",
+    "PartialValue",
+    "Sequence",
+    "Value",
+    "Values",
+    "VersionRange",
+    "known",
+    # regions: sites, their source calls, the sources' names, policies, training steps
+    "Site",
+    "SourceCall",
+    "ReentrantArgument",
+    "CHECKPOINT",
+    "CHECKPOINT_SEQUENTIAL",
+    "CHECKPOINT_WRAPPER",
+    "CHECKPOINT_POLICY",
+    "PARTIAL",
+    "Policy",
+    "Loop",
+    "loops_around",
+    "runs_backward",
+    # effects: what a region reaches
+    "GlobalWrite",
+    "Location",
+    "Reach",
+    # syntax helpers the layers share
+    "Binding",
+    "Scope",
+    "COMPREHENSIONS",
+    "FUNCTIONS",
+    "assigned_targets",
+    "callee_label",
+    "header_nodes",
+    "nested_bodies",
+    "node_position",
+    "own_nodes",
+    "root_name",
+    "statements_at",
+    # what torch's names mean
+    "MUTATING_METHODS",
+    "SEQUENTIAL_CONTAINERS",
+    "canonical",
+    "is_torch_module_class",
+    "short_name",
+    # what a rule returns
+    "AddKeyword",
+    "Finding",
+    "Fix",
+    "ReplaceText",
+]
 
 
 class FileContext:

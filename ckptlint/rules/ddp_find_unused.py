@@ -5,23 +5,23 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import Location
-from ckptlint.project.index import Module
-from ckptlint.project.scopes import statements_at
-from ckptlint.regions.calls import calls_at
-from ckptlint.regions.sites import Site
-from ckptlint.resolution.values import (
+from ckptlint.rules.base import (
     ClassValue,
     Constant,
     Context,
     External,
+    FileContext,
+    Finding,
     Instance,
+    Location,
+    Module,
+    ProjectAnalysis,
+    Rule,
+    Site,
     Values,
     known,
+    statements_at,
 )
-from ckptlint.rules.base import FileContext, Rule
 
 DDP = frozenset(
     {
@@ -105,7 +105,7 @@ def build(rank):
         module = context.module
         seen: set[int] = set()
         for line in module.lines_naming("find_unused_parameters"):
-            for call, where in calls_at(analysis.evaluator, module, line):
+            for call, where in analysis.calls_at(module, line):
                 if id(call) in seen or not _builds_ddp_finding_unused(analysis, call, where):
                     continue
                 seen.add(id(call))
@@ -134,7 +134,7 @@ def _model_values(
 ) -> Values:
     """What the model argument may be. In ``model = DDP(model, ...)`` the name is the one
     bound before that statement (a lookup at the argument would find the DDP itself)."""
-    values = known(analysis.evaluator.evaluate(model, where))
+    values = known(analysis.evaluate(model, where))
     if not isinstance(model, ast.Name) or not any(
         isinstance(v, Instance) and v.call is call for v in values
     ):
@@ -142,11 +142,11 @@ def _model_values(
     statement = statements_at(where.module.tree.body, call.lineno)[-1]
     bindings = where.scope.lookup(model.id, (statement.lineno, statement.col_offset))
     earlier = [b for b in bindings if b.position < (statement.lineno, statement.col_offset)]
-    return known(tuple(v for b in earlier for v in analysis.evaluator.binding_values(b, where)))
+    return known(tuple(v for b in earlier for v in analysis.binding_values(b, where)))
 
 
 def _builds_ddp_finding_unused(analysis: ProjectAnalysis, call: ast.Call, where: Context) -> bool:
-    callee = analysis.evaluator.evaluate(call.func, where)
+    callee = analysis.evaluate(call.func, where)
     if not any(isinstance(v, External) and v.name in DDP for v in callee):
         return False
     return _is_true(analysis, call, "find_unused_parameters", where) and not _is_true(
@@ -158,7 +158,7 @@ def _is_true(analysis: ProjectAnalysis, call: ast.Call, keyword: str, where: Con
     value = _keyword(call, keyword)
     if value is None:
         return False
-    values = analysis.evaluator.evaluate(value, where)
+    values = analysis.evaluate(value, where)
     return all(isinstance(v, Constant) and v.value is True for v in values)
 
 
@@ -168,7 +168,7 @@ def _keyword(call: ast.Call, name: str) -> ast.expr | None:
 
 def _reentrant_regions(analysis: ProjectAnalysis, classes: list[ClassValue]) -> list[Site]:
     """The reentrant regions with parameters that the models' code makes."""
-    reach = analysis.reaches.reach(tuple(Instance(cls, exact=False) for cls in classes))
+    reach = analysis.reach_of(tuple(Instance(cls, exact=False) for cls in classes))
     found: dict[int, Site] = {}
     for function in reach.functions:
         node = function.node

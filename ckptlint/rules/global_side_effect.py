@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.core import Finding
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    FileContext,
+    Finding,
+    Rule,
+)
 
 
 class GlobalSideEffect(Rule):

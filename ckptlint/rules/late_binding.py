@@ -6,19 +6,25 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import MUTATING_METHODS, assigned_targets, header_nodes
-from ckptlint.project.scopes import (
+from ckptlint.rules.base import (
     COMPREHENSIONS,
+    MUTATING_METHODS,
     Binding,
+    FileContext,
+    Finding,
+    FunctionValue,
+    Loop,
+    PartialValue,
+    ProjectAnalysis,
+    Rule,
     Scope,
+    Values,
+    assigned_targets,
+    callee_label,
+    header_nodes,
+    loops_around,
     nested_bodies,
-    statements_at,
 )
-from ckptlint.regions.sites import callee_label
-from ckptlint.resolution.values import FunctionValue, PartialValue, Values
-from ckptlint.rules.base import FileContext, Rule
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,7 @@ def late_bindings(
     ``call``, rebinds them or changes what it reads of them: each once, where first read."""
     body = function.node.body
     statements = [body] if isinstance(body, ast.expr) else body
-    own_scope = analysis.evaluator.scope_of(function)
+    own_scope = analysis.scope_of(function)
     bound = {id(parameter) for parameter, _ in function.context.env}
     parents = {
         id(child): parent
@@ -171,7 +177,7 @@ def late_bindings(
         for child in ast.iter_child_nodes(parent)
     }
     found: dict[str, ClosureRead] = {}
-    for node, scope in analysis.reaches.nodes_with_scopes(statements, own_scope, function.module):
+    for node, scope in analysis.nodes_with_scopes(statements, own_scope, function.module):
         if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
             continue
         if node.id in found:
@@ -194,13 +200,13 @@ def late_bindings(
     return list(found.values())
 
 
-def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
+def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.expr | ast.stmt | None:
     """The innermost loop of ``owner`` around ``call`` that rebinds ``name`` to values that
     may differ between iterations, and does not also run the backward."""
     if isinstance(owner.node, COMPREHENSIONS):
         inside = owner.node.lineno <= call.lineno <= (owner.node.end_lineno or 0)
         return owner.node if inside else None
-    for statement in _loops_around(owner, call):
+    for statement in loops_around(owner.node, call):
         end = statement.end_lineno or statement.lineno
         rebound = [
             binding
@@ -210,17 +216,6 @@ def _rebinding_loop(owner: Scope, name: str, call: ast.Call) -> ast.AST | None:
         if rebound and not _same_constant_first(rebound, call) and not _runs_backward(statement):
             return statement
     return None
-
-
-def _loops_around(owner: Scope, call: ast.Call) -> Iterator[ast.For | ast.AsyncFor | ast.While]:
-    """The loops of a function's body whose body holds ``call``, innermost first."""
-    if not isinstance(owner.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return
-    for statement in reversed(statements_at(owner.node.body, call.lineno)):
-        if not isinstance(statement, (ast.For, ast.AsyncFor, ast.While)):
-            continue
-        if statement.body and statement.body[0].lineno <= call.lineno:  # not in the header
-            yield statement
 
 
 # The part of an object a read or a change touches: ("attr", name), ("key", constant or None
@@ -252,7 +247,7 @@ def _changing_loop(owner: Scope, name: str, read: Part, call: ast.Call) -> tuple
     place, the part of ``name`` the region reads, to a value computed from names the loop
     binds (a value that cannot differ between iterations changes nothing the recompute
     sees); None when there is none or the loop also runs the backward."""
-    for statement in _loops_around(owner, call):
+    for statement in loops_around(owner.node, call):
         end = statement.end_lineno or statement.lineno
         varying = {
             other
@@ -265,17 +260,18 @@ def _changing_loop(owner: Scope, name: str, read: Part, call: ast.Call) -> tuple
     return None
 
 
-def _in_place_changes(loop: ast.AST, name: str) -> Iterator[tuple[Part, ast.AST | None, int]]:
+def _in_place_changes(loop: Loop, name: str) -> Iterator[tuple[Part, ast.AST | None, int]]:
     """(part changed, the value or call that changes it, line) for ``name[k] = v``,
     ``name.a = v``, ``del name[k]`` and ``name.update(...)``-style calls in the loop's body,
     outside nested definitions. The value is None where the change builds on the part's own
     previous state (``name[k] += 1``, ``del``): it differs between iterations by itself."""
     for statement in _statements_run_in(loop):
-        cumulative = isinstance(statement, (ast.AugAssign, ast.Delete))
         for target in assigned_targets(statement):
             part = _part_of_target(target, name)
-            if part is not None:
-                value = None if cumulative else statement.value
+            if part is not None:  # ``+=`` and ``del`` build on the part's previous state
+                value = (
+                    statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
+                )
                 yield part, value, statement.lineno
         for node in header_nodes(statement):
             if (
@@ -291,13 +287,14 @@ def _in_place_changes(loop: ast.AST, name: str) -> Iterator[tuple[Part, ast.AST 
 def _part_of_target(target: ast.expr, name: str) -> Part | None:
     """The part of ``name`` a target expression (``name[k].x``) lands in, None when it is
     not rooted at ``name`` itself."""
-    outer = None
+    outer: ast.Attribute | ast.Subscript | None = None
+    root: ast.Name | None = None
     while isinstance(target, (ast.Attribute, ast.Subscript)):
         if isinstance(target.value, ast.Name):
-            outer = target
+            outer, root = target, target.value
             break
         target = target.value
-    if outer is None or outer.value.id != name:
+    if outer is None or root is None or root.id != name:
         return None
     if isinstance(outer, ast.Attribute):
         return ("attr", outer.attr)
@@ -316,7 +313,7 @@ def _uses_any(value: ast.AST, names: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(value))
 
 
-def _statements_run_in(loop: ast.AST) -> Iterator[ast.stmt]:
+def _statements_run_in(loop: Loop) -> Iterator[ast.stmt]:
     """Statements of a loop's body (nested blocks included), not of nested definitions."""
     stack = list(reversed(loop.body))
     while stack:
@@ -347,7 +344,8 @@ def _same_constant_first(bindings: list[Binding], call: ast.Call) -> bool:
 
 
 def _runs_backward(loop: ast.AST) -> bool:
-    """``loss.backward()`` or ``torch.autograd.grad(...)`` inside the loop."""
+    """``loss.backward()`` or ``torch.autograd.grad(...)`` inside the loop (narrower than
+    ``regions.steps.runs_backward``: an ``optimizer.zero_grad()`` alone does not count)."""
     for node in ast.walk(loop):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr == "backward":

@@ -3,15 +3,40 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from packaging.version import Version
 
-from ckptlint.core import AddKeyword, Finding, Fix, ReplaceText
-from ckptlint.regions.sites import Decision, SourceCall, callee_label
-from ckptlint.resolution.values import Arguments, PartialValue
-from ckptlint.resolution.versions import VersionRange
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    FUNCTIONS,
+    PARTIAL,
+    AddKeyword,
+    Argument,
+    Arguments,
+    CallKeywords,
+    ClassValue,
+    Context,
+    External,
+    FileContext,
+    Finding,
+    Fix,
+    Flow,
+    FunctionValue,
+    Instance,
+    Module,
+    PartialValue,
+    ProjectAnalysis,
+    ReentrantArgument,
+    ReplaceText,
+    Rule,
+    Site,
+    SourceCall,
+    VersionRange,
+    callee_label,
+    node_position,
+)
 
 
 class MissingUseReentrant(Rule):
@@ -64,10 +89,10 @@ def forward(self, x):
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         module = context.module
-        finder = context.analysis.finder
-        regions = context.analysis.regions_of(module)
+        analysis = context.analysis
+        sites = analysis.sites(module)
         consumed: set[int] = set()
-        for site in regions.sites:
+        for site in sites:
             paths = [p for p in site.paths if p.source.reentrant is not None]
             for path in paths:
                 consumed.update(id(partial.call) for partial in path.partials)
@@ -82,15 +107,14 @@ def forward(self, x):
             failing = _decided_here(context, paths, site.torch)
             if failing is not None:
                 yield self._finding(context, site.node, *failing)
-        for creation in regions.partials:
-            consumed.update(id(inner.call) for inner in _inner_partials(creation.value))
-        for creation in regions.partials:
-            partial = creation.value
+        made = list(_partials_made(analysis, module, sites))
+        for partial, _ in made:
+            consumed.update(id(inner.call) for inner in _inner_partials(partial))
+        for partial, paths in made:
             if id(partial.call) in consumed:
                 continue
-            paths = finder.paths((partial,), _no_arguments(partial.call))
             paths = [p for p in paths if p.source.reentrant is not None]
-            torch = context.analysis.evaluator.versions_at(module, partial.call)
+            torch = analysis.versions_at(module, partial.call)
             failing = _decided_here(context, paths, torch)
             if failing is not None:
                 yield self._finding(context, partial.call, *failing, made=True)
@@ -161,18 +185,204 @@ def _decided_here(
     or runs only on a torch without ``use_reentrant`` (a branch for older releases)."""
     analysis = context.analysis
     for path in paths:
-        decision = analysis.finder.decision(path)
+        decision = _decision(analysis, path)
         if decision.level != 0 or decision.state not in ("none", "omitted"):
             continue
         versions = torch
         if path.wrappers:  # the source call itself may sit in a branch of the wrapper
             inner = path.wrappers[-1].module
-            versions = versions.intersect(analysis.evaluator.versions_at(inner, path.call))
+            versions = versions.intersect(analysis.versions_at(inner, path.call))
         since = path.source.reentrant_since
         if since is not None and versions.below(Version(since)):
             continue
         return path, decision, versions
     return None
+
+
+# -- who decides use_reentrant -------------------------------------------------------------
+@dataclass(frozen=True)
+class Decision:
+    """Who decides the value a source receives for a keyword, seen from a site.
+
+    ``level`` is the call that decides it: 0 the site's own call, ``i`` the call written in
+    the ``i``-th wrapper of the path (the source call itself is at ``len(wrappers)``).
+    ``state``: ``given`` a value other than a literal None is passed; ``none`` a literal
+    ``None`` (``written``) is; ``omitted`` the call at ``level`` leaves it out, and would
+    pass it as ``keyword`` (the parameter of the wrapper it calls that carries it on);
+    ``unknown`` a ``*args`` or a ``**mapping`` the analysis cannot see may carry it.
+    """
+
+    state: Literal["given", "none", "omitted", "unknown"]
+    level: int
+    keyword: str
+    written: ast.expr | None = None
+
+
+def _decision(analysis: ProjectAnalysis, path: SourceCall) -> Decision:
+    """Which call decides what the source receives as ``use_reentrant`` (a keyword-only
+    parameter, or ``checkpoint_sequential``'s 4th positional), and how; see Decision."""
+    name = "use_reentrant"
+    wrappers = [wrapper.node for wrapper in path.wrappers]
+    arguments = path.arguments
+    level = len(wrappers)
+    flow = arguments.keywords.get(name)
+    if flow is None and path.source.reentrant is ReentrantArgument.FOURTH_POSITIONAL:
+        leading = arguments.positional[:4]
+        if any(f is None for f in leading):
+            return Decision("unknown", level, name)  # a *args may carry it
+        if len(leading) == 4:
+            flow = leading[3]
+    if flow is not None:
+        return _follow(analysis, flow, level, name, wrappers)
+    if arguments.double_star:
+        return _through_spread(analysis, arguments, level, name, wrappers)
+    if path.source.reentrant is ReentrantArgument.UNKNOWN and None in arguments.positional:
+        return Decision("unknown", level, name)  # a configured function: maybe in *args
+    return Decision("omitted", level, name)
+
+
+def _follow(
+    analysis: ProjectAnalysis, flow: Flow, level: int, keyword: str, wrappers: Sequence[ast.AST]
+) -> Decision:
+    """Follow a value through the wrappers' parameters it is passed on by (and the
+    attributes a wrapper class stores them in), to the call that writes it or leaves it to a
+    parameter's default."""
+    context: Context | None
+    expression, context = flow
+    while True:
+        if isinstance(expression, ast.Constant) and expression.value is None:
+            return Decision("none", level, keyword, expression)
+        if context is None:
+            return Decision("given", level, keyword)
+        if isinstance(expression, ast.Attribute):
+            found = _stored_by_constructor(analysis, expression, context, wrappers)
+            if found is None:
+                return Decision("given", level, keyword)
+            argument, level, keyword = found
+        elif isinstance(expression, ast.Name):
+            bindings = context.scope.lookup(expression.id, node_position(expression))
+            if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+                return Decision("given", level, keyword)
+            parameter, owner = bindings[0].node, bindings[0].scope.node
+            bound = context.argument(parameter)
+            if bound is None or owner not in wrappers:
+                return Decision("given", level, keyword)  # decided where the wrapper is made
+            argument, level, keyword = bound, wrappers.index(owner), parameter.arg
+        else:
+            return Decision("given", level, keyword)
+        if argument.expression is None:
+            return Decision("given", level, keyword)
+        if argument.default:
+            if isinstance(argument.expression, ast.Constant) and argument.expression.value is None:
+                return Decision("omitted", level, keyword)
+            return Decision("given", level, keyword)
+        expression, context = argument.expression, argument.context
+
+
+def _keywords_parameter(
+    expression: ast.expr, context: Context, wrappers: Sequence[ast.AST]
+) -> tuple[CallKeywords, int] | None:
+    """The keywords a wrapper's ``**kwargs`` parameter holds, and the level of the call that
+    passed them; None when ``expression`` is not such a parameter."""
+    if not isinstance(expression, ast.Name):
+        return None
+    bindings = context.scope.lookup(expression.id, node_position(expression))
+    if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
+        return None
+    owner = bindings[0].scope.node
+    argument = context.argument(bindings[0].node)
+    if argument is None or owner not in wrappers:
+        return None
+    held = [v for v in argument.values if isinstance(v, CallKeywords)]
+    return (held[0], wrappers.index(owner)) if held else None
+
+
+def _stored_by_constructor(
+    analysis: ProjectAnalysis,
+    expression: ast.Attribute,
+    context: Context,
+    wrappers: Sequence[ast.AST],
+) -> tuple[Argument, int, str] | None:
+    """``self.use_reentrant`` in the ``forward`` of a wrapper class, stored once by its
+    ``__init__`` from a parameter: that parameter as the constructor call binds it,
+    with the level of that call and the parameter's name."""
+    receivers = analysis.evaluate(expression.value, context)
+    instance = receivers[0] if len(receivers) == 1 else None
+    if not isinstance(instance, Instance) or not isinstance(instance.cls, ClassValue):
+        return None
+    if instance.call is None or instance.context is None:
+        return None
+    owners = [c for c in analysis.mro(instance.cls) if isinstance(c, ClassValue)]
+    methods = {id(s) for owner in owners for s in owner.node.body}
+    level = next((i for i, w in enumerate(wrappers) if id(w) in methods), None)
+    stores = [b for owner in owners for b in analysis.instance_assignments(owner, expression.attr)]
+    if level is None or len(stores) != 1:
+        return None
+    store = stores[0]
+    stored, method = store.value, store.scope.node
+    if not isinstance(stored, ast.Name) or not isinstance(method, FUNCTIONS):
+        return None
+    if method.name != "__init__" or store.scope.parent is None:
+        return None
+    parameters = store.scope.lookup(stored.id, node_position(stored))
+    if len(parameters) != 1 or not isinstance(parameters[0].node, ast.arg):
+        return None
+    module = next(o.module for o in owners if any(s is method for s in o.node.body))
+    owner_context = Context(module, store.scope.parent)
+    initialiser = FunctionValue(method, owner_context, (instance,))
+    made = analysis.bind(initialiser, Arguments.of(instance.call, instance.context))
+    argument = made.argument(parameters[0].node)
+    return None if argument is None else (argument, level, parameters[0].node.arg)
+
+
+def _through_spread(
+    analysis: ProjectAnalysis,
+    arguments: Arguments,
+    level: int,
+    name: str,
+    wrappers: Sequence[ast.AST],
+) -> Decision:
+    """``name`` looked for in what ``**`` spreads into a call: a wrapper's ``**kwargs``
+    holds its callers' keywords; anything else may hold it (unknown)."""
+    if not arguments.spread:
+        return Decision("unknown", level, name)
+    decisions = []
+    for expression, context in arguments.spread:
+        held = _keywords_parameter(expression, context, wrappers)
+        if held is None:
+            return Decision("unknown", level, name)
+        keywords, owner = held
+        flow = keywords.keyword(name)
+        if flow is not None:
+            decisions.append(_follow(analysis, flow, owner, name, wrappers))
+        elif name in keywords.taken:
+            return Decision("given", owner, name)  # a named parameter takes it there
+        elif keywords.arguments.double_star:
+            decisions.append(_through_spread(analysis, keywords.arguments, owner, name, wrappers))
+        else:
+            decisions.append(Decision("omitted", owner, name))
+    decided = [d for d in decisions if d.state in ("given", "unknown")]
+    return decided[0] if decided else min(decisions, key=lambda d: d.level)
+
+
+def _partials_made(
+    analysis: ProjectAnalysis, module: Module, sites: list[Site]
+) -> Iterator[tuple[PartialValue, list[SourceCall]]]:
+    """``functools.partial(<source>, ...)`` written in the module outside its sites, with the
+    source calls that calling the partial makes."""
+    site_calls = {id(site.node) for site in sites}
+    for call in module.scopes.calls:
+        if id(call) in site_calls:
+            continue
+        context = Context(module, module.scopes.scope_of(call))
+        callee = analysis.evaluate(call.func, context)
+        if not any(isinstance(v, External) and v.name == PARTIAL for v in callee):
+            continue
+        for value in analysis.evaluate(call, context):
+            if isinstance(value, PartialValue):
+                paths = analysis.paths((value,), _no_arguments(value.call))
+                if paths:
+                    yield value, paths
 
 
 def _inner_partials(partial: PartialValue) -> Iterator[PartialValue]:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.core import Finding
-from ckptlint.effects.reach import GlobalWrite, Reach
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    FileContext,
+    Finding,
+    GlobalWrite,
+    Reach,
+    Rule,
+)
 
 
 class MutableGlobalRead(Rule):
@@ -92,7 +96,7 @@ def forward(x):
                 key = (read.module.path, read.name)
                 if key in reported:
                     continue
-                change = _change_outside(reach, analysis.changes.changes_of(read.module, read.name))
+                change = _change_outside(reach, analysis.changes_of(read.module, read.name))
                 if change is None:
                     continue
                 reported.add(key)

@@ -6,22 +6,23 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import Location
-from ckptlint.project.index import Module
-from ckptlint.regions.policies import Policy
-from ckptlint.resolution.values import (
+from ckptlint.rules.base import (
     Context,
     Elements,
     External,
+    FileContext,
+    Finding,
+    Location,
     Mapping,
+    Module,
+    Policy,
+    ProjectAnalysis,
+    Rule,
     Sequence,
     Value,
     Values,
     known,
 )
-from ckptlint.rules.base import FileContext, Rule
 
 # ``torch.<name>`` that are submodules, not the Python functions a policy might confuse
 # with ops (``torch.mm``, ``torch.matmul``).
@@ -110,10 +111,9 @@ def _never_true(
     analysis: ProjectAnalysis, policy: Policy
 ) -> Iterator[tuple[ast.Compare, Mismatch]]:
     """Comparisons of the op with a packet or a Python function, and what it is."""
-    evaluator = analysis.evaluator
-    bound = evaluator.bind(policy.function, None)
+    bound = analysis.bind(policy.function, None)
     module = policy.function.module
-    for node, scope in analysis.reaches.nodes_with_scopes(policy.body, bound.scope, module):
+    for node, scope in analysis.nodes_with_scopes(policy.body, bound.scope, module):
         if not isinstance(node, ast.Compare) or len(node.ops) != 1:
             continue
         here = bound.at(scope)
@@ -128,12 +128,12 @@ def _never_true(
             )
             if other is None:
                 continue
-            values = known(evaluator.evaluate(other, here))
+            values = known(analysis.evaluate(other, here))
             mismatches = [_not_an_op(v) for v in values]
             if values and all(mismatches):
                 yield node, mismatches[0]  # type: ignore[misc]
         elif isinstance(operator, MEMBERSHIP) and _is_op(left, policy, here):
-            found = _bad_element(analysis, evaluator.evaluate(right, here), node, module)
+            found = _bad_element(analysis, analysis.evaluate(right, here), node, module)
             if found is not None:
                 yield node, found
 
@@ -179,10 +179,10 @@ def _bad_element(
                 v
                 for key in node.keys
                 if key is not None
-                for v in analysis.evaluator.evaluate(key, container.context)
+                for v in analysis.evaluate(key, container.context)
             )
         elif isinstance(container, (Sequence, Elements)):
-            elements = analysis.evaluator.iterate((container,))
+            elements = analysis.iterate((container,))
         for element in known(elements):
             mismatch = _not_an_op(element)
             if mismatch is None:

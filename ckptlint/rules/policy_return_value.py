@@ -5,12 +5,18 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.regions.policies import CHECKPOINT_POLICY, Policy
-from ckptlint.resolution.evaluator import own_nodes
-from ckptlint.resolution.values import Constant, External, known
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    CHECKPOINT_POLICY,
+    Constant,
+    External,
+    FileContext,
+    Finding,
+    Policy,
+    ProjectAnalysis,
+    Rule,
+    known,
+    own_nodes,
+)
 
 
 class PolicyReturnValue(Rule):
@@ -74,7 +80,7 @@ def context_fn():
     ) -> Finding | None:
         function = policy.function
         node = function.node
-        bound = analysis.evaluator.bind(function, None)
+        bound = analysis.bind(function, None)
         if isinstance(node, ast.Lambda):
             returns: list[tuple[ast.AST, ast.expr | None]] = [(node, node.body)]
         else:
@@ -86,7 +92,7 @@ def context_fn():
             values = (
                 (Constant(None),)
                 if expression is None
-                else known(analysis.evaluator.evaluate(expression, bound))
+                else known(analysis.evaluate(expression, bound))
             )
             for value in values:
                 misread = _misread(value)

@@ -5,28 +5,29 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import header_nodes, root_name
-from ckptlint.project.scopes import (
+from ckptlint.rules.base import (
     COMPREHENSIONS,
     FUNCTIONS,
-    Scope,
-    node_position,
-    statements_at,
-)
-from ckptlint.regions.sites import Site
-from ckptlint.regions.steps import loops_around, runs_backward
-from ckptlint.resolution.values import (
+    SEQUENTIAL_CONTAINERS,
     External,
+    FileContext,
+    Finding,
     Flow,
     FunctionValue,
     Instance,
     Parameter,
+    ProjectAnalysis,
+    Rule,
+    Scope,
+    Site,
+    header_nodes,
     known,
+    loops_around,
+    node_position,
+    root_name,
+    runs_backward,
+    statements_at,
 )
-from ckptlint.rules.base import FileContext, Rule
-from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS
 
 TWICE = (
     "its parameters get gradients in several reentrant backward passes of one step, which"
@@ -132,7 +133,7 @@ class Recurrent(nn.Module):
         if isinstance(scope.node, COMPREHENSIONS):
             if parameters and not _uses_names(expression, set(scope.bindings)):
                 return f"runs `{label}` for every element of the comprehension at line" + (
-                    f" {scope.node.lineno}"  # type: ignore[attr-defined]
+                    f" {scope.node.lineno}"
                 )
             return None
         owner = _enclosing_function(scope)
@@ -211,7 +212,7 @@ def _has_parameters(analysis: ProjectAnalysis, site: Site, expression: ast.expr)
         if not isinstance(call, ast.Call):
             continue
         for argument in (*call.args, *(k.value for k in call.keywords)):
-            values = analysis.evaluator.evaluate(argument, site.context)
+            values = analysis.evaluate(argument, site.context)
             if analysis.holds_parameters(values):
                 return True
     if any(_calls_an_enclosing_module(analysis, f) for f in region if isinstance(f, FunctionValue)):
@@ -228,9 +229,9 @@ def _calls_an_enclosing_module(analysis: ProjectAnalysis, function: FunctionValu
         return False
     body = function.node.body
     statements = [body] if isinstance(body, ast.expr) else body
-    own = analysis.evaluator.scope_of(function)
-    context = analysis.evaluator.bind(function, None)
-    for node, scope in analysis.reaches.nodes_with_scopes(statements, own, function.module):
+    own = analysis.scope_of(function)
+    context = analysis.bind(function, None)
+    for node, scope in analysis.nodes_with_scopes(statements, own, function.module):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         root = root_name(node.func)
@@ -241,7 +242,7 @@ def _calls_an_enclosing_module(analysis: ProjectAnalysis, function: FunctionValu
             continue  # a global, an import, or the region's own variable (its inputs)
         receiver = [
             v
-            for v in known(analysis.evaluator.evaluate(node.func.value, context.at(scope)))
+            for v in known(analysis.evaluate(node.func.value, context.at(scope)))
             if not isinstance(v, Parameter)  # what the caller passes: not known here
         ]
         if not receiver or analysis.holds_parameters(tuple(receiver)):
@@ -292,7 +293,7 @@ def _repeating_container(
         return None
     if not _uses_names(expression, {loop.target.id}):
         return None
-    for value in analysis.evaluator.evaluate(loop.iter, site.context):
+    for value in analysis.evaluate(loop.iter, site.context):
         if not (
             isinstance(value, Instance)
             and isinstance(value.cls, External)

@@ -5,13 +5,23 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import Location
-from ckptlint.regions.sites import Site, SourceCall
-from ckptlint.regions.sources import CHECKPOINT, CHECKPOINT_SEQUENTIAL, CHECKPOINT_WRAPPER
-from ckptlint.resolution.values import UNKNOWN, Constant, External, Flow, Parameter
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    CHECKPOINT,
+    CHECKPOINT_SEQUENTIAL,
+    CHECKPOINT_WRAPPER,
+    UNKNOWN,
+    Constant,
+    External,
+    FileContext,
+    Finding,
+    Flow,
+    Location,
+    Parameter,
+    ProjectAnalysis,
+    Rule,
+    Site,
+    SourceCall,
+)
 
 NOOP_CONTEXT_FN = "torch.utils.checkpoint.noop_context_fn"
 REENTRANT_ERROR = (
@@ -135,7 +145,7 @@ def forward(self, x):
 def _sets_a_context(analysis: ProjectAnalysis, flow: Flow) -> bool:
     """A ``context_fn`` that is known and not torch's default (a parameter passed in from
     outside, or an unresolved name, may well be ``noop_context_fn``)."""
-    for value in analysis.evaluator.evaluate(*flow):
+    for value in analysis.evaluate(*flow):
         if value is UNKNOWN or isinstance(value, (Parameter, Constant)):
             continue
         if isinstance(value, External) and value.name == NOOP_CONTEXT_FN:
@@ -146,8 +156,7 @@ def _sets_a_context(analysis: ProjectAnalysis, flow: Flow) -> bool:
 
 def _may_be_true(analysis: ProjectAnalysis, flow: Flow) -> bool:
     return any(
-        isinstance(value, Constant) and value.value is True
-        for value in analysis.evaluator.evaluate(*flow)
+        isinstance(value, Constant) and value.value is True for value in analysis.evaluate(*flow)
     )
 
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ckptlint.core import Finding
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    Constant,
+    FileContext,
+    Finding,
+    ProjectAnalysis,
+    Rule,
+    Site,
+)
 
 
 class RngNotPreserved(Rule):
@@ -83,7 +89,7 @@ class Block(nn.Module):
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
         for site in analysis.sites(context.module):
-            switch = analysis.rng_switch(site)
+            switch = _rng_switch(analysis, site)
             if switch is None:
                 continue
             draws = analysis.reach(site).draws
@@ -107,3 +113,23 @@ class Block(nn.Module):
                     " torch.set_rng_state), or move the random op out of the region"
                 )
             yield context.finding(site.node, self.code, message)
+
+
+def _rng_switch(analysis: ProjectAnalysis, site: Site) -> str | None:
+    """What turns RNG restoring off on some path of the site, as messages say it:
+    ``preserve_rng_state=False`` (or its library's switch), or the source that never
+    restores it (a project's ``autograd.Function`` that does not)."""
+    for path in analysis.effective_paths(site):
+        source = path.source
+        if not source.restores_rng:
+            return f"`{source.label}`, which does not restore the RNG state,"
+        keyword = source.rng_keyword
+        flow = analysis.keyword(path, keyword) if keyword else None
+        if flow is None and source.rng_position is not None:
+            flow = path.arguments.get(source.rng_position, None)
+        if flow is not None and any(
+            isinstance(value, Constant) and value.value is False
+            for value in analysis.evaluate(*flow)
+        ):
+            return f"`{keyword or 'preserve_rng_state'}=False`"
+    return None

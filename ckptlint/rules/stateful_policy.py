@@ -5,12 +5,17 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import Finding
-from ckptlint.effects.reach import MUTATING_METHODS, assigned_targets, root_name
-from ckptlint.project.scopes import Scope
-from ckptlint.regions.policies import Policy
-from ckptlint.rules.base import FileContext, Rule
+from ckptlint.rules.base import (
+    MUTATING_METHODS,
+    FileContext,
+    Finding,
+    Policy,
+    ProjectAnalysis,
+    Rule,
+    Scope,
+    assigned_targets,
+    root_name,
+)
 
 
 class StatefulPolicy(Rule):
@@ -103,10 +108,10 @@ def _state_change(analysis: ProjectAnalysis, policy: Policy) -> tuple[ast.stmt, 
     node = policy.function.node
     if any(_mentions_is_recompute(n) for n in ast.walk(node)):
         return None
-    bound = analysis.evaluator.bind(policy.function, None)
+    bound = analysis.bind(policy.function, None)
     own = bound.scope
     module = policy.function.module
-    nodes = list(analysis.reaches.nodes_with_scopes(policy.body, own, module))
+    nodes = list(analysis.nodes_with_scopes(policy.body, own, module))
     instance = _instance_parameter(policy)
     for statement, scope in nodes:
         if not isinstance(statement, ast.stmt):

@@ -5,19 +5,23 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ckptlint.core import Finding
-from ckptlint.resolution.evaluator import Evaluator
-from ckptlint.resolution.values import (
+from ckptlint.rules.base import (
+    UNKNOWN,
     Context,
     External,
+    FileContext,
+    Finding,
     FunctionValue,
     Instance,
     PartialValue,
+    ProjectAnalysis,
+    Rule,
     Value,
-    single,
+    Values,
+    canonical,
+    is_torch_module_class,
+    short_name,
 )
-from ckptlint.rules.base import FileContext, Rule
-from ckptlint.torch_catalogue import canonical, is_torch_module_class, short_name
 
 CHEAP_MODULES = frozenset(
     "ReLU ReLU6 GELU SiLU Mish Sigmoid Tanh LeakyReLU ELU SELU CELU PReLU GLU Hardswish"
@@ -105,7 +109,7 @@ class Block(nn.Module):
             if any(source.kind == "sequence" for source in site.sources):
                 continue  # a sequence is split into segments; its parts are not one op
             region = single(analysis.region(site))
-            op = None if region is None else cheap_op(region, analysis.evaluator)
+            op = None if region is None else cheap_op(region, analysis)
             if op is not None:
                 message = (
                     f"{site.subject} is a single cheap op ({op}): its input stays alive as the"
@@ -115,29 +119,29 @@ class Block(nn.Module):
                 yield context.finding(site.node, self.code, message)
 
 
-def cheap_op(region: Value, evaluator: Evaluator) -> str | None:
+def cheap_op(region: Value, analysis: ProjectAnalysis) -> str | None:
     """A description of the one cheap op ``region`` is, or None when it is more (or unknown)."""
     if isinstance(region, PartialValue):
         inner = single(region.inner)
-        return None if inner is None else cheap_op(inner, evaluator)
+        return None if inner is None else cheap_op(inner, analysis)
     if isinstance(region, External):
         namespace, _, short = region.name.rpartition(".")
         cheap = namespace in CHEAP_NAMESPACES and short in CHEAP_FUNCTIONS
         return f"`{region.name}`" if cheap else None
     if isinstance(region, Instance):
         if isinstance(region.cls, External):
-            return _cheap_module(region, evaluator)
-        forward = single(evaluator.member((region,), "forward"))
-        call = single(evaluator.member((region,), "__call__"))
+            return _cheap_module(region, analysis)
+        forward = single(analysis.member((region,), "forward"))
+        call = single(analysis.member((region,), "__call__"))
         if isinstance(call, FunctionValue) or not isinstance(forward, FunctionValue):
             return None
-        return _cheap_body(forward, evaluator)
+        return _cheap_body(forward, analysis)
     if isinstance(region, FunctionValue):
-        return _cheap_body(region, evaluator)
+        return _cheap_body(region, analysis)
     return None
 
 
-def _cheap_module(module: Instance, evaluator: Evaluator) -> str | None:
+def _cheap_module(module: Instance, analysis: ProjectAnalysis) -> str | None:
     name = canonical(module.cls.name)  # type: ignore[union-attr]
     short = short_name(name)
     if not is_torch_module_class(name):
@@ -145,13 +149,13 @@ def _cheap_module(module: Instance, evaluator: Evaluator) -> str | None:
     if short in CHEAP_MODULES:
         return f"`nn.{short}`"
     if short == "Sequential" and module.call is not None and len(module.call.args) == 1:
-        inner = single(evaluator.iterate((module,)))
+        inner = single(analysis.iterate((module,)))
         if isinstance(inner, Instance) and isinstance(inner.cls, External):
-            return _cheap_module(inner, evaluator)
+            return _cheap_module(inner, analysis)
     return None
 
 
-def _cheap_body(function: FunctionValue, evaluator: Evaluator) -> str | None:
+def _cheap_body(function: FunctionValue, analysis: ProjectAnalysis) -> str | None:
     """A def or lambda whose whole body returns one cheap op applied to leaf values."""
     expression = _returned_expression(function.node)
     if expression is None:
@@ -169,7 +173,7 @@ def _cheap_body(function: FunctionValue, evaluator: Evaluator) -> str | None:
         for argument in (*expression.args, *(k.value for k in expression.keywords))
     ):
         return None
-    context = evaluator.bind(function, None)
+    context = analysis.bind(function, None)
     func = expression.func
     if (
         isinstance(func, ast.Attribute)
@@ -178,9 +182,9 @@ def _cheap_body(function: FunctionValue, evaluator: Evaluator) -> str | None:
         and _is_value(func.value, context)
     ):
         return f"`{ast.unparse(expression)}`"
-    callee = single(evaluator.evaluate(func, context))
+    callee = single(analysis.evaluate(func, context))
     if isinstance(callee, (External, Instance, PartialValue)):
-        return cheap_op(callee, evaluator)
+        return cheap_op(callee, analysis)
     return None
 
 
@@ -212,3 +216,9 @@ def _is_value(name: ast.Name, context: Context) -> bool:
         b.imported is None and not isinstance(b.node, (ast.ClassDef, ast.FunctionDef))
         for b in bindings
     )
+
+
+def single(values: Values) -> Value | None:
+    """The value when exactly one, known, is possible: the rule speaks only of a region it is
+    sure of."""
+    return values[0] if len(values) == 1 and values[0] is not UNKNOWN else None
