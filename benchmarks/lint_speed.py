@@ -108,8 +108,8 @@ def timed_together(commands: list[list[str]], cwd: Path) -> float:
 
 
 def parse_floor(folders: list[Path]) -> tuple[int, float]:
-    """Files naming a region source, and the seconds ``ast.parse`` takes on them, divided
-    among the cores (the median of three passes)."""
+    """Files naming a region source, and the CPU seconds ``ast.parse`` takes on them in one
+    process (the median of three passes)."""
     prefilter = Prefilter(SourceTable.build().words)
     texts = [
         data
@@ -119,14 +119,14 @@ def parse_floor(folders: list[Path]) -> tuple[int, float]:
     ]
     passes = []
     for _ in range(3):
-        start = time.perf_counter()
+        start = time.process_time()
         for data in texts:
             try:
                 ast.parse(data)
             except (SyntaxError, ValueError):
                 pass
-        passes.append(time.perf_counter() - start)
-    return len(texts), statistics.median(passes) / (os.cpu_count() or 1)
+        passes.append(time.process_time() - start)
+    return len(texts), statistics.median(passes)
 
 
 def edit(path: Path, round_number: int) -> None:
@@ -173,31 +173,35 @@ def main() -> None:
 
     # -- the 15 trees: cold, warm, ruff ------------------------------------------------------
     timed([*CKPTLINT, *names], WORK)  # warm the OS file cache and ckptlint's cache alike
-    runs: dict[str, list[float]] = {"cold": [], "warm": [], "ruff": []}
+    runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": [], "ruff": []}
     memory = []
     ruff = [RUFF, "check", "--select", "E9", "--no-cache", "--isolated", "--quiet"]
     for _ in range(arguments.repeat):
-        wall, _, peak, _ = timed([*CKPTLINT, "--no-cache", *names], WORK)
-        runs["cold"].append(wall)
+        wall, cpu, peak, _ = timed([*CKPTLINT, "--no-cache", *names], WORK)
+        runs["cold"].append((wall, cpu))
         memory.append(peak)
-        runs["warm"].append(timed([*CKPTLINT, *names], WORK)[0])
-        runs["ruff"].append(timed([*ruff, "--exit-zero", *names], WORK)[0])
-    medians = median_of(runs)
+        runs["warm"].append(timed([*CKPTLINT, *names], WORK)[:2])
+        runs["ruff"].append(timed([*ruff, "--exit-zero", *names], WORK)[:2])
+    wall = {name: statistics.median(r[0] for r in values) for name, values in runs.items()}
+    cpu = {name: statistics.median(r[1] for r in values) for name, values in runs.items()}
     count, floor = parse_floor(folders)
+    cores = os.cpu_count() or 1
     say()
-    say("| run | seconds | vs ruff | vs parse floor |")
-    say("| --- | --- | --- | --- |")
+    say("| run | wall s | vs ruff | vs parse floor | CPU s | CPU vs parse floor's CPU |")
+    say("| --- | --- | --- | --- | --- | --- |")
     labels = {
         "cold": "ckptlint, cold (`--no-cache`)",
         "warm": "ckptlint, warm (nothing changed)",
         "ruff": "`ruff check --select E9 --no-cache`",
     }
-    for name, seconds in medians.items():
-        ratio = f"x{seconds / medians['ruff']:.2f}"
-        say(f"| {labels[name]} | {seconds:.2f} | {ratio} | x{seconds / floor:.2f} |")
+    for name, seconds in wall.items():
+        say(
+            f"| {labels[name]} | {seconds:.2f} | x{seconds / wall['ruff']:.2f} | "
+            f"x{seconds / (floor / cores):.2f} | {cpu[name]:.2f} | x{cpu[name] / floor:.2f} |"
+        )
     say(
-        f"| `ast.parse` of the {count:,} files naming a source, per core | {floor:.2f} | "
-        f"x{floor / medians['ruff']:.2f} | x1 |"
+        f"| `ast.parse` of the {count:,} files naming a source (wall: per core) | "
+        f"{floor / cores:.2f} | x{floor / cores / wall['ruff']:.2f} | x1 | {floor:.2f} | x1 |"
     )
     say(f"peak memory of a cold run: {max(memory) / 1024:.0f} MiB")
 
@@ -211,6 +215,7 @@ def main() -> None:
     timed([*base, "."], project)
     runs = {
         "one file": [],
+        "one file CPU": [],
         "whole tree": [],
         "chunks warm": [],
         "chunks cold": [],
@@ -218,7 +223,9 @@ def main() -> None:
     }
     for round_number in range(arguments.repeat):
         edit(edited, round_number)
-        runs["one file"].append(timed([*base, EDITED], project)[0])
+        one_file = timed([*base, EDITED], project)
+        runs["one file"].append(one_file[0])
+        runs["one file CPU"].append(one_file[1])
         restore(edited)
         runs["whole tree"].append(timed([*base, "."], project)[0])
         runs["chunks warm"].append(timed_together([[*base, *h] for h in halves], project))
@@ -233,7 +240,7 @@ def main() -> None:
     say("| --- | --- |")
     say(
         f"| pre-commit: one changed file (`{EDITED.rsplit('/', 1)[1]}`), warm | "
-        f"{medians['one file']:.2f} |"
+        f"{medians['one file']:.2f} (CPU {medians['one file CPU']:.2f}) |"
     )
     say(f"| whole tree, warm | {medians['whole tree']:.2f} |")
     say(f"| two chunks at once, warm | {medians['chunks warm']:.2f} |")
