@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import weakref
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -62,67 +63,95 @@ def _comparable(tensor: torch.Tensor) -> bool:
 
 def checksums(tensor: torch.Tensor, saved: bool) -> tuple | None:
     """Of an op's output: (sum, sum of squares). Of a saved tensor: (weighted sum, sum of
-    squares, layout), two passes over memory. Computed now in the tensor's precision (float32
-    for lower ones; a faithful recompute repeats the same kernels bit for bit) and read back
-    with one ``.tolist()`` per region, not per op. Computed on a detached view, so autograd
-    records nothing, and with Python dispatch off, so no mode sees them. The weights follow
-    the elements' order in memory (no copy of a transposed tensor), so the weighted sum sees a
-    sign flip and a permutation; ``layout`` (the strides, None when contiguous) says which
-    order that was."""
+    squares, layout). Each sum is a list of partial sums over chunks (see ``_chunks``),
+    computed now in the tensor's precision (float32 for lower ones; a faithful recompute
+    repeats the same kernels bit for bit) and read back and added up with one ``.tolist()`` per
+    region, not per op. Computed on a detached view, so autograd records nothing, and with
+    Python dispatch off, so no mode sees them. The weights follow the elements' order in
+    memory (no copy of a transposed tensor), so the weighted sum sees a sign flip and a
+    permutation; ``layout`` (the strides, None when contiguous) says which order that was."""
     if not _comparable(tensor):
         return None
     with _compat.no_python_dispatch():
         flat, layout = _in_memory_order(tensor.detach())
-        if flat.dtype not in (torch.float32, torch.float64):
-            flat = flat.float()
-        if saved:
-            return (_weighted_sum(flat), _squares(flat), layout)
-        return (flat.sum(), _squares(flat))
+        on_cpu = flat.device.type == "cpu"
+        chunks = _chunks(flat, on_cpu)
+        # BLAS (a dot) only where it cannot use threads: torch on one thread sets MKL's too
+        blas = not on_cpu or torch.get_num_threads() == 1
+        if blas:
+            squares: list = [torch.dot(c, c) for c in chunks]
+        else:
+            squares = _Norms([torch.linalg.vector_norm(c) for c in chunks])
+        if not saved:
+            return ([c.sum() for c in chunks], squares)
+        weights = _weights_for(flat)
+        weighted = []
+        start = 0
+        for chunk in chunks:
+            stop = start + chunk.shape[0]
+            part = _weight_slice(weights, start, stop)
+            weighted.append(torch.dot(chunk, part) if blas else torch.mul(chunk, part).sum())
+            start = stop if stop < _PERIOD else 0
+        return (weighted, squares, layout)
 
 
-# elements below which a reduction runs on one thread (torch's GRAIN_SIZE): BLAS dot and mv
-# split even small vectors across threads, and on a loaded machine waiting for them cost a
-# 10k-element dot 250 us to 1.7 ms against 4 us on one thread
-_ONE_THREAD = 32768
+class _Norms(list):
+    """Partial L2 norms standing for partial sums of squares (their squares add up)."""
+
+    __slots__ = ()
 
 
-def _squares(flat: torch.Tensor) -> torch.Tensor:
-    if flat.numel() <= _ONE_THREAD:
-        return torch.mul(flat, flat).sum()
-    return torch.dot(flat, flat)
+# Elements per reduction on the CPU, at most: torch runs an elementwise op or a reduction on
+# one thread up to this many (its GRAIN_SIZE). With torch on several threads a BLAS dot may
+# use them at any size (on a loaded 2-core machine, waiting for the other thread cost a dot of
+# 22k to 88k elements up to 18 ms, its median 4 us), so checksums use torch's own kernels
+# there; ``torch.set_num_threads`` is no way out: it is process-wide, and in torch's OpenMP
+# build it also resizes the thread pool and clears oneDNN's primitive cache.
+ONE_THREAD = 32768
 
 
+def _chunks(flat: torch.Tensor, on_cpu: bool) -> tuple | list:
+    """``flat`` (converted to float32 if of lower precision), on the CPU in views of at most
+    ``ONE_THREAD`` elements, each converted on its own (a copy of more would use threads)."""
+    if not on_cpu or flat.numel() <= ONE_THREAD:
+        return (flat if flat.dtype in _SUMMED_DTYPES else flat.float(),)
+    parts = flat.split(ONE_THREAD)
+    if flat.dtype in _SUMMED_DTYPES:
+        return parts
+    return [part.float() for part in parts]
+
+
+_SUMMED_DTYPES = (torch.float32, torch.float64)
 _PERIOD = 1 << 20  # weights repeat after this many elements: at most 8 MiB of them
 _weights: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+# (weights' id, start, stop) -> (weights, the view of them): chunks of the same sizes recur
+_weight_slices: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def _weights_for(flat: torch.Tensor) -> torch.Tensor:
     """Fixed weights in [-0.5, 0.5), one per position (the golden-ratio sequence: no random
     numbers drawn), per dtype and device, grown on demand up to ``_PERIOD``."""
-    key = (flat.dtype, flat.device)
+    key = (torch.float32 if flat.dtype not in _SUMMED_DTYPES else flat.dtype, flat.device)
     weights = _weights.get(key)
     size = min(flat.numel(), _PERIOD)
     if weights is None or len(weights) < size:
         size = min(max(size, 2 * len(weights) if weights is not None else 0), _PERIOD)
         positions = torch.arange(size, dtype=torch.float64, device=flat.device)
-        weights = _weights[key] = (torch.frac(positions * _GOLDEN) - 0.5).to(flat.dtype)
+        weights = _weights[key] = (torch.frac(positions * _GOLDEN) - 0.5).to(key[0])
     return weights
 
 
+def _weight_slice(weights: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    key = (id(weights), start, stop)
+    found = _weight_slices.get(key)
+    if found is None or found[0] is not weights:
+        if len(_weight_slices) >= 4096:  # sizes of generated models: keep it bounded
+            _weight_slices.clear()
+        found = _weight_slices[key] = (weights, weights[start:stop])
+    return found[1]
+
+
 _GOLDEN = (math.sqrt(5) - 1) / 2
-
-
-def _weighted_sum(flat: torch.Tensor) -> torch.Tensor:
-    weights = _weights_for(flat)
-    count = flat.numel()
-    if count <= _ONE_THREAD:
-        return torch.mul(flat, weights[:count]).sum()
-    if count <= _PERIOD:
-        return torch.dot(flat, weights[:count])
-    rows = count // _PERIOD
-    total = torch.mv(flat[: rows * _PERIOD].view(rows, _PERIOD), weights).sum()
-    rest = count - rows * _PERIOD
-    return total + torch.dot(flat[rows * _PERIOD :], weights[:rest]) if rest else total
 
 
 def _in_memory_order(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
@@ -138,9 +167,12 @@ def _in_memory_order(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
 
 def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
     """Signatures (shape, dtype, device[, checksums...]) with one read-back; a checksum tuple
-    shared by several positions (one tensor saved twice) is read once."""
+    shared by several positions (one tensor saved twice) is read once, and each sum is its
+    partial sums added in order."""
     unique = {id(s): s for s in sums if s is not None}
-    present = [part for s in unique.values() for part in s if type(part) is torch.Tensor]
+    present = [
+        partial for s in unique.values() for part in s if isinstance(part, list) for partial in part
+    ]
     if not present:
         return list(metas)
     with _compat.no_python_dispatch():
@@ -148,11 +180,18 @@ def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
             values = iter(torch.stack(present).tolist())
         except RuntimeError:  # sums on several devices
             values = iter(torch.stack([p.double().cpu() for p in present]).tolist())
-    read = {
-        key: tuple(next(values) if type(p) is torch.Tensor else p for p in s)
-        for key, s in unique.items()
-    }
+    read = {key: tuple(map(_added, s, repeat(values))) for key, s in unique.items()}
     return [m if s is None else m + read[id(s)] for m, s in zip(metas, sums, strict=True)]
+
+
+def _added(part: Any, values: Any) -> Any:
+    """A checksum's partial sums, read in order from ``values``, added up (norms squared)."""
+    kind = type(part)
+    if kind is list:
+        return sum(next(values) for _ in part)
+    if kind is _Norms:
+        return sum(next(values) ** 2 for _ in part)
+    return part
 
 
 def signatures(tensors: list) -> list[tuple]:
