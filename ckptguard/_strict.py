@@ -51,14 +51,12 @@ _DISTRIBUTED_DIR = os.path.join(_compat.torch_dir(), "distributed") + os.sep
 _SKIPPED_DIRS = (_compat.torch_dir(), os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
 
-def _comparable(tensor: torch.Tensor) -> bool:
-    return (
-        type(tensor) in _PLAIN_TENSOR_TYPES
-        and not tensor.is_sparse
-        and tensor.device.type != "meta"
-        and not tensor.is_complex()
-        and tensor.numel() > 0
-    )
+def _device_compared(tensor: torch.Tensor) -> str | None:
+    """The device type of a tensor whose values are compared, else None."""
+    if type(tensor) not in _PLAIN_TENSOR_TYPES or tensor.is_sparse or tensor.is_complex():
+        return None
+    device = tensor.device.type
+    return None if device == "meta" or tensor.numel() == 0 else device
 
 
 def checksums(tensor: torch.Tensor, saved: bool) -> tuple | None:
@@ -70,12 +68,17 @@ def checksums(tensor: torch.Tensor, saved: bool) -> tuple | None:
     Python dispatch off, so no mode sees them. The weights follow the elements' order in
     memory (no copy of a transposed tensor), so the weighted sum sees a sign flip and a
     permutation; ``layout`` (the strides, None when contiguous) says which order that was."""
-    if not _comparable(tensor):
+    device = _device_compared(tensor)
+    if device is None:
         return None
     with _compat.no_python_dispatch():
         flat, layout = _in_memory_order(tensor.detach())
-        on_cpu = flat.device.type == "cpu"
-        chunks = _chunks(flat, on_cpu)
+        on_cpu = device == "cpu"
+        count = flat.shape[0]
+        if count <= ONE_THREAD or not on_cpu:
+            chunks: Any = (flat if flat.dtype in _SUMMED_DTYPES else flat.float(),)
+        else:
+            chunks = _chunks(flat)
         # BLAS (a dot) only where it cannot use threads: torch on one thread sets MKL's too
         blas = not on_cpu or torch.get_num_threads() == 1
         if blas:
@@ -84,7 +87,7 @@ def checksums(tensor: torch.Tensor, saved: bool) -> tuple | None:
             squares = _Norms([torch.linalg.vector_norm(c) for c in chunks])
         if not saved:
             return ([c.sum() for c in chunks], squares)
-        weights = _weights_for(flat)
+        weights = _weights_for(chunks[0].dtype, flat.device, count)
         weighted = []
         start = 0
         for chunk in chunks:
@@ -110,12 +113,11 @@ class _Norms(list):
 ONE_THREAD = 32768
 
 
-def _chunks(flat: torch.Tensor, on_cpu: bool) -> tuple | list:
-    """``flat`` (converted to float32 if of lower precision), on the CPU in views of at most
-    ``ONE_THREAD`` elements, each converted on its own (a copy of more would use threads)."""
-    if not on_cpu or flat.numel() <= ONE_THREAD:
-        return (flat if flat.dtype in _SUMMED_DTYPES else flat.float(),)
-    parts = flat.split(ONE_THREAD)
+def _chunks(flat: torch.Tensor) -> tuple | list:
+    """``flat`` (a CPU tensor of more than ``ONE_THREAD`` elements, converted to float32 if
+    of lower precision) in views of at most ``ONE_THREAD`` elements, each converted on its own
+    (a copy of more would use threads)."""
+    parts = torch.split(flat, ONE_THREAD)
     if flat.dtype in _SUMMED_DTYPES:
         return parts
     return [part.float() for part in parts]
@@ -128,16 +130,17 @@ _weights: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 _weight_slices: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _weights_for(flat: torch.Tensor) -> torch.Tensor:
+def _weights_for(dtype: torch.dtype, device: torch.device, count: int) -> torch.Tensor:
     """Fixed weights in [-0.5, 0.5), one per position (the golden-ratio sequence: no random
     numbers drawn), per dtype and device, grown on demand up to ``_PERIOD``."""
-    key = (torch.float32 if flat.dtype not in _SUMMED_DTYPES else flat.dtype, flat.device)
+    key = (dtype, device)
     weights = _weights.get(key)
-    size = min(flat.numel(), _PERIOD)
-    if weights is None or len(weights) < size:
-        size = min(max(size, 2 * len(weights) if weights is not None else 0), _PERIOD)
-        positions = torch.arange(size, dtype=torch.float64, device=flat.device)
-        weights = _weights[key] = (torch.frac(positions * _GOLDEN) - 0.5).to(key[0])
+    size = min(count, _PERIOD)
+    if weights is None or weights.shape[0] < size:
+        grown = 2 * weights.shape[0] if weights is not None else 0
+        size = min(max(size, grown), _PERIOD)
+        positions = torch.arange(size, dtype=torch.float64, device=device)
+        weights = _weights[key] = (torch.frac(positions * _GOLDEN) - 0.5).to(dtype)
     return weights
 
 
