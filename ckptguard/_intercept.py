@@ -266,9 +266,7 @@ class Region:
         if self._name is None:
             fingerprint = self.fingerprint
             # as it was at the forward
-            code = (
-                fingerprint.code if fingerprint is not None else _verify.region_code(self.binding)
-            )
+            code = fingerprint.code if fingerprint is not None else self.binding.code
             self._name = _names.region_name(self.fn, self.found_root(), self.modules, code)
         return self._name
 
@@ -310,7 +308,7 @@ class Region:
                 self.observer = observer
             else:
                 stateful = _verify.stateful_modules(
-                    self.target, self.fn, self.reentrant, self.loose
+                    self.target, self.binding, self.reentrant, self.loose
                 )
                 if stateful:
                     self.observer = observer = Observer()

@@ -31,6 +31,7 @@ from ckptguard._fingerprint import (
     value_fp,
 )
 from ckptguard._plan import (
+    BoundedCache,
     chains_through_code,
     code_reads,
     function_plan,
@@ -63,58 +64,189 @@ class Difference(Exception):
 
 
 class Binding(NamedTuple):
-    """A region's callable taken apart once: what it finally calls, the arguments bound
-    before the call's own, the innermost Python function (whose argument chains count), and
-    the module the region calls (None: a function region, which may call any module)."""
+    """A region's callable taken apart once: the arguments bound before the call's own, the
+    innermost Python function (whose argument chains count), the module the region calls
+    (None: a function region, which may call any module), the region's own functions (what
+    the callable holds directly, library code aside), the modules it holds directly, and the
+    code it runs under its decorators (what names it)."""
 
-    target: Any
     bound_args: list
     bound_kwargs: dict
     function: types.FunctionType | None
     bound_values: list  # bound arguments but modules, then bound keywords, as fingerprinted
     module: torch.nn.Module | None
+    roots: list
+    reached: list
+    code: Any
 
 
 def bind(fn: Any) -> Binding:
     """Unwrap partials and bound methods down to what the region calls. The module a region
     calls: ``checkpoint(block, ...)``, ``block.__call__``, partials of them, and
-    ``partial(Block.forward, block, ...)`` (transformers' layers)."""
+    ``partial(Block.forward, block, ...)`` (transformers' layers). What the callable is made
+    of is worked out once per structure (see ``_Structure``); the values bound into partials
+    are taken from each call's callable."""
+    bound_args, bound_kwargs, key, objects, innermost = _take_apart(fn)
+    structure = _structures.get(key) if key is not None else None
+    parts = structure.parts() if structure is not None and structure.holds(objects) else None
+    if parts is None:  # new, or one of its objects collected (ids are reused) or rebound
+        structure = _Structure(fn, innermost, bound_args, objects)
+        if key is not None and structure.refs is not None:
+            _structures[key] = structure
+        parts = structure.parts()
+    function, module, roots, reached = parts
+    bound_values = [v for v in bound_args if not of_type(v, torch.nn.Module)]
+    bound_values += bound_kwargs.values()
+    return Binding(
+        bound_args, bound_kwargs, function, bound_values, module, roots, reached, structure.code
+    )
+
+
+# values bound into a partial that cannot lead to code or modules: not part of its structure
+_INERT = frozenset({*SCALAR_TYPES, torch.Tensor, torch.nn.Parameter, tuple, list, dict})
+
+
+def _take_apart(fn: Any) -> tuple[list, dict, tuple | None, list, Any]:
+    """(bound args, bound keywords, structure key, objects of the structure, innermost
+    callable). The key lists the identities of the partials' functions and of the values bound
+    into them that can reach code (modules, functions, partials, methods), of a method's
+    function and owner, and of the innermost callable (a module with its forward). None: a
+    bare function, often a new closure per call, worked out each time."""
     bound_args: list = []
     bound_kwargs: dict = {}
+    key: list = []
+    objects: list = []
     while True:
-        if of_type(fn, functools.partial):
+        kind = type(fn)
+        if kind is functools.partial or issubclass(kind, functools.partial):
+            key.append(kind)
+            for index, value in enumerate(fn.args):
+                if type(value) not in _INERT and of_type(value, _REACHING):
+                    key += (index, id(value))
+                    objects.append(value)
+            for name, value in fn.keywords.items():
+                if type(value) not in _INERT and of_type(value, _REACHING):
+                    key += (name, id(value))
+                    objects.append(value)
             bound_args[:0] = fn.args
             bound_kwargs = {**fn.keywords, **bound_kwargs} if bound_kwargs else fn.keywords
             fn = fn.func
-        elif of_type(fn, types.MethodType):
-            owner = fn.__self__
-            if of_type(owner, torch.nn.Module) and fn.__func__.__name__ in _MODULE_CALLS:
+        elif issubclass(kind, types.MethodType):
+            owner, func = fn.__self__, fn.__func__
+            key += (kind, id(func), id(owner))
+            objects += (func, owner)
+            if of_type(owner, torch.nn.Module) and func.__name__ in _MODULE_CALLS:
                 fn = owner
             else:
                 bound_args.insert(0, owner)
-                fn = fn.__func__
+                fn = func
         else:
             break
-    module = function = None
     if of_type(fn, torch.nn.Module):
-        module = fn
         forward = fn.__dict__.get("forward") or type(fn).forward
         if not isinstance(forward, types.MethodType):
             bound_args.insert(0, fn)
-        function = unwrap_function(getattr(forward, "__func__", forward))
-    elif of_type(fn, types.FunctionType):
-        function = fn
-        if bound_args and of_type(bound_args[0], torch.nn.Module):
-            owner = fn.__qualname__.rpartition(".")[0]
-            for klass in type(bound_args[0]).__mro__:
-                if klass.__qualname__ == owner:  # a method of the module's class, on it
-                    module = bound_args[0]
-                    break
-    if function is not None and is_library_code(function.__code__):
-        function = None
-    bound_values = [v for v in bound_args if not of_type(v, torch.nn.Module)]
-    bound_values += bound_kwargs.values()
-    return Binding(fn, bound_args, bound_kwargs, function, bound_values, module)
+        key += (id(fn), id(forward))
+        objects += (fn, forward)
+    elif not key:
+        return bound_args, bound_kwargs, None, objects, fn
+    else:
+        key.append(id(fn))
+        objects.append(fn)
+    return bound_args, bound_kwargs, tuple(key), objects, fn
+
+
+class _Structure:
+    """What a region's callable is made of: the function and module it runs, the functions
+    and modules it holds (``static_reach``: its own functions are those not in library code),
+    its code. A cached structure holds them by weak references and is valid while the objects
+    its key names are alive and the same (``holds``) and the closure cells ``static_reach``
+    followed still hold what they held (``parts``); one with an object that has no weak
+    references is used once."""
+
+    __slots__ = ("refs", "held", "code", "cells", "own")
+
+    def __init__(self, fn: Any, innermost: Any, bound_args: list, objects: list) -> None:
+        module = function = None
+        if of_type(innermost, torch.nn.Module):
+            module = innermost
+            forward = innermost.__dict__.get("forward") or type(innermost).forward
+            function = unwrap_function(getattr(forward, "__func__", forward))
+        elif of_type(innermost, types.FunctionType):
+            function = innermost
+            if bound_args and of_type(bound_args[0], torch.nn.Module):
+                owner = innermost.__qualname__.rpartition(".")[0]
+                for klass in type(bound_args[0]).__mro__:
+                    if klass.__qualname__ == owner:  # a method of the module's class, on it
+                        module = bound_args[0]
+                        break
+        if function is not None and is_library_code(function.__code__):
+            function = None
+        reached, functions = static_reach(fn)
+        unwrapped = unwrap_function(function) if function is not None else None
+        self.code = unwrapped.__code__ if unwrapped is not None else None
+        self.own = tuple(i for i, f in enumerate(functions) if not is_library_code(f.__code__))
+        self.cells = tuple(
+            (position, index, id(contents))
+            for position, func in enumerate(functions)
+            for index, contents in enumerate(map(_contents, func.__closure__ or ()))
+            if type(contents) not in _INERT and of_type(contents, _REACHING)
+        )
+        try:
+            self.refs: tuple | None = tuple(map(weakref.ref, objects))
+            self.held: tuple = (
+                None if function is None else weakref.ref(function),
+                None if module is None else weakref.ref(module),
+                tuple(map(weakref.ref, functions)),
+                tuple(map(weakref.ref, reached)),
+            )
+        except TypeError:  # an object without weak references: used for this call only
+            self.refs, self.held = None, (function, module, functions, reached)
+
+    def holds(self, objects: list) -> bool:
+        refs = self.refs
+        if refs is None or len(refs) != len(objects):
+            return False
+        for ref, obj in zip(refs, objects, strict=True):
+            if ref() is not obj:
+                return False
+        return True
+
+    def parts(self) -> tuple | None:
+        """(function, module, own functions, reached modules), or None if one was collected
+        or a followed cell rebound."""
+        function, module, functions, reached = self.held
+        if self.refs is not None:
+            if function is not None and (function := function()) is None:
+                return None
+            if module is not None and (module := module()) is None:
+                return None
+            functions = list(map(DEREFERENCE, functions))
+            reached = list(map(DEREFERENCE, reached))
+            if None in functions or None in reached:  # by identity: functions and modules
+                return None
+            for position, index, ident in self.cells:
+                if id(_contents(functions[position].__closure__[index])) != ident:
+                    return None
+        return function, module, [functions[i] for i in self.own], reached
+
+
+def _contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+# structure key -> _Structure; bounded, and its entries hold weak references only
+_structures: dict[tuple, _Structure] = BoundedCache()
+
+
+def forget_structure(fn: Any) -> None:
+    """Drop the cached structure of ``fn``'s kind (its reader was stale: work it out again)."""
+    key = _take_apart(fn)[2]
+    if key is not None:
+        _structures.pop(key, None)
 
 
 def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
@@ -290,15 +422,11 @@ def _reader_key(
 
 
 def reader_for(
-    target: Any, observed: list, reach: tuple, reentrant: bool, loose: set[int]
-) -> tuple[RegionReader, list, list]:
-    """(reader, its modules, the region's own functions): cached per module region (its
-    tree) or per set of observed modules; ``capture`` checks it and rebuilds it if stale."""
-    static_modules, static_functions = reach
-    roots = []
-    for function in static_functions:
-        if not is_library_code(function.__code__):
-            roots.append(function)
+    target: Any, observed: list, binding: Binding, reentrant: bool, loose: set[int]
+) -> tuple[RegionReader, list]:
+    """(reader, its modules): cached per module region (its tree) or per set of observed
+    modules; ``capture`` checks it and rebuilds it if stale."""
+    roots = binding.roots
     if target is not None:
         key, anchor = _reader_key(target, [], roots, reentrant, loose)
         reader = cached_reader(key, anchor, None)
@@ -306,14 +434,14 @@ def reader_for(
             modules = module_tree(target, loose)
             reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
             _store(key, anchor, reader)
-        return reader, list(map(DEREFERENCE, reader.module_refs)), roots
-    modules = _with_modules_read([*static_modules, *observed], loose)
+        return reader, list(map(DEREFERENCE, reader.module_refs))
+    modules = _with_modules_read([*binding.reached, *observed], loose)
     key, anchor = _reader_key(None, modules, roots, reentrant, loose)
     reader = cached_reader(key, anchor, modules)
     if reader is None:
         reader = _build_reader(modules, roots, reentrant, loose, False, False)
         _store(key, anchor, reader)
-    return reader, modules, roots
+    return reader, modules
 
 
 def _store(key: tuple, anchor: Any, reader: RegionReader) -> None:
@@ -329,13 +457,15 @@ def _store(key: tuple, anchor: Any, reader: RegionReader) -> None:
 _stateful: dict[int, tuple[weakref.ref, tuple]] = {}
 
 
-def stateful_modules(target: torch.nn.Module, fn: Any, reentrant: bool, loose: set[int]) -> list:
+def stateful_modules(
+    target: torch.nn.Module, binding: Binding, reentrant: bool, loose: set[int]
+) -> list:
     """The modules of a module region's tree that hold buffers or assign attributes (their
     state before the forward tells what the forward wrote); the first call builds the tree's
     reader to know them."""
     entry = _stateful.get(id(target))
     if entry is None or entry[0]() is not target:
-        reader_for(target, [], static_reach(fn), reentrant, loose)
+        reader_for(target, [], binding, reentrant, loose)
         entry = _stateful[id(target)]
     return [m for m in (ref() for ref in entry[1]) if m is not None] if entry[1] else []
 
@@ -354,10 +484,14 @@ def capture(
     """Read everything the region reached; a reader that no longer matches its modules (a
     child replaced, an attribute added, a followed global rebound) is rebuilt here."""
     target = binding.module
-    reader, modules, roots = reader_for(target, observed, static_reach(fn), reentrant, loose)
+    reader, modules = reader_for(target, observed, binding, reentrant, loose)
+    roots = binding.roots
     values = functions = None
     for fresh in (False, True):
         if fresh:
+            # what the callable holds may have changed too (a closure cell rebound)
+            forget_structure(fn)
+            roots = bind(fn).roots
             if target is not None:
                 modules = module_tree(target, loose)
             top_hooks = target is not None and not reentrant
@@ -388,15 +522,9 @@ def capture(
     fingerprint.written = written
     fingerprint.mask = mask
     fingerprint.values = values
-    fingerprint.code = region_code(binding)
+    fingerprint.code = binding.code
     _capture_arguments(fingerprint, binding, args, kwargs)
     return fingerprint
-
-
-def region_code(binding: Binding) -> Any:
-    """The code a region runs, under its decorators (what names it)."""
-    function = unwrap_function(binding.function) if binding.function is not None else None
-    return function.__code__ if function is not None else None
 
 
 def refresh_own_writes(fingerprint: RegionFingerprint, own_hooks: frozenset) -> None:
