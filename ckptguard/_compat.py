@@ -168,6 +168,7 @@ class Torch:
     privateuse1_name: Callable[[], str]
     is_compiling: Callable[[], bool]
     module_call_codes: tuple  # code of nn.Module's __call__ path, found on the stack
+    graph_task_id: Callable[[], int]  # the running backward pass on this thread, -1 if none
 
 
 _resolved: Torch | None = None
@@ -263,6 +264,7 @@ def resolve() -> Torch:
             _require(torch.nn.Module, name, "torch.nn.Module").__code__
             for name in ("_call_impl", "_wrapped_call_impl")
         ),
+        graph_task_id=_require(torch._C, "_current_graph_task_id", "torch._C"),
     )
     _require(
         _resolved.checkpoint_frame, "check_recomputed_tensors_match", f"{where}._CheckpointFrame"
