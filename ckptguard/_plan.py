@@ -118,6 +118,7 @@ class CodeReads:
     dynamic_args: frozenset  # arguments whose attributes are read by computed names
     parameter_chains: tuple  # sorted (named parameter, its position or None, (attr, ...))
     mutated: frozenset  # global and free names whose contents the code changes in place
+    rebinds: frozenset  # global and free names the code assigns or deletes
 
 
 def _argument_names(code: types.CodeType) -> tuple[str, ...]:
@@ -148,6 +149,7 @@ _MUTATORS = frozenset(
     }
 )
 _SUBSCRIPT_WRITES = frozenset({"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_SLICE"})
+_REBINDS = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF"})
 
 
 def _scan(
@@ -195,6 +197,8 @@ def _scan(
         line = ins.positions.lineno if ins.positions is not None else None
         if op in _SUBSCRIPT_WRITES:  # calls[0] += 1: a container loaded on this line
             found["mutated"].update(line_roots.get(line, ()))
+        elif op in _REBINDS and (op.endswith("GLOBAL") or ins.argval in free):
+            found["rebinds"].add(ins.argval)
         if pending_super:
             if op in _ATTR_LOADS:
                 found["super"].add(ins.argval)
@@ -246,7 +250,7 @@ def code_reads(code: types.CodeType) -> CodeReads:
     """Cached per code object (code objects are immutable, so the cache never goes stale)."""
     reads = _code_reads.get(code)
     if reads is None:
-        kinds = ("global", "arg", "free", "super", "stored", "dynamic", "mutated")
+        kinds = ("global", "arg", "free", "super", "stored", "dynamic", "mutated", "rebinds")
         found: dict[str, set] = {k: set() for k in kinds}
         _scan(code, frozenset(_argument_names(code)), frozenset(code.co_freevars), found)
         reads = _code_reads[code] = CodeReads(
@@ -258,6 +262,7 @@ def code_reads(code: types.CodeType) -> CodeReads:
             frozenset(found["dynamic"]),
             _parameter_chains(code, found["arg"]),
             frozenset(found["mutated"]),
+            frozenset(found["rebinds"]),
         )
     return reads
 

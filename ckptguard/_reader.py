@@ -118,6 +118,14 @@ def _global_chain(namespace: str, chain: tuple, spec: tuple | None, name: str) -
     return f"({result} if {' and '.join(guards)} else {fallback})", entries
 
 
+def _tuple(items: list[str]) -> str:
+    return "(\n        " + ",\n        ".join(items) + ",\n    )" if items else "()"
+
+
+def _returned(items: list[str]) -> str:
+    return f"    return {_tuple(items)}"
+
+
 def _module_chain(expression: str, chain: tuple) -> str:
     return expression if len(chain) == 1 else f"read_chain({expression}, {chain[1:]!r})"
 
@@ -153,6 +161,11 @@ class RegionReader:
 
     __slots__ = (
         "read",
+        "read_modules",
+        "read_shared",
+        "shared_signature",
+        "writes_shared",
+        "parts",
         "module_plans",
         "module_refs",
         "function_plans",
@@ -273,6 +286,9 @@ class RegionReader:
                 items.append(f"tuple(map(id, m{i}.values()))")
                 labels.append((i, "shape", "children", None))
 
+        module_lines, lines = lines[1:], [lines[0]]
+        heads = len(torch_state) + 1
+        modules_end = len(items)
         # each function once, however many plans reach it: the region's own functions come
         # in as ``roots``, the others are dereferenced here (``live_functions`` keeps them)
         entries, sources = [], []
@@ -286,6 +302,7 @@ class RegionReader:
                     sources.append(index if index < roots else class_functions[index - roots])
         weak: list = []
         seen: set[int] = set()
+        writes = False  # whether a function's own code writes a global or a closure cell
         for position, (func, entry) in enumerate(zip(functions, entries, strict=True)):
             if id(func) in seen:
                 continue
@@ -305,7 +322,9 @@ class RegionReader:
                 shape_positions.append(first + chain_index)
                 shape.append(ident)
             values = [f"{name}.__code__"]
-            mutated = code_reads(func.__code__).mutated if func is not None else frozenset()
+            reads = code_reads(func.__code__) if func is not None else None
+            mutated = reads.mutated if reads is not None else frozenset()
+            writes = writes or reads is None or bool(mutated or reads.rebinds)
             freevars = func.__code__.co_freevars if func is not None else ()
             # (expression, kind of value, whether the expression already fingerprints it,
             # whether the function's own code mutates the value in place)
@@ -350,11 +369,34 @@ class RegionReader:
         self.identity_positions = frozenset(identity)
         self.self_written = tuple(self_written)
         self._shape_of = operator.itemgetter(*shape_positions) if shape_positions else None
-        body = ",\n        ".join(items)
-        lines.append(f"    return (\n        {body},\n    )")
-        source = "\n".join(lines) + "\n"
-        exec(compile(source, "<ckptguard region reader>", "exec"), namespace)
+        self.writes_shared = writes
+        # what several regions share: torch settings, global hooks and the functions' part,
+        # read once per backward pass (see ``_verify.compare``); the modules' part apart
+        self.parts = (heads, modules_end)
+        self.shared_signature = (
+            tuple(label for label, _ in torch_state),
+            tuple(map(id, function_plans)),
+            tuple(map(id, class_functions)),
+        )
+        head, own_items, shared = items[:heads], items[heads:modules_end], items[modules_end:]
+        source = "\n".join(
+            [
+                *lines[:1],
+                *module_lines,
+                *lines[1:],
+                _returned(items),
+                "def read_modules(mods):",
+                *module_lines,
+                _returned(own_items),
+                "def read_shared(roots, own):",
+                *lines[1:],
+                f"    return {_tuple(head)}, {_tuple(shared)}",
+            ]
+        )
+        exec(compile(source + "\n", "<ckptguard region reader>", "exec"), namespace)
         self.read = namespace["read"]
+        self.read_modules = namespace["read_modules"]
+        self.read_shared = namespace["read_shared"]
 
     def shape_of(self, values: tuple) -> tuple:
         if self._shape_of is None:
@@ -382,7 +424,7 @@ class RegionReader:
             if self.safe:
                 raise
         # recompiled with the same plans: same positions, so fingerprints stay comparable
-        self.read = RegionReader(
+        safe = RegionReader(
             modules,
             list(self.module_plans),
             list(self.function_plans),
@@ -391,7 +433,12 @@ class RegionReader:
             self.functions(roots),
             self.top_hooks,
             safe=True,
-        ).read
+        )
+        self.read, self.read_modules, self.read_shared = (
+            safe.read,
+            safe.read_modules,
+            safe.read_shared,
+        )
         self.safe = True
         return self.read(modules, roots, own)
 

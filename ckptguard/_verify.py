@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import threading
 import types
 import weakref
 from collections.abc import Iterator
@@ -552,7 +553,7 @@ def compare(
     ``==`` and the arguments' fingerprints."""
     reader = fingerprint.reader
     try:
-        values = reader.read(fingerprint.modules, fingerprint.roots, own_hooks)
+        values = _read_in_pass(reader, fingerprint.modules, fingerprint.roots, own_hooks)
     except _READ_ERRORS:
         values = reader.read_safely(fingerprint.modules, fingerprint.roots, own_hooks)
     if fingerprint.mask:
@@ -569,6 +570,46 @@ def compare(
 
 
 _READ_ERRORS = (RuntimeError, AttributeError, ValueError, IndexError, TypeError)
+
+
+class _Pass(threading.local):
+    """What a backward pass on this thread read of the state its regions share: (graph task,
+    {(shared signature, the region's own functions, the guard's hooks): (torch settings and
+    global hooks, the functions' part)})."""
+
+    task = -1
+    shared: dict = {}
+
+
+_pass = _Pass()
+
+
+def _read_in_pass(reader: RegionReader, modules: list, roots: list, own: frozenset) -> tuple:
+    """A recompute's read. The state several regions share (torch settings, global hooks, the
+    functions their code runs: the layers of a model run the same ones) is read once per
+    backward pass, at its first recompute, and reused by the pass's later recomputes of
+    regions that share it; each region's modules are read every time. Assumes that code
+    running inside a backward pass (hooks, other regions' recomputes) does not change that
+    state; a region whose own code rebinds a global or a closure variable, or mutates one in
+    place, makes its pass read it again after its recompute."""
+    task = _compat.resolve().graph_task_id()
+    if task < 0:
+        return reader.read(modules, roots, own)
+    state = _pass
+    if state.task != task:
+        state.task, state.shared = task, {}
+    if reader.writes_shared:  # its recompute, about to run, may change what others read
+        state.shared = {}
+        shared = reader.read_shared(roots, own)
+    else:
+        key = (reader.shared_signature, *map(id, roots), own)
+        shared = state.shared.get(key)
+        if shared is None:
+            shared = state.shared[key] = reader.read_shared(roots, own)
+    head, functions = shared
+    return head + reader.read_modules(modules) + functions
+
+
 _is_none = functools.partial(operator.is_, None)
 
 

@@ -4,16 +4,29 @@ every change between forward and backward caught and every clean step silent.
 - A region's callable is taken apart once per structure (the partial's function, the module
   bound into it, the closure cells its functions hold): a cell rebound later leads the guard
   to the functions it now holds.
+- In a backward pass, what several regions share (torch settings, global hooks, the functions
+  their code runs, with their globals, closures and defaults) is read at the pass's first
+  recompute and reused by its later ones; each region's modules (their attributes, children,
+  hooks, training flag, tensors, the objects their attribute chains reach, a shared config
+  among them) are read before every recompute. So a change made between forward and
+  backward is seen by every region of the pass, a write that bypasses ``__setattr__`` or a
+  tensor's ``.data`` is seen, a config object changed during the pass is seen by the regions
+  recomputed after it, and a region whose own code writes shared state makes the pass read it
+  again (no alarm that a full read would not give).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 
+import pytest
 import torch
 import torch.nn as nn
 from conftest import grads_of, silently_wrong_then_named
 from torch.utils.checkpoint import checkpoint
+
+import ckptguard
 
 GAIN_A = 1.0
 GAIN_B = 1.0
@@ -73,8 +86,6 @@ def test_a_closure_cell_rebound_after_the_structure_was_cached() -> None:
 
         return apply
 
-    import ckptguard
-
     with ckptguard.guard():
         step(None)  # the structure, its functions and its reader are worked out
     Swappable.forward.swap(_scaled_by_b)
@@ -82,3 +93,176 @@ def test_a_closure_cell_rebound_after_the_structure_was_cached() -> None:
         silently_wrong_then_named(step, rebind(3.0), rebind(1.0), "global", "GAIN_B")
     finally:
         Swappable.forward.swap(_scaled_by_a)
+
+
+# ------------------------------------------------- what the regions of one pass share
+
+SCALE = 1.0
+TICKS = [0]
+
+
+class Config:
+    gain = 1.0
+
+    def __init__(self) -> None:
+        self.gain = 1.0
+
+
+def _scaled(x: torch.Tensor) -> torch.Tensor:
+    return x * SCALE
+
+
+class Layer(nn.Module):
+    """The layers of a model: the same code, the same helper and its global, one config."""
+
+    def __init__(self, config: Config, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.fc = nn.Linear(4, 4)
+        self.config = config
+        self.scale = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(_scaled(self.fc(x)) * self.config.gain * self.scale)
+
+
+class Model(nn.Module):
+    def __init__(self, depth: int = 3) -> None:
+        super().__init__()
+        config = Config()
+        self.layers = nn.ModuleList(Layer(config, seed) for seed in range(depth))
+
+    def forward(self, x: torch.Tensor, between=None) -> torch.Tensor:
+        for index, layer in enumerate(self.layers):
+            x = checkpoint(layer, x, use_reentrant=False)
+            if between is not None:
+                between(index, x)
+        return x
+
+
+def _warned_regions(model: Model, change, between=None) -> list[str]:
+    """Runs a guarded step in warn mode with ``change`` between forward and backward; the
+    regions named by the mismatch warnings, in the order backward recomputed them."""
+    x = torch.randn(3, 4, requires_grad=True)
+    ckptguard.enable(on_mismatch="warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = model(x, between)
+            change()
+            out.sum().backward()
+    finally:
+        ckptguard.disable()
+    return [
+        str(w.message).split("checkpointed region ")[1].split(" (")[0]
+        for w in caught
+        if issubclass(w.category, ckptguard.CheckpointMismatchWarning)
+    ]
+
+
+def _set_scale(value: float):
+    def apply() -> None:
+        global SCALE
+        SCALE = value
+
+    return apply
+
+
+def test_a_global_rebound_between_forward_and_backward_is_seen_by_every_region() -> None:
+    model = Model()
+    try:
+        assert _warned_regions(model, _set_scale(2.0)) == ["layers.2", "layers.1", "layers.0"]
+    finally:
+        _set_scale(1.0)()
+
+
+def test_a_setting_changed_between_forward_and_backward_is_seen_by_every_region() -> None:
+    model = Model()
+    before = torch.get_float32_matmul_precision()
+    try:
+        changed = _warned_regions(model, lambda: torch.set_float32_matmul_precision("medium"))
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert changed == ["layers.2", "layers.1", "layers.0"]
+
+
+def test_a_shared_config_changed_after_the_first_recompute_is_seen_by_the_regions_after() -> None:
+    """The config all layers read is changed by a hook that backward runs after the last
+    layer's recompute (a hook on that layer's input): the layers recomputed after it see it."""
+    model = Model()
+    config = model.layers[0].config
+
+    def between(index: int, hidden: torch.Tensor) -> None:
+        if index == 1:  # the input of layers.2: its gradient arrives after that recompute
+            hidden.register_hook(lambda grad: setattr(config, "gain", 3.0))
+
+    assert _warned_regions(model, lambda: None, between) == ["layers.1", "layers.0"]
+
+
+@pytest.mark.parametrize(
+    "bypass",
+    ["__dict__", "object.__setattr__", "_modules", "_forward_hooks", "data"],
+)
+def test_writes_that_bypass_setattr_are_seen(bypass: str) -> None:
+    """Writes that no ``nn.Module`` method sees: the guard reads the modules themselves."""
+    model = Model(depth=1)
+    layer = model.layers[0]
+    fc, weight = layer.fc, layer.fc.weight
+    replacement = nn.Linear(4, 4)
+    change = {
+        "__dict__": lambda: layer.__dict__.__setitem__("scale", 0.5),
+        "object.__setattr__": lambda: object.__setattr__(layer, "scale", 0.5),
+        "_modules": lambda: layer._modules.__setitem__("fc", replacement),
+        "_forward_hooks": lambda: fc._forward_hooks.__setitem__(-1, lambda m, i, o: o * 2),
+        "data": lambda: setattr(weight, "data", weight.data * 2),
+    }[bypass]
+    assert _warned_regions(model, change) == ["layers.0"]
+
+
+def test_a_write_through_data_in_place_is_seen_in_strict_mode() -> None:
+    """``p.data.mul_`` moves no version counter: strict mode compares the saved tensors."""
+    model = Model(depth=1)
+    weight = model.layers[0].fc.weight
+    x = torch.randn(3, 4, requires_grad=True)
+    ckptguard.enable(strict=True)
+    try:
+        out = model(x)
+        weight.data.mul_(2)
+        with pytest.raises(ckptguard.CheckpointMismatchError) as info:
+            out.sum().backward()
+    finally:
+        ckptguard.disable()
+    assert info.value.kind == "values"
+
+
+def _ticking(x: torch.Tensor) -> torch.Tensor:
+    TICKS[0] += 1  # a container the function's own code mutates: shared, and written
+    return x * (1.0 + TICKS[0] % 2)
+
+
+class Ticking(nn.Module):
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(_ticking(self.fc(x)))
+
+
+def test_a_region_writing_shared_state_makes_the_pass_read_it_again() -> None:
+    """Each layer's recompute advances the counter all layers read (their gradients do
+    change): the region recomputed next is told what its recompute will read now, as a full
+    read tells it, not what the pass read before the previous recompute."""
+    layers = nn.ModuleList(Ticking(seed) for seed in range(3))
+    x = torch.randn(3, 4, requires_grad=True)
+    TICKS[0] = 0
+    with ckptguard.guard():
+        hidden = x
+        for layer in layers:
+            hidden = checkpoint(layer, hidden, use_reentrant=False)
+        with pytest.raises(ckptguard.CheckpointMismatchError) as info:
+            hidden.sum().backward()  # the last layer's recompute advances it from 3 to 4
+    error = str(info.value)
+    assert "TICKS[0]" in error
+    assert "forward saw:  2" in error and "now:          4" in error
