@@ -150,6 +150,28 @@ _MUTATORS = frozenset(
 )
 _SUBSCRIPT_WRITES = frozenset({"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_SLICE"})
 _REBINDS = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF"})
+_SIMPLE_LOADS = _FAST_LOADS | {"LOAD_CONST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME"}
+
+
+def _subscript_container(instructions: list, index: int) -> Any:
+    """The instruction loading the container (or the root of the attribute chain reaching
+    it: ``CFG.table[k] = v``) that the subscript write at ``index`` writes into, where its key
+    is one load, in a plain (``c[k] = v``, ``del c[k]``) or augmented (``c[k] += v``) write;
+    None for any other form."""
+    at = index - 1
+    if instructions[at].opname == "SWAP":  # c k COPY COPY BINARY_SUBSCR v BINARY_OP SWAP SWAP
+        while at > 0 and instructions[at].opname != "BINARY_SUBSCR":
+            at -= 1
+        if at < 3 or instructions[at - 1].opname != "COPY" or instructions[at - 2].opname != "COPY":
+            return None
+        at -= 3
+    if at < 1 or instructions[at].opname not in _SIMPLE_LOADS:
+        return None
+    at -= 1
+    while at > 0 and instructions[at].opname in _ATTR_LOADS:
+        at -= 1
+    found = instructions[at]
+    return found if found.opname in _SIMPLE_LOADS or found.opname in _PAIR_LOADS else None
 
 
 def _scan(
@@ -195,8 +217,12 @@ def _scan(
     for index, ins in enumerate(instructions):
         op = ins.opname
         line = ins.positions.lineno if ins.positions is not None else None
-        if op in _SUBSCRIPT_WRITES:  # calls[0] += 1: a container loaded on this line
-            found["mutated"].update(line_roots.get(line, ()))
+        if op in _SUBSCRIPT_WRITES:  # calls[0] += 1
+            container = None if op == "STORE_SLICE" else _subscript_container(instructions, index)
+            if container is None:  # a form not recognised: every container loaded on its line
+                found["mutated"].update(line_roots.get(line, ()))
+            elif (written := classify(container)) is not None and written[0] != "arg":
+                found["mutated"].add(written[1])
         elif op in _REBINDS and (op.endswith("GLOBAL") or ins.argval in free):
             found["rebinds"].add(ins.argval)
         if pending_super:

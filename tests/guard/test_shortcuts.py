@@ -266,3 +266,61 @@ def test_a_region_writing_shared_state_makes_the_pass_read_it_again() -> None:
     error = str(info.value)
     assert "TICKS[0]" in error
     assert "forward saw:  2" in error and "now:          4" in error
+
+
+def test_in_place_writes_are_found_by_the_container_written() -> None:
+    """A decorator's ``kwargs[new_name] = kwargs.pop(old_name)`` (transformers'
+    ``deprecate_kwarg`` on every layer's forward) writes a local dict, not the closure
+    variables naming its keys: such a function leaves the pass's shared read in place.
+    Where the key is not one load the names on the line count, as before."""
+    from ckptguard import _plan
+
+    def make():
+        calls, old_name, new_name = [0], "past_key_value", "past_key_values"
+
+        def written(kwargs, x):
+            kwargs[new_name] = kwargs.pop(old_name)
+            calls[0] += 1
+            CONFIG.table["k"] = 2
+            del CACHE[x]
+            TABLE[x + 1] = 3  # the key is an expression: TABLE and x's line count
+            local = {}
+            local[KEY] = 1
+
+        return written
+
+    assert _plan.code_reads(make().__code__).mutated == {"calls", "CONFIG", "CACHE", "TABLE"}
+
+
+CONFIG = CACHE = TABLE = KEY = None
+
+
+def test_the_shared_part_is_read_once_per_backward_pass(monkeypatch) -> None:
+    """Three layers running the same code: one read of what they share per backward pass (and
+    one per region at its forward); their modules are read for each recompute."""
+    from ckptguard import _reader
+
+    counts = {"shared": 0, "modules": 0}
+    made = _reader.RegionReader.__init__
+
+    def counting(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        shared, modules = self.read_shared, self.read_modules
+
+        def read_shared(*a):
+            counts["shared"] += 1
+            return shared(*a)
+
+        def read_modules(*a):
+            counts["modules"] += 1
+            return modules(*a)
+
+        self.read_shared, self.read_modules = read_shared, read_modules
+
+    monkeypatch.setattr(_reader.RegionReader, "__init__", counting)
+    model = Model()
+    x = torch.randn(3, 4, requires_grad=True)
+    with ckptguard.guard():
+        for _ in range(2):
+            model(x).sum().backward()
+    assert counts == {"shared": 2, "modules": 6}
