@@ -496,7 +496,9 @@ class FunctionPlan:
     passes in; global chains as (chain, kind of value, inline spec); kind of each closure
     cell's value; attribute chains read through closure cells as (cell index, attributes,
     kind of value); kind of its ``__defaults__`` and whether it has ``__kwdefaults__``;
-    followed callees as (chain index, id of the callee's object)). A decorator's wrapper
+    followed callees as (chain index, id of the callee's object); the code object the entry
+    was made from (a plan cached for a caller keeps its callees' entries: a callee's
+    ``__code__`` swapped since shows there)). A decorator's wrapper
     (``__wrapped__``) is followed into the function it wraps; its own closure is decorator
     plumbing and is not read. A rebound followed name makes the plan stale, and it is rebuilt
     at the next forward.
@@ -563,7 +565,15 @@ class FunctionPlan:
             ref = None if is_root else weakref.ref(func)
             defaults = (_defaults_kind(func.__defaults__), func.__kwdefaults__ is not None)
             entries.append(
-                (ref, tuple(chains), tuple(cells), tuple(cell_chains), defaults, tuple(followed))
+                (
+                    ref,
+                    tuple(chains),
+                    tuple(cells),
+                    tuple(cell_chains),
+                    defaults,
+                    tuple(followed),
+                    code,
+                )
             )
         self.entries = tuple(entries)
 
@@ -604,7 +614,7 @@ def cell_contents(func: types.FunctionType, index: int) -> Any:
 def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
     """(kind, name, where) for each value an entry reads; ``where`` names the function by
     its qualified name and file:line."""
-    _, chains, cells, cell_chains, defaults, _ = entry
+    _, chains, cells, cell_chains, defaults, _, _ = entry
     name = function_name(func) if func is not None else "<collected function>"
     module = getattr(func, "__module__", "?")
     location = code_location(getattr(func, "__code__", None))

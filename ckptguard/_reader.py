@@ -307,7 +307,7 @@ class RegionReader:
             if id(func) in seen:
                 continue
             seen.add(id(func))
-            _, chains, cells, cell_chains, defaults, followed = entry
+            _, chains, cells, cell_chains, defaults, followed, planned = entry
             name = f"F{position}"
             source = sources[position]
             if type(source) is int:
@@ -318,6 +318,10 @@ class RegionReader:
                 lines.append(f"    {name} = W{position}()")
             lines.append(f"    G{position} = {name}.__globals__")
             first = len(items) + 1
+            # the code its plan was made from: swapped since, the plan no longer describes
+            # what the function reads (a caller's cached plan keeps its callees' entries)
+            shape_positions.append(first - 1)
+            shape.append(planned)
             for chain_index, ident in followed:
                 shape_positions.append(first + chain_index)
                 shape.append(ident)

@@ -79,6 +79,7 @@ class Binding(NamedTuple):
     roots: list
     reached: list
     code: Any
+    structure: Any  # its _Structure, which remembers the region's reader
 
 
 def bind(fn: Any) -> Binding:
@@ -99,7 +100,15 @@ def bind(fn: Any) -> Binding:
     bound_values = [v for v in bound_args if not of_type(v, torch.nn.Module)]
     bound_values += bound_kwargs.values()
     return Binding(
-        bound_args, bound_kwargs, function, bound_values, module, roots, reached, structure.code
+        bound_args,
+        bound_kwargs,
+        function,
+        bound_values,
+        module,
+        roots,
+        reached,
+        structure.code,
+        structure,
     )
 
 
@@ -165,7 +174,7 @@ class _Structure:
     followed still hold what they held (``parts``); one with an object that has no weak
     references is used once."""
 
-    __slots__ = ("refs", "held", "code", "cells", "own")
+    __slots__ = ("refs", "held", "code", "cells", "own", "readers")
 
     def __init__(self, fn: Any, innermost: Any, bound_args: list, objects: list) -> None:
         module = function = None
@@ -187,6 +196,8 @@ class _Structure:
         unwrapped = unwrap_function(function) if function is not None else None
         self.code = unwrapped.__code__ if unwrapped is not None else None
         self.own = tuple(i for i, f in enumerate(functions) if not is_library_code(f.__code__))
+        # (reentrant, FSDP2 modules) -> weak reference to the reader of a module region
+        self.readers: dict[tuple, weakref.ref] = {}
         self.cells = tuple(
             (position, index, id(contents))
             for position, func in enumerate(functions)
@@ -429,12 +440,19 @@ def reader_for(
     modules; ``capture`` checks it and rebuilds it if stale."""
     roots = binding.roots
     if target is not None:
-        key, anchor = _reader_key(target, [], roots, reentrant, loose)
-        reader = cached_reader(key, anchor, None)
-        if reader is None:
-            modules = module_tree(target, loose)
-            reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
-            _store(key, anchor, reader)
+        # the structure remembers its reader: it reads the same functions; a code swapped
+        # or a module changed shows in the read's shape, and capture rebuilds the reader
+        way = (reentrant, frozenset(loose) if loose else None)
+        known = binding.structure.readers.get(way)
+        reader = known() if known is not None else None
+        if reader is None or reader.module_refs[0]() is not target:
+            key, anchor = _reader_key(target, [], roots, reentrant, loose)
+            reader = cached_reader(key, anchor, None)
+            if reader is None:
+                modules = module_tree(target, loose)
+                reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
+                _store(key, anchor, reader)
+            binding.structure.readers[way] = weakref.ref(reader)
         return reader, list(map(DEREFERENCE, reader.module_refs))
     modules = _with_modules_read([*binding.reached, *observed], loose)
     key, anchor = _reader_key(None, modules, roots, reentrant, loose)
@@ -492,13 +510,17 @@ def capture(
         if fresh:
             # what the callable holds may have changed too (a closure cell rebound)
             forget_structure(fn)
-            roots = bind(fn).roots
+            binding = bind(fn)
+            roots = binding.roots
             if target is not None:
                 modules = module_tree(target, loose)
             top_hooks = target is not None and not reentrant
             reader = _build_reader(modules, roots, reentrant, loose, True, top_hooks)
             key, anchor = _reader_key(target, modules, roots, reentrant, loose)
             _store(key, anchor, reader)
+            if target is not None:
+                way = (reentrant, frozenset(loose) if loose else None)
+                binding.structure.readers[way] = weakref.ref(reader)
         functions = reader.live_functions()
         if functions is None or any(map(_is_none, modules)):
             continue

@@ -324,3 +324,131 @@ def test_the_shared_part_is_read_once_per_backward_pass(monkeypatch) -> None:
         for _ in range(2):
             model(x).sum().backward()
     assert counts == {"shared": 2, "modules": 6}
+
+
+# ------------------------------------------- what a region's structure remembers: its reader
+
+
+def _helper(x: torch.Tensor) -> torch.Tensor:
+    return x * GAIN_A
+
+
+def _helper_reading_b(x: torch.Tensor) -> torch.Tensor:
+    return x * GAIN_B
+
+
+class Helped(nn.Module):
+    """A layer whose forward calls a helper function (a callee its reader follows)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(_helper(self.fc(x)))
+
+
+def _set_gain_b(value: float):
+    def apply() -> None:
+        global GAIN_B
+        GAIN_B = value
+
+    return apply
+
+
+def _layer_step(layer: nn.Module, callable_of, reentrant: bool = False):
+    x = torch.randn(3, 4, requires_grad=True, generator=torch.Generator().manual_seed(1))
+
+    def step(change):
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+        out = checkpoint(callable_of(layer), x, use_reentrant=reentrant)
+        if change is not None:
+            change()
+        out.sum().backward()
+        return grads_of(layer, x)
+
+    return step
+
+
+@pytest.mark.parametrize(
+    "callable_of",
+    [lambda layer: layer, lambda layer: functools.partial(Helped.forward, layer)],
+    ids=["module", "partial"],
+)
+def test_a_callee_s_code_swapped_after_the_reader_was_built(callable_of) -> None:
+    """The reader follows the forward into ``_helper``; then ``_helper.__code__`` is swapped for
+    code reading another global (the function object, so what the plan followed, stays the
+    same), and that global changes between forward and backward."""
+    layer = Helped()
+    step = _layer_step(layer, callable_of)
+    with ckptguard.guard():
+        step(None)  # the structure and its reader are worked out
+    original = _helper.__code__
+    _helper.__code__ = _helper_reading_b.__code__
+    try:
+        silently_wrong_then_named(step, _set_gain_b(3.0), _set_gain_b(1.0), "global", "GAIN_B")
+    finally:
+        _helper.__code__ = original
+
+
+def test_a_decorated_function_s_code_swapped_after_the_reader_was_built() -> None:
+    """transformers' form on a decorated forward: the region's own functions are the wrapper
+    and the function its cell holds. The latter's code is swapped after the first step; the
+    module's forward (the wrapper) keeps its code, so only the functions' part can show it."""
+    layer = Swappable()
+    step = _layer_step(layer, lambda m: functools.partial(Swappable.forward, m))
+    with ckptguard.guard():
+        step(None)
+    original = _scaled_by_a.__code__
+    _scaled_by_a.__code__ = _scaled_by_b.__code__
+    try:
+        silently_wrong_then_named(step, _set_gain_b(3.0), _set_gain_b(1.0), "global", "GAIN_B")
+    finally:
+        _scaled_by_a.__code__ = original
+
+
+def test_a_structure_run_both_ways_keeps_a_reader_for_each() -> None:
+    """One layer checkpointed non-reentrant, then reentrant: a reentrant recompute runs the
+    region module's own forward hooks (a non-reentrant one stops inside its forward, so its
+    reader leaves them out), so a hook added between forward and backward must be named."""
+    layer = Helped()
+    with ckptguard.guard():
+        _layer_step(layer, lambda m: m)(None)  # the non-reentrant reader, remembered
+    step = _layer_step(layer, lambda m: m, reentrant=True)
+    handles = []
+
+    def add_hook() -> None:
+        handles.append(layer.register_forward_hook(lambda m, i, out: out * 2))
+
+    def remove_hooks() -> None:
+        while handles:
+            handles.pop().remove()
+
+    error = silently_wrong_then_named(step, add_hook, remove_hooks, "hook", "_forward_hooks")
+    assert "Helped" in str(error)
+
+
+def test_a_child_replaced_after_the_reader_was_built() -> None:
+    """The first step's reader reads ``fc``; then ``fc`` is replaced (the old one kept alive,
+    so its weak reference still answers) and the new one's weight changes in place between
+    forward and backward."""
+    layer = Helped()
+    step = _layer_step(layer, lambda m: functools.partial(Helped.forward, m))
+    with ckptguard.guard():
+        step(None)
+    old = layer.fc
+    torch.manual_seed(5)
+    layer.fc = nn.Linear(4, 4)
+    weight = layer.fc.weight
+
+    def scale(factor: float):
+        def apply() -> None:
+            with torch.no_grad():
+                weight.mul_(factor)
+
+        return apply
+
+    silently_wrong_then_named(step, scale(2.0), scale(0.5), "tensor", "fc.weight")
+    assert old.weight is not weight
