@@ -35,7 +35,7 @@ from ckptguard import (
     _compat,
     _explain,
     _names,
-    _plan,
+    _readplan,
     _report,
     _rng,
     _settings,
@@ -176,7 +176,7 @@ def _rebound(old: Any, new: Any) -> bool:
 
 
 def _stored_scalars(module: torch.nn.Module) -> frozenset:
-    return _plan.class_reads(type(module), _plan.forward_of(module)).stored
+    return _readplan.class_reads(type(module), _readplan.forward_of(module)).stored
 
 
 # ------------------------------------------------------------------------------- a region

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ckptguard import _compat
-from ckptguard._plan import (
+from ckptguard._readplan import (
     code_location,
     forward_of,
     function_name,

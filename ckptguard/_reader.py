@@ -33,7 +33,7 @@ from ckptguard._fingerprint import (
     tensor_fp,
     value_fp,
 )
-from ckptguard._plan import (
+from ckptguard._readplan import (
     BoundedCache,
     FunctionPlan,
     ModulePlan,
@@ -90,7 +90,7 @@ def _tensor(expression: str, loose: bool, safe: bool) -> str:
 
 def _global_chain(namespace: str, chain: tuple, spec: tuple | None, name: str) -> tuple:
     """(expression, namespace entries) reading a global or an attribute chain from one,
-    through the plan's inline spec (see ``_plan._inline_spec``) where there is one, else
+    through the plan's inline spec (see ``_readplan._inline_spec``) where there is one, else
     ``read_chain``. ``name`` prefixes the namespace entries."""
     root = f"{namespace}.get({chain[0]!r}, MISSING)"
     if len(chain) == 1:

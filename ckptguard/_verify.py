@@ -31,7 +31,16 @@ from ckptguard._fingerprint import (
     of_type,
     value_fp,
 )
-from ckptguard._plan import (
+from ckptguard._reader import (
+    DEREFERENCE,
+    FUNCTION,
+    HOOKS,
+    TORCH,
+    RegionReader,
+    cached_reader,
+    store_reader,
+)
+from ckptguard._readplan import (
     BoundedCache,
     chains_through_code,
     code_reads,
@@ -42,15 +51,6 @@ from ckptguard._plan import (
     rebuild_function_plan,
     static_attribute,
     unwrap_function,
-)
-from ckptguard._reader import (
-    DEREFERENCE,
-    FUNCTION,
-    HOOKS,
-    TORCH,
-    RegionReader,
-    cached_reader,
-    store_reader,
 )
 
 _MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})

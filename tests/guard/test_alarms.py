@@ -24,7 +24,7 @@ from torch.utils.checkpoint import (
 )
 
 import ckptguard
-from ckptguard import _plan, _reader, _strict
+from ckptguard import _reader, _readplan, _strict
 
 VARIANTS = pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
 
@@ -579,7 +579,7 @@ def test_ckptguard_environment_variable(tmp_path) -> None:
 def test_generated_code_does_not_grow_the_plan_caches(monkeypatch) -> None:
     """Every torch.fx or exec'd model brings new code objects; the caches keyed by code
     objects stay bounded, and the guard still guards them bit-identically."""
-    monkeypatch.setattr(_plan, "PLAN_CACHE_ENTRIES", 16)
+    monkeypatch.setattr(_readplan, "PLAN_CACHE_ENTRIES", 16)
     model = _linear()
     ckptguard.enable()
     for index in range(60):
@@ -596,4 +596,4 @@ def test_generated_code_does_not_grow_the_plan_caches(monkeypatch) -> None:
         model.zero_grad(set_to_none=True)
     sizes = _reader.cache_sizes()
     assert sizes["code_reads"] <= 16 and sizes["function_plans"] <= 16, sizes
-    assert len(_plan._library_files) <= 16
+    assert len(_readplan._library_files) <= 16

@@ -273,7 +273,7 @@ def test_in_place_writes_are_found_by_the_container_written() -> None:
     ``deprecate_kwarg`` on every layer's forward) writes a local dict, not the closure
     variables naming its keys: such a function leaves the pass's shared read in place.
     Where the key is not one load the names on the line count, as before."""
-    from ckptguard import _plan
+    from ckptguard import _readplan
 
     def make():
         calls, old_name, new_name = [0], "past_key_value", "past_key_values"
@@ -289,7 +289,7 @@ def test_in_place_writes_are_found_by_the_container_written() -> None:
 
         return written
 
-    assert _plan.code_reads(make().__code__).mutated == {"calls", "CONFIG", "CACHE", "TABLE"}
+    assert _readplan.code_reads(make().__code__).mutated == {"calls", "CONFIG", "CACHE", "TABLE"}
 
 
 CONFIG = CACHE = TABLE = KEY = None
