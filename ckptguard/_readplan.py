@@ -24,7 +24,7 @@ import sysconfig
 import types
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -489,16 +489,41 @@ def _defaults_kind(defaults: tuple | None) -> str | None:
     return "scalars" if all(type(v) in SCALAR_TYPES for v in defaults) else "any"
 
 
+class GlobalChain(NamedTuple):
+    """A global, or an attribute chain from one, that a function reads."""
+
+    chain: tuple[str, ...]  # the global's name, then attributes
+    kind: str  # how its value is fingerprinted (``sample_kind``)
+    spec: tuple | None  # how the reader inlines it (``_inline_spec``), None: ``read_chain``
+
+
+class CellChain(NamedTuple):
+    """An attribute chain a function reads from an object in its closure."""
+
+    cell: int  # index into ``__closure__``
+    attrs: tuple[str, ...]
+    kind: str
+
+
+class FunctionEntry(NamedTuple):
+    """One function of a plan: what its code reads, as the plan was made."""
+
+    ref: weakref.ref | None  # None for the root, which the caller passes in
+    chains: tuple[GlobalChain, ...]
+    cells: tuple[str, ...]  # kind of each closure cell's value ("empty": an unset cell)
+    cell_chains: tuple[CellChain, ...]
+    defaults: str | None  # kind of its ``__defaults__`` (``_defaults_kind``)
+    kwdefaults: bool  # whether it has ``__kwdefaults__``
+    followed: tuple[tuple[int, int], ...]  # callees followed: (chain index, id of the object)
+    # the code object the entry was made from: a plan cached for a caller keeps its callees'
+    # entries, so a callee's ``__code__`` swapped since shows here (see NOTE [ Stale plans ])
+    code: types.CodeType
+
+
 class FunctionPlan:
     """The globals, closures and defaults of a function and of every user function it calls.
 
-    ``entries`` lists each function as (weak reference, or None for the root the caller
-    passes in; global chains as (chain, kind of value, inline spec); kind of each closure
-    cell's value; attribute chains read through closure cells as (cell index, attributes,
-    kind of value); kind of its ``__defaults__`` and whether it has ``__kwdefaults__``;
-    followed callees as (chain index, id of the callee's object); the code object the entry
-    was made from (a plan cached for a caller keeps its callees' entries: a callee's
-    ``__code__`` swapped since shows there)). A decorator's wrapper
+    ``entries`` lists each function as a ``FunctionEntry``. A decorator's wrapper
     (``__wrapped__``) is followed into the function it wraps; its own closure is decorator
     plumbing and is not read. A rebound followed name makes the plan stale, and it is rebuilt
     at the next forward.
@@ -533,13 +558,13 @@ class FunctionPlan:
                 for read in chains_through_code(value, chain):
                     target = read_chain(value, read[1:])
                     kind = sample_kind(target)
-                    chains.append((read, kind, _inline_spec(value, read, target)))
+                    chains.append(GlobalChain(read, kind, _inline_spec(value, read, target)))
                     callee = _follow_target(target)
                     if callee is not None:
                         if kind == "object":
                             followed.append((len(chains) - 1, id(target)))
                         pending.append((callee, False))
-            cells = []  # kind of each closure cell's value ("empty" for an unset cell)
+            cells = []
             cell_chains = []
             wrapped = getattr(func, "__wrapped__", None)
             if wrapped is not None:
@@ -558,28 +583,27 @@ class FunctionPlan:
                     if callee is not None:
                         pending.append((callee, False))
                 for index, attrs, target in _cell_chains(func, reads):
-                    cell_chains.append((index, attrs, sample_kind(target)))
+                    cell_chains.append(CellChain(index, attrs, sample_kind(target)))
                     callee = _follow_target(target)
                     if callee is not None:
                         pending.append((callee, False))
-            ref = None if is_root else weakref.ref(func)
-            defaults = (_defaults_kind(func.__defaults__), func.__kwdefaults__ is not None)
             entries.append(
-                (
-                    ref,
-                    tuple(chains),
-                    tuple(cells),
-                    tuple(cell_chains),
-                    defaults,
-                    tuple(followed),
-                    code,
+                FunctionEntry(
+                    ref=None if is_root else weakref.ref(func),
+                    chains=tuple(chains),
+                    cells=tuple(cells),
+                    cell_chains=tuple(cell_chains),
+                    defaults=_defaults_kind(func.__defaults__),
+                    kwdefaults=func.__kwdefaults__ is not None,
+                    followed=tuple(followed),
+                    code=code,
                 )
             )
         self.entries = tuple(entries)
 
     def functions(self, root: types.FunctionType) -> list:
         """The function of each entry now (None where a followed one was collected)."""
-        return [root if entry[0] is None else entry[0]() for entry in self.entries]
+        return [root if entry.ref is None else entry.ref() for entry in self.entries]
 
 
 def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tuple]:
@@ -611,26 +635,53 @@ def cell_contents(func: types.FunctionType, index: int) -> Any:
         return MISSING
 
 
-def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
-    """(kind, name, where) for each value an entry reads; ``where`` names the function by
-    its qualified name and file:line."""
-    _, chains, cells, cell_chains, defaults, _, _ = entry
+class Label(NamedTuple):
+    """What one position of a region's read holds: its owner (``TORCH``, ``HOOKS``, a
+    module's index in the region or ``FUNCTION``), the kind of value (what a difference is
+    called: "tensor", "global", "closure", ...), its name and where it lives (None: said by
+    the module it belongs to)."""
+
+    owner: int | str
+    kind: str
+    name: str | None
+    where: str | None
+
+
+TORCH = "torch"  # label owners besides module indexes
+HOOKS = "hooks"
+FUNCTION = "function"
+
+
+def function_labels(func: Any, entry: FunctionEntry) -> list[Label]:
+    """A label for each value an entry reads; ``where`` names the function by its qualified
+    name and file:line."""
     name = function_name(func) if func is not None else "<collected function>"
     module = getattr(func, "__module__", "?")
     location = code_location(getattr(func, "__code__", None))
     of = f"{name} ({location})"
-    out = [("function", f"{name}.__code__", f"code of {of}")]
-    out += [("global", ".".join(c[0]), f"global of {module}, read by {of}") for c in chains]
-    names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
-    out += [("closure", var, f"closure cell of {of}") for var in names[: len(cells)]]
+    out = [Label(FUNCTION, "function", f"{name}.__code__", f"code of {of}")]
     out += [
-        ("closure", ".".join((names[index], *attrs)), f"read through a closure cell of {of}")
-        for index, attrs, _ in cell_chains
+        Label(FUNCTION, "global", ".".join(c.chain), f"global of {module}, read by {of}")
+        for c in entry.chains
     ]
-    if defaults[0]:
-        out.append(("closure", f"{name}.__defaults__", f"default arguments of {of}"))
-    if defaults[1]:
-        out.append(("closure", f"{name}.__kwdefaults__", f"keyword defaults of {of}"))
+    cells = entry.cells
+    names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
+    out += [Label(FUNCTION, "closure", var, f"closure cell of {of}") for var in names[: len(cells)]]
+    out += [
+        Label(
+            FUNCTION,
+            "closure",
+            ".".join((names[c.cell], *c.attrs)),
+            f"read through a closure cell of {of}",
+        )
+        for c in entry.cell_chains
+    ]
+    if entry.defaults:
+        out.append(Label(FUNCTION, "closure", f"{name}.__defaults__", f"default arguments of {of}"))
+    if entry.kwdefaults:
+        out.append(
+            Label(FUNCTION, "closure", f"{name}.__kwdefaults__", f"keyword defaults of {of}")
+        )
     return out
 
 
@@ -758,6 +809,14 @@ def _is_plain_attribute(value: Any) -> bool:
     return type(value) in (tuple, list, dict) and len(value) <= 16
 
 
+class ModuleChain(NamedTuple):
+    """An attribute chain a module's code reads from ``self``."""
+
+    chain: tuple[str, ...]
+    source: tuple  # where its first attribute lives (``ModulePlan._source_of``)
+    kind: str  # how its value is fingerprinted (``sample_kind``)
+
+
 class ModulePlan:
     """Per module: its parameters and buffers, and where each attribute its code reads lives.
 
@@ -823,7 +882,7 @@ class ModulePlan:
             for read in chains_through_code(root, chain):
                 sample = read_chain(root, read[1:])
                 if sample is not SKIPPED:  # SKIPPED: a property whose getter is not readable
-                    resolved[read] = (read, source, sample_kind(sample))
+                    resolved[read] = ModuleChain(read, source, sample_kind(sample))
         self.chains = tuple(resolved.values())
 
     def _source_of(self, module: torch.nn.Module, name: str) -> tuple | None:

@@ -33,14 +33,14 @@ from ckptguard._fingerprint import (
 )
 from ckptguard._reader import (
     DEREFERENCE,
-    FUNCTION,
-    HOOKS,
-    TORCH,
     RegionReader,
     cached_reader,
     store_reader,
 )
 from ckptguard._readplan import (
+    FUNCTION,
+    HOOKS,
+    TORCH,
     BoundedCache,
     chains_through_code,
     code_reads,
@@ -324,6 +324,32 @@ class RegionFingerprint:
         "code",
     )
 
+    def __init__(
+        self,
+        reader: RegionReader,
+        modules: list,
+        functions: list,
+        roots: list,
+        written: dict[int, frozenset],
+        mask: tuple,
+        values: tuple,
+        arguments: tuple[list, list],
+        argument_chains: list[tuple[str, Any, tuple]],
+        argument_values: list,
+        code: Any,
+    ) -> None:
+        self.reader = reader
+        self.modules = modules  # what the values were read from
+        self.functions = functions  # the functions the reader dereferences, held
+        self.roots = roots  # the region's own functions
+        self.written = written  # module index -> buffers the forward itself wrote
+        self.mask = mask  # their positions, left out of the comparison
+        self.values = values
+        self.arguments = arguments  # (positional tensors, every other argument)
+        self.argument_chains = argument_chains  # (dotted name, object, attributes)
+        self.argument_values = argument_values  # what those chains read
+        self.code = code  # the code the region ran at its forward (what names it)
+
 
 def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
     """Getters of the process-wide settings the recompute does not restore."""
@@ -396,8 +422,9 @@ def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
 def _modules_read(module: torch.nn.Module, loose: set[int]) -> Iterator[torch.nn.Module]:
     """Modules the code of ``module`` reads through its attributes (``self.blocks``)."""
     plan = module_plan(module, id(module) in loose)
-    for chain, _, kind in plan.chains:
-        if kind == "object":
+    for read in plan.chains:
+        if read.kind == "object":
+            chain = read.chain
             value = read_chain(static_attribute(module, chain[0]), chain[1:])
             if of_type(value, torch.nn.Module):
                 yield value
@@ -530,24 +557,28 @@ def capture(
             values = reader.read_safely(modules, roots, own_hooks)
         if fresh or reader.shape_of(values) == reader.shape:
             break
-    fingerprint = RegionFingerprint()
-    fingerprint.reader = reader
-    fingerprint.modules = modules
-    fingerprint.functions = functions
-    fingerprint.roots = roots
     mask: tuple = ()
-    if written:
+    written_at: dict[int, frozenset] = {}
+    if written:  # See NOTE [ Outputs are not inputs ]
         index_of = {id(m): i for i, m in enumerate(modules)}
-        written = {index_of[k]: v for k, v in written.items() if k in index_of}
+        written_at = {index_of[k]: v for k, v in written.items() if k in index_of}
         positions = reader.tensor_positions
-        mask = tuple(positions[(i, n)] for i, names in written.items() for n in names)
+        mask = tuple(positions[(i, n)] for i, names in written_at.items() for n in names)
         values = _masked(values, mask)
-    fingerprint.written = written
-    fingerprint.mask = mask
-    fingerprint.values = values
-    fingerprint.code = binding.code
-    _capture_arguments(fingerprint, binding, args, kwargs)
-    return fingerprint
+    arguments, chains, chain_values = _capture_arguments(binding, args, kwargs)
+    return RegionFingerprint(
+        reader=reader,
+        modules=modules,
+        functions=functions,
+        roots=roots,
+        written=written_at,
+        mask=mask,
+        values=values,
+        arguments=arguments,
+        argument_chains=chains,
+        argument_values=chain_values,
+        code=binding.code,
+    )
 
 
 def refresh_own_writes(fingerprint: RegionFingerprint, own_hooks: frozenset) -> None:
@@ -657,26 +688,29 @@ def _explain_values(
     for position, (old, new) in enumerate(zip(fingerprint.values, values, strict=True)):
         if old is new or _equal(old, new):
             continue
-        owner, kind, name, where = reader.labels[position]
-        if owner == TORCH:
-            settings.append((name, old, new))
+        label = reader.labels[position]
+        if label.owner == TORCH:
+            settings.append((label.name, old, new))
             continue
         old, new = objects.shown(position, old), objects.shown(position, new)
-        if kind == "shape":
-            if name in _CONTENTS and isinstance(modules[owner], _CONTAINERS):
-                _raise_contents(modules[owner], name, old, new, name_module)
-            if owner not in reshaped:
-                reshaped.append(owner)
-            continue
-        if owner == HOOKS:
+        if label.owner == HOOKS:
             tables = _compat.GLOBAL_HOOK_DICTS
             before, after = old or ((),) * len(tables), new or ((),) * len(tables)
             index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
             old, new = _hooks_text(before[index]), _hooks_text(after[index])
-            raise Difference(kind, f"torch.nn.modules.module.{tables[index]}", where, old, new)
-        if owner == FUNCTION:
-            raise Difference(kind, name, where, old, new)
-        _raise_module(kind, name, modules[owner], old, new, name_module)
+            name = f"torch.nn.modules.module.{tables[index]}"
+            raise Difference(label.kind, name, label.where, old, new)
+        if label.owner == FUNCTION:
+            raise Difference(label.kind, label.name, label.where, old, new)
+        assert type(label.owner) is int  # a module's index
+        module = modules[label.owner]
+        if label.kind == "shape":
+            if label.name in _CONTENTS and isinstance(module, _CONTAINERS):
+                _raise_contents(module, label.name, old, new, name_module)
+            if label.owner not in reshaped:
+                reshaped.append(label.owner)
+            continue
+        _raise_module(label.kind, label.name, module, old, new, name_module)
     for index in reshaped:
         _explain_reshaped(fingerprint, index, name_module)
     return settings
@@ -776,21 +810,19 @@ def _explain_reshaped(fingerprint: RegionFingerprint, index: int, name_module: A
     before = _module_values(reader, fingerprint.values, index)
     current = _module_values(fresh, fresh.read([module], [], frozenset()), 0)
     written = fingerprint.written.get(index, ())
-    for label, value in current.items():
-        if label[1] in written and label[0] == "tensor":
-            continue
-        if label in before and not _equal(before[label], value):
-            _raise_module(*label, module, before[label], value, name_module)
+    for (kind, name), value in current.items():
+        if kind == "tensor" and name in written:
+            continue  # the region's own output. See NOTE [ Outputs are not inputs ]
+        if (kind, name) in before and not _equal(before[kind, name], value):
+            _raise_module(kind, name, module, before[kind, name], value, name_module)
 
 
 def _module_values(reader: RegionReader, values: tuple, index: int) -> dict[tuple, Any]:
     """{(kind, name): value} of one module's positions, its shape aside."""
     return {
-        (kind, name): _shown(reader, position, value)
-        for position, ((owner, kind, name, _), value) in enumerate(
-            zip(reader.labels, values, strict=True)
-        )
-        if owner == index and kind != "shape"
+        (label.kind, label.name): _shown(reader, position, value)
+        for position, (label, value) in enumerate(zip(reader.labels, values, strict=True))
+        if label.owner == index and label.kind != "shape"
     }
 
 
@@ -832,22 +864,19 @@ def _argument_labels(binding: Binding, args: tuple, kwargs: dict) -> tuple[list,
 
 
 def _capture_arguments(
-    fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
-) -> None:
+    binding: Binding, args: tuple, kwargs: dict
+) -> tuple[tuple[list, list], list[tuple[str, Any, tuple]], list]:
+    """(the arguments' fingerprints: positional tensors held weakly, every other argument;
+    the attribute chains the region's function reads from its arguments, as (dotted name,
+    object, attributes); the values those chains read)."""
     tensors, others = _arguments(binding, args, kwargs)
-    held = []
-    for tensor in tensors:
-        held.append((weakref.ref(tensor), input_fp(tensor)))
-    fingerprint.arguments = (held, arguments_fp(others))
+    held = [(weakref.ref(tensor), input_fp(tensor)) for tensor in tensors]
+    arguments = (held, arguments_fp(others))
     chains: list[tuple[str, Any, tuple]] = []
-    fingerprint.argument_chains = chains
-    fingerprint.argument_values = []
     function = binding.function
-    if function is None:
-        return
-    parameter_chains = code_reads(function.__code__).parameter_chains
+    parameter_chains = code_reads(function.__code__).parameter_chains if function else ()
     if not parameter_chains:
-        return
+        return arguments, chains, []
     positional = [*binding.bound_args, *args]
     for name, position, attrs in parameter_chains:
         if name in kwargs:
@@ -862,7 +891,7 @@ def _capture_arguments(
             continue  # tensors are arguments above; modules have their own plans
         for chain in chains_through_code(value, (name, *attrs)):
             chains.append((".".join(chain), value, chain[1:]))
-    fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
+    return arguments, chains, [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
 
 
 def _compare_arguments(
