@@ -188,8 +188,91 @@ def _fix_for(kind: str, name: str, where: str, old: Any) -> str:
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
+class Difference(Exception):
+    """Internal: the first fingerprint that differs, with what explains it (raised by
+    ``_verify`` at a recompute's start, made into ``mismatch_error`` by the region)."""
+
+    def __init__(self, kind: str, name: str, where: str | None, old: Any, new: Any):
+        super().__init__(name)
+        self.kind, self.name, self.where, self.old, self.new = kind, name, where, old, new
+
+
+class Text(str):
+    """A description shown as it is in a message (no quotes)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def hooks_text(keys: tuple) -> Text:
+    if not keys:
+        return Text("no hooks")
+    plural = "s" if len(keys) > 1 else ""
+    return Text(f"{len(keys)} hook{plural} (handle ids {', '.join(map(str, keys))})")
+
+
+def _first_changed_table(tables: tuple[str, ...], old: Any, new: Any) -> tuple[str, Text, Text]:
+    """Hook dicts are read as the keys of each table, () when all are empty: the first
+    table that differs, and its hooks before and now."""
+    before, after = old or ((),) * len(tables), new or ((),) * len(tables)
+    index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
+    return tables[index], hooks_text(before[index]), hooks_text(after[index])
+
+
+def global_hooks_difference(
+    kind: str, tables: tuple[str, ...], where: str | None, old: Any, new: Any
+) -> Difference:
+    table, old, new = _first_changed_table(tables, old, new)
+    return Difference(kind, f"torch.nn.modules.module.{table}", where, old, new)
+
+
+def module_difference(
+    kind: str,
+    attribute: str | None,
+    module: str,
+    owner: str,
+    hook_tables: tuple[str, ...],
+    old: Any,
+    new: Any,
+) -> Difference:
+    """A value one of the region's modules holds (``module`` its name, ``owner`` its class)."""
+    where = {
+        "tensor": f"parameter or buffer of {owner}",
+        "attribute": f"read by {owner}'s code",
+        "hook": f"hooks of {owner}",
+    }.get(kind, f"{owner} module")
+    if kind == "hook":
+        attribute, old, new = _first_changed_table(hook_tables, old, new)
+    name = f"{module}.{attribute}" if attribute else module
+    return Difference(kind, name, where, old, new)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def contents_difference(name: str, module: str, owner: str, old: Any, new: Any) -> Difference:
+    """A container module's contents changed (``name``: the sizes' ``_modules`` or
+    ``_parameters``, or ``children``, their ids: as many, one or more replaced)."""
+    held = "parameter" if name == "_parameters" else "module"
+    if name == "children":
+        old, new = Text(_count(len(old), held)), Text("as many, one or more replaced")
+    else:
+        old, new = Text(_count(old, held)), Text(_count(new, held))
+    return Difference("attribute", module, f"the {held}s held by this {owner}", old, new)
+
+
+def argument_difference(label: str, old: Any, new: Any) -> Difference:
+    return Difference("argument", label, "argument of the region", old, new)
+
+
+def argument_attribute_difference(chain: str, old: Any, new: Any) -> Difference:
+    where = "attribute of an object passed to or bound into the region"
+    return Difference("attribute", chain, where, old, new)
+
+
 def mismatch_error(
-    region: str, kind: str, name: str, where: str, old: Any, new: Any
+    region: str, kind: str, name: str, where: str | None, old: Any, new: Any
 ) -> CheckpointMismatchError:
     """A fingerprinted state that differs at recompute from what the forward saw."""
     if kind == "argument":

@@ -472,7 +472,7 @@ class Region:
             settings = _verify.compare(
                 self.fingerprint, self.binding, args, kwargs, _observation.own, self.name_module
             )
-        except _verify.Difference as difference:
+        except _explain.Difference as difference:
             found = difference
         except Exception as error:
             self.give_up("verify", error)

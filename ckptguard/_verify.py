@@ -21,6 +21,14 @@ from typing import Any, NamedTuple
 import torch
 
 from ckptguard import _compat
+from ckptguard._explain import (
+    Difference,
+    argument_attribute_difference,
+    argument_difference,
+    contents_difference,
+    global_hooks_difference,
+    module_difference,
+)
 from ckptguard._fingerprint import (
     MISSING,
     OBJECT,
@@ -54,14 +62,6 @@ from ckptguard._readplan import (
 )
 
 _MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})
-
-
-class Difference(Exception):
-    """Internal: the first fingerprint that differs, with what explains it."""
-
-    def __init__(self, kind: str, name: str, where: str, old: Any, new: Any):
-        super().__init__(name)
-        self.kind, self.name, self.where, self.old, self.new = kind, name, where, old, new
 
 
 class Binding(NamedTuple):
@@ -695,11 +695,7 @@ def _explain_values(
         old, new = objects.shown(position, old), objects.shown(position, new)
         if label.owner == HOOKS:
             tables = _compat.GLOBAL_HOOK_DICTS
-            before, after = old or ((),) * len(tables), new or ((),) * len(tables)
-            index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
-            old, new = _hooks_text(before[index]), _hooks_text(after[index])
-            name = f"torch.nn.modules.module.{tables[index]}"
-            raise Difference(label.kind, name, label.where, old, new)
+            raise global_hooks_difference(label.kind, tables, label.where, old, new)
         if label.owner == FUNCTION:
             raise Difference(label.kind, label.name, label.where, old, new)
         assert type(label.owner) is int  # a module's index
@@ -786,17 +782,8 @@ _CONTENTS = frozenset({"_modules", "children", "_parameters"})
 
 
 def _raise_contents(module: Any, name: str, old: Any, new: Any, name_module: Any) -> None:
-    held = "parameter" if name == "_parameters" else "module"
-    if name == "children":  # the children's ids: as many, one or more replaced
-        old, new = _Text(_count(len(old), held)), _Text("as many, one or more replaced")
-    else:
-        old, new = _Text(_count(old, held)), _Text(_count(new, held))
-    where = f"the {held}s held by this {type(module).__name__}"
-    raise Difference("attribute", name_module(module), where, old, new)
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+    owner = type(module).__name__
+    raise contents_difference(name, name_module(module), owner, old, new)
 
 
 def _explain_reshaped(fingerprint: RegionFingerprint, index: int, name_module: Any) -> None:
@@ -904,60 +891,32 @@ def _compare_arguments(
         # comparable (torch checks the versions of the tensors it saved itself)
         if ref() is tensor and input_fp(tensor) != old:
             label = _argument_labels(binding, args, kwargs)[0][index]
-            raise Difference("argument", label, "argument of the region", old, input_fp(tensor))
+            raise argument_difference(label, old, input_fp(tensor))
     new_others = arguments_fp(others)
     if new_others != old_others:
         index = _first_difference(old_others, new_others)
         label = _argument_labels(binding, args, kwargs)[1][index]
-        old, new = _at(old_others, index), _at(new_others, index)
-        raise Difference("argument", label, "argument of the region", old, new)
+        raise argument_difference(label, _at(old_others, index), _at(new_others, index))
     chains = fingerprint.argument_chains
     if chains:
         old_chains = fingerprint.argument_values
         new_chains = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
         if new_chains != old_chains:
             index = _first_difference(old_chains, new_chains)
-            where = "attribute of an object passed to or bound into the region"
             old, new = old_chains[index], new_chains[index]
-            raise Difference("attribute", chains[index][0], where, old, new)
+            raise argument_attribute_difference(chains[index][0], old, new)
 
 
 def _raise_module(
-    kind: str, attribute: str, module: Any, old: Any, new: Any, name_module: Any
+    kind: str, attribute: str | None, module: Any, old: Any, new: Any, name_module: Any
 ) -> None:
-    owner = type(module).__name__
-    where = {
-        "tensor": f"parameter or buffer of {owner}",
-        "attribute": f"read by {owner}'s code",
-        "hook": f"hooks of {owner}",
-    }.get(kind, f"{owner} module")
-    if kind == "hook":  # the module's four hook dicts, () when all are empty
-        names = _compat.MODULE_HOOK_DICTS
-        before, after = old or ((),) * len(names), new or ((),) * len(names)
-        index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
-        attribute = names[index]
-        old, new = _hooks_text(before[index]), _hooks_text(after[index])
-    name = f"{name_module(module)}.{attribute}" if attribute else name_module(module)
-    if kind == "attribute" and type(new) is tuple and new[0] is OBJECT:
+    if kind == "attribute" and attribute and type(new) is tuple and new[0] is OBJECT:
         # read by identity: say what the attribute holds now
         chain = tuple(attribute.split("."))
         current = read_chain(static_attribute(module, chain[0]), chain[1:])
         new = (OBJECT, new[1], type(current))
-    raise Difference(kind, name, where, old, new)
-
-
-class _Text(str):
-    """A description shown as it is in a message (no quotes)."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-def _hooks_text(keys: tuple) -> str:
-    if not keys:
-        return _Text("no hooks")
-    plural = "s" if len(keys) > 1 else ""
-    return _Text(f"{len(keys)} hook{plural} (handle ids {', '.join(map(str, keys))})")
+    owner, hook_tables = type(module).__name__, _compat.MODULE_HOOK_DICTS
+    raise module_difference(kind, attribute, name_module(module), owner, hook_tables, old, new)
 
 
 def _at(values: list, index: int) -> Any:
