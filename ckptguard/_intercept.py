@@ -29,20 +29,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.nn.parameter import is_lazy
 
 from ckptguard import (
     _compat,
     _explain,
     _names,
-    _readplan,
     _report,
     _rng,
     _settings,
+    _side_effects,
     _strict,
     _verify,
 )
-from ckptguard._fingerprint import MISSING, SCALAR_TYPES, nested_tensors
+from ckptguard._fingerprint import nested_tensors
 from ckptguard.errors import CheckpointGuardError
 
 
@@ -125,58 +124,9 @@ class Observer:
         if key in self.modules:
             return
         self.modules[key] = module
-        state = module.__dict__
-        buffers = state["_buffers"]
-        stored = _stored_scalars(module)
-        if buffers or stored:
-            scalars = {n: v for n in stored if type(v := state.get(n, MISSING)) in SCALAR_TYPES}
-            self.before[key] = (_buffer_state(buffers), scalars)
-
-
-SMALL_BUFFER = 4096  # elements: copied to see writes that skip the version counter
-
-
-def _buffer_state(buffers: dict, names: Any = None) -> dict[str, tuple]:
-    """Version and, for small buffers, a copy: BatchNorm's running statistics are written by
-    ``native_batch_norm``, whose schema does not mark them mutable, so the version counter
-    does not move."""
-    state = {}
-    with _compat.disable_dispatch_modes(), torch.no_grad():
-        for name in buffers if names is None else names:
-            tensor = buffers.get(name)
-            if tensor is None:
-                continue
-            small = (
-                not is_lazy(tensor)
-                and tensor.device.type != "meta"
-                and tensor.numel() <= SMALL_BUFFER
-            )
-            state[name] = (tensor._version, tensor.clone() if small else None)
-    return state
-
-
-def _buffer_changed(before: tuple, tensor: Any) -> bool:
-    if tensor is None:
-        return True
-    version, copy = before
-    if tensor._version != version:
-        return True
-    if copy is None:
-        return False
-    with _compat.disable_dispatch_modes(), torch.no_grad():
-        return copy.shape != tensor.shape or not torch.equal(copy, tensor)
-
-
-def _rebound(old: Any, new: Any) -> bool:
-    """Whether a watched attribute (a scalar the forward changed) changed in the recompute:
-    by value while it holds a scalar, else by identity (``!=`` on a tensor is elementwise)."""
-    if type(new) in SCALAR_TYPES:
-        return type(old) not in SCALAR_TYPES or new != old
-    return new is not old
-
-
-def _stored_scalars(module: torch.nn.Module) -> frozenset:
-    return _readplan.class_reads(type(module), _readplan.forward_of(module)).stored
+        before = _side_effects.state_before(module)
+        if before is not None:
+            self.before[key] = before
 
 
 # ------------------------------------------------------------------------------- a region
@@ -223,7 +173,7 @@ class Region:
         self.fingerprint: _verify.RegionFingerprint | None = None
         self.observer: Observer | None = None
         self.modules: list = []  # read by the fingerprint, alive while the region is
-        self.watch: list[tuple[weakref.ref, tuple, tuple]] = []
+        self.watch: list[_side_effects.Watched] = []
         self.root: weakref.ref | None = None  # the model, found after the forward
         self.binding = binding = _verify.bind(fn)
         self.target = binding.module  # None: a function, whose forward is observed
@@ -385,30 +335,11 @@ class Region:
                 self.stats = collector.on_forward(self.name, self.fn, args, kwargs)
 
     def _written(self, observer: Observer) -> dict[int, frozenset]:
-        """Module state the forward itself updated: outputs of the region, not inputs; the
-        recompute will update it again (the side-effect kind)."""
-        written: dict[int, frozenset] = {}
-        for module in observer.modules.values():
-            before = observer.before.get(id(module))
-            if before is None:
-                continue
-            buffer_state, scalars = before
-            state = module.__dict__
-            buffers = state["_buffers"]
-            names = tuple(
-                n for n, old in buffer_state.items() if _buffer_changed(old, buffers.get(n))
-            )
-            # a scalar the forward changed (a counter); one it replaced by an object (a
-            # cache) is not watched, as it is not on the following steps
-            attrs = tuple(
-                n
-                for n, v in scalars.items()
-                if type(new := state.get(n, MISSING)) in SCALAR_TYPES and new != v
-            )
-            if names:
-                written[id(module)] = frozenset(names)
-            if names or attrs:
-                self.watch.append((weakref.ref(module), names, attrs))
+        """Module state the forward itself updated, now watched (see ``_side_effects``)."""
+        written, watch = _side_effects.written_by_forward(
+            observer.modules.values(), observer.before
+        )
+        self.watch += watch
         return written
 
     def _check_rng(self, args: tuple) -> None:
@@ -585,17 +516,7 @@ class Region:
         return _report.Collector.timed_recompute(self.stats, self.fn, args, kwargs)
 
     def _watched_state(self) -> list:
-        state = []
-        for ref, buffers, attrs in self.watch:
-            module = ref()
-            if module is None:
-                continue
-            values = module.__dict__
-            buffer_state = _buffer_state(module._buffers, buffers)
-            state.append(
-                (module, buffer_state, attrs, tuple(values.get(a, MISSING) for a in attrs))
-            )
-        return state
+        return _side_effects.state_before_recompute(self.watch)
 
     def _after_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
         if self.fingerprint is not None and self.fingerprint.reader.self_written:
@@ -608,23 +529,7 @@ class Region:
             self.give_up("check the recompute of", error)
 
     def _check_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
-        changed: list[str] = []
-        statistics_only = True
-        for module, buffer_state, attrs, scalars in watched:
-            if module in _side_effects_reported:
-                continue  # once per module and run
-            table, values = module._buffers, module.__dict__
-            buffers = [n for n, old in buffer_state.items() if _buffer_changed(old, table.get(n))]
-            attributes = [
-                n
-                for n, a in zip(attrs, scalars, strict=True)
-                if _rebound(a, values.get(n, MISSING))
-            ]
-            if buffers or attributes:
-                _side_effects_reported.add(module)
-                prefix = self.name_module(module)
-                changed += [f"{prefix}.{n}" for n in (*buffers, *attributes)]
-                statistics_only &= not attributes and _only_statistics(module, buffers)
+        changed, statistics_only = _side_effects.updated_again(watched, self.name_module)
         if strict is not None:  # wrong values first: a side effect may be their cause
             found = strict.difference(stopped)
             if found is not None:
@@ -643,10 +548,6 @@ class Region:
 
 def _same(tensor: Any) -> Any:
     return tensor
-
-
-# modules whose second update in a recompute was reported: once per module and run
-_side_effects_reported: weakref.WeakSet = weakref.WeakSet()
 
 
 class StrictScope:
@@ -696,30 +597,6 @@ def _scoped_context_fn(region: Region, context_fn: Any) -> Any:
         return forward_context, StrictScope(region, recompute_context)
 
     return context
-
-
-_NORMS_WITH_STATISTICS = (
-    torch.nn.BatchNorm1d,
-    torch.nn.BatchNorm2d,
-    torch.nn.BatchNorm3d,
-    torch.nn.SyncBatchNorm,
-    torch.nn.InstanceNorm1d,
-    torch.nn.InstanceNorm2d,
-    torch.nn.InstanceNorm3d,
-)
-_STATISTICS = frozenset({"running_mean", "running_var", "num_batches_tracked"})
-
-
-def _only_statistics(module: torch.nn.Module, buffers: list[str]) -> bool:
-    """Running statistics of a normalisation layer in training, which computes its output
-    from the batch's own statistics: updating them twice cannot change a gradient. Any other
-    state a forward updates (power-iteration vectors, an EMA codebook, a counter feeding a
-    schedule) may be what the recompute computes from."""
-    return (
-        isinstance(module, _NORMS_WITH_STATISTICS)
-        and module.training
-        and _STATISTICS.issuperset(buffers)
-    )
 
 
 # ---------------------------------------------------------------------------- the patches
