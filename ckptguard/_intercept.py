@@ -230,9 +230,17 @@ class Region:
 
     # forward ----------------------------------------------------------------------------
 
+    # NOTE [ The guard never stops training ]
+    # The guard's own failure (a bug, or an object it cannot read: a proxy, a tensor subclass
+    # without storage) must not stop the user's training or change what it computes: every
+    # stage the guard adds to a region catches ``Exception`` around its own work only (never
+    # around the user's function, whose errors, including torch's ``_StopRecomputationError``,
+    # pass through untouched), and ``give_up`` lets the region run on unguarded, with a
+    # warning that says so. Only the guard's verdicts (``CheckpointGuardError``) are raised.
+
     def give_up(self, stage: str, error: Exception) -> None:
-        """The guard's own failure (a bug, or an object it cannot read) must not stop the
-        user's training: the region runs on unguarded, and a warning says so."""
+        """The region runs on unguarded, and a warning says so.
+        See NOTE [ The guard never stops training ]"""
         observing = self.target is None and self.observer is not None and not self.forward_done
         self.unguarded = self.forward_done = True
         self.random_ops = self.strict_forward = self.fingerprint = None
@@ -264,7 +272,7 @@ class Region:
                     self.observer = observer = Observer()
                     for module in stateful:
                         observer.see(module)
-        except Exception as error:
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("prepare", error)
             return
         if self.random_ops is not None:
@@ -291,14 +299,15 @@ class Region:
         return loose
 
     def finish_forward(self, args: tuple, kwargs: dict) -> None:
-        """Right after the forward: fingerprint what it reached, check RNG, count it."""
+        """Right after the forward: fingerprint what it reached, check RNG, count it.
+        See NOTE [ Read twice ]"""
         if self.unguarded:
             return
         try:
             self._finish_forward(args, kwargs)
         except CheckpointGuardError:
             raise
-        except Exception as error:
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("fingerprint", error)
 
     def _finish_forward(self, args: tuple, kwargs: dict) -> None:
@@ -398,6 +407,7 @@ class Region:
         return self.fn(*args, **kwargs)
 
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
+        # verified before any of the region's code runs. See NOTE [ Read twice ]
         settings: list = []
         try:
             settings = _verify.compare(
@@ -405,7 +415,7 @@ class Region:
             )
         except _explain.Difference as difference:
             found = difference
-        except Exception as error:
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("verify", error)
             return self.fn(*args, **kwargs)
         else:
@@ -461,7 +471,7 @@ class Region:
         of the same graph (``retain_graph=True``) starts from what this one left there."""
         try:
             _verify.refresh_own_writes(self.fingerprint, _observation.own)
-        except Exception as error:
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("fingerprint", error)
 
     def _report(self, error: CheckpointGuardError) -> None:
@@ -525,7 +535,7 @@ class Region:
             self._check_recompute(watched, strict, stopped)
         except CheckpointGuardError:
             raise
-        except Exception as error:
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("check the recompute of", error)
 
     def _check_recompute(self, watched: list, strict: Any, stopped: bool) -> None:

@@ -8,9 +8,10 @@ flag, forward, hooks, parameters, buffers, attribute chains and shape, then per 
 code, globals, closure and defaults. Two reads compare with a single ``==``; the labels of the
 positions are looked at only when they differ.
 
-Some positions are the plans' *shape*: a module's forward, code, sizes and children, and the
-objects a function plan followed into callees. When they differ from the reader's, the plans
-no longer describe the objects and the reader is rebuilt. A reader is compiled once per set of
+Some positions are the plans' *shape*: a module's forward, code, sizes and children, each
+function's code and the objects a function plan followed into callees. When they differ from
+the reader's, the plans no longer describe the objects and the reader is rebuilt (See
+NOTE [ Stale plans ]). A reader is compiled once per set of
 modules and functions and cached under the region's first module (weakly): it dies with the
 model.
 """
@@ -362,8 +363,8 @@ class _Source:
 
     def compile(self, heads: int, modules_end: int) -> tuple[Any, Any, Any]:
         """(read, read_modules, read_shared): the whole read; the modules' part; the torch
-        settings and global hooks, and the functions' part. See NOTE [ Shared state, read
-        once per backward pass ]"""
+        settings and global hooks, and the functions' part.
+        See NOTE [ Shared state, read once per backward pass ]"""
         items = self.items
         head, own_items, shared = items[:heads], items[heads:modules_end], items[modules_end:]
         source = "\n".join(
@@ -463,7 +464,8 @@ class RegionReader:
         self._shape_of = operator.itemgetter(*positions) if positions else None
         self.writes_shared = source.writes_shared
         # what several regions share: torch settings, global hooks and the functions' part,
-        # read once per backward pass (see ``_verify.compare``); the modules' part apart
+        # read once per backward pass; the modules' part apart.
+        # See NOTE [ Shared state, read once per backward pass ]
         self.parts = (heads, modules_end)
         self.shared_signature = (
             tuple(name for name, _ in torch_state),
@@ -526,7 +528,8 @@ class RegionReader:
 
 
 # id of a region's first module -> (weak reference to it, {key: reader}); an entry goes when
-# its module does, so readers die with their model (a plain dict: looked up twice a region)
+# its module does, so readers die with their model (a plain dict: looked up twice a region).
+# See NOTE [ Never keeps a user's object alive ]
 _readers: dict[int, tuple[weakref.ref, dict]] = {}
 
 

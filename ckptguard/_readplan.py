@@ -6,10 +6,10 @@ function reads from its arguments (``self.config.scale``), its closure and its g
 (``cfg.SCALE``). Plans follow what the code calls: global functions in any module (not torch's
 or the standard library's), methods on ``self`` and ``super()``, functions held in closures.
 
-A plan holds no strong reference to a module or a user function (weak references, or the
-object passed in at read time), so caching it never keeps a model alive; a module's plan is
-rebuilt when the module's shape changes (an attribute, parameter, buffer or child added or
-removed, ``forward`` replaced).
+A plan holds no strong reference to a module or a user function
+(See NOTE [ Never keeps a user's object alive ]); a module's plan is rebuilt when the module's
+shape changes (an attribute, parameter, buffer or child added or removed, ``forward``
+replaced; See NOTE [ Stale plans ]).
 """
 
 from __future__ import annotations
@@ -53,6 +53,26 @@ _PACKAGE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + o
 _LIBRARY_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch", "ckptguard"}
 _MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
 
+
+# NOTE [ Never keeps a user's object alive ]
+# The guard's caches outlive regions, so they hold no strong reference to a user's module,
+# function or class: plans and readers hold weak references (or ids checked against one, or
+# the object passed in at read time); tables keyed by an object's id keep a weak reference to
+# it whose callback drops the entry (``_class_reads``, ``_reader._readers``), so an entry dies
+# with its model and a reused id never finds another object's entry; caches keyed by code
+# objects (which cannot be weakly referenced) are bounded (``BoundedCache``). A region's
+# fingerprint does hold the modules and functions it read, as torch's autograd graph holds
+# the region itself: they live as long as that graph.
+
+# NOTE [ Stale plans ]
+# A plan describes objects as they were when it was made: which attributes a module's code
+# reads and where they live, which globals a function's code reads and which callees it
+# leads to. What makes a plan wrong is read with the values, as the read's *shape*: a module's
+# forward, its code and sizes and children, each function's code (the code its entry was made
+# from: a caller's cached plan keeps its callees' entries), the objects followed into callees.
+# ``_verify.capture`` compares the shape after the forward and, where it differs, rebuilds
+# the plans and the reader from the objects as they are; a difference at a recompute is a
+# change between forward and backward, named by ``compare``.
 
 PLAN_CACHE_ENTRIES = 4096  # per cache keyed by code object or file name
 
@@ -516,7 +536,7 @@ class FunctionEntry(NamedTuple):
     kwdefaults: bool  # whether it has ``__kwdefaults__``
     followed: tuple[tuple[int, int], ...]  # callees followed: (chain index, id of the object)
     # the code object the entry was made from: a plan cached for a caller keeps its callees'
-    # entries, so a callee's ``__code__`` swapped since shows here (see NOTE [ Stale plans ])
+    # entries, so a callee's ``__code__`` swapped since shows here. See NOTE [ Stale plans ]
     code: types.CodeType
 
 

@@ -20,6 +20,16 @@ from torch.nn.parameter import is_lazy
 from ckptguard import _compat, _readplan
 from ckptguard._fingerprint import MISSING, SCALAR_TYPES
 
+# NOTE [ Outputs are not inputs ]
+# State a region's forward writes itself (a buffer it updates, a scalar attribute it assigns,
+# a container its own code mutates in place) is the region's output, not its input: the
+# recompute writes it again, from the same inputs. So it is not compared as an input (the
+# buffers the forward wrote are masked out of the fingerprint, an attribute the code assigns
+# is not planned as a read), its second update is a side effect (warned once per module and
+# run), and the containers the region's own code mutates are read again after each recompute
+# (``_verify.refresh_own_writes``), so that a second recompute of the same graph starts from
+# what the first left there. A change made by other code after the forward is still caught.
+
 SMALL_BUFFER = 4096  # elements: copied to see writes that skip the version counter
 
 # (weak reference to a module, buffers the forward wrote, scalar attributes it changed)

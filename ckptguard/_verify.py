@@ -61,6 +61,16 @@ from ckptguard._readplan import (
     unwrap_function,
 )
 
+# NOTE [ Read twice ]
+# A region is read twice: right after its forward (``capture``) and at the start of each
+# recompute, before any of its code runs (``compare``). The recompute runs the region's code
+# again on what it reaches then, so any value that differs between the two reads is state the
+# recompute sees differently from the forward; one that is equal cannot change what it
+# computes. Both reads go through the same compiled reader, so they are comparable position
+# by position, and a clean step costs two reads and one ``==``. Verifying at the start matters:
+# a non-reentrant recompute stops early (``_StopRecomputationError``) once the last saved
+# tensor is made, and code after that point never runs.
+
 _MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})
 
 
@@ -196,7 +206,8 @@ class _Structure:
         unwrapped = unwrap_function(function) if function is not None else None
         self.code = unwrapped.__code__ if unwrapped is not None else None
         self.own = tuple(i for i, f in enumerate(functions) if not is_library_code(f.__code__))
-        # (reentrant, FSDP2 modules) -> weak reference to the reader of a module region
+        # (reentrant, FSDP2 modules) -> weak reference to the reader of a module region; the
+        # reader's shape tells when it no longer fits (See NOTE [ Stale plans ])
         self.readers: dict[tuple, weakref.ref] = {}
         self.cells = tuple(
             (position, index, id(contents))
@@ -250,7 +261,8 @@ def _contents(cell: Any) -> Any:
         return None
 
 
-# structure key -> _Structure; bounded, and its entries hold weak references only
+# structure key -> _Structure; bounded, and its entries hold weak references only.
+# See NOTE [ Never keeps a user's object alive ]
 _structures: dict[tuple, _Structure] = BoundedCache()
 
 
@@ -499,7 +511,8 @@ def _store(key: tuple, anchor: Any, reader: RegionReader) -> None:
 
 
 # id of a region's module -> (weak reference to it, weak references to the modules of its tree
-# that hold buffers or assign attributes), as its latest reader found them
+# that hold buffers or assign attributes), as its latest reader found them.
+# See NOTE [ Never keeps a user's object alive ]
 _stateful: dict[int, tuple[weakref.ref, tuple]] = {}
 
 
@@ -528,7 +541,8 @@ def capture(
     loose: set[int],
 ) -> RegionFingerprint:
     """Read everything the region reached; a reader that no longer matches its modules (a
-    child replaced, an attribute added, a followed global rebound) is rebuilt here."""
+    child replaced, an attribute added, a followed global rebound) is rebuilt here. See
+    NOTE [ Read twice ] and NOTE [ Stale plans ]"""
     target = binding.module
     reader, modules = reader_for(target, observed, binding, reentrant, loose)
     roots = binding.roots
@@ -583,7 +597,8 @@ def capture(
 
 def refresh_own_writes(fingerprint: RegionFingerprint, own_hooks: frozenset) -> None:
     """After a recompute: the containers the region's own code mutates hold what it left
-    there, the state its next recompute (the same graph backpropagated again) starts from."""
+    there, the state its next recompute (the same graph backpropagated again) starts from.
+    See NOTE [ Outputs are not inputs ]"""
     reader = fingerprint.reader
     values = reader.read(fingerprint.modules, fingerprint.roots, own_hooks)
     refreshed = list(fingerprint.values)
@@ -603,7 +618,7 @@ def compare(
     """Raise ``Difference`` for the first value that differs from the forward's, torch
     settings aside: those are returned as (setting, forward's value, now), to be judged by
     what the recompute runs. When nothing changed (the usual case) this is one read, one
-    ``==`` and the arguments' fingerprints."""
+    ``==`` and the arguments' fingerprints. See NOTE [ Read twice ]"""
     reader = fingerprint.reader
     try:
         values = _read_in_pass(reader, fingerprint.modules, fingerprint.roots, own_hooks)
@@ -637,14 +652,22 @@ class _Pass(threading.local):
 _pass = _Pass()
 
 
+# NOTE [ Shared state, read once per backward pass ]
+# What several regions share (torch settings, global hooks, and the functions their code runs
+# with their globals, closures and defaults: the layers of a model run the same ones) is read
+# once per backward pass, at its first recompute, and reused by the pass's later recomputes of
+# regions with the same functions; each region's modules (attributes, children, hooks, the
+# training flag, tensors, the objects their attribute chains reach) are read before every
+# recompute. A backward pass is torch's graph task (``_compat``'s ``graph_task_id``, -1 outside
+# one: then everything is read). This assumes that code running inside a backward pass (hooks,
+# other regions' recomputes) does not change that shared state, with one exception the guard
+# can see: a region whose own code rebinds a global or a closure variable or mutates one in
+# place (``writes_shared``, from its bytecode) makes its pass read the shared part again.
+
+
 def _read_in_pass(reader: RegionReader, modules: list, roots: list, own: frozenset) -> tuple:
-    """A recompute's read. The state several regions share (torch settings, global hooks, the
-    functions their code runs: the layers of a model run the same ones) is read once per
-    backward pass, at its first recompute, and reused by the pass's later recomputes of
-    regions that share it; each region's modules are read every time. Assumes that code
-    running inside a backward pass (hooks, other regions' recomputes) does not change that
-    state; a region whose own code rebinds a global or a closure variable, or mutates one in
-    place, makes its pass read it again after its recompute."""
+    """A recompute's read: the shared part from the pass, the modules' part now. See
+    NOTE [ Shared state, read once per backward pass ]"""
     task = _compat.resolve().graph_task_id()
     if task < 0:
         return reader.read(modules, roots, own)
