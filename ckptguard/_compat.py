@@ -156,8 +156,8 @@ class Torch:
 
     checkpoint_function: Any  # torch.utils.checkpoint.CheckpointFunction (reentrant)
     generators: tuple[tuple[Any, str, Any], ...]  # (owner module, name, generator) to wrap
-    checkpoint_error: type  # torch.utils.checkpoint.CheckpointError
-    stop_recomputation_error: type  # raised by an early-stopped non-reentrant recompute
+    checkpoint_error: type[Exception]  # torch.utils.checkpoint.CheckpointError
+    stop_recomputation_error: type[Exception]  # raised by an early-stopped non-reentrant recompute
     checkpoint_frame: Any  # _CheckpointFrame, whose saved-tensor check we explain
     infer_device_type: Callable[..., str]
     top_saved_tensors_hooks: Callable[[], Any]

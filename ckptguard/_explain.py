@@ -95,20 +95,31 @@ def _describe_value(value: Any) -> str:
 
 def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
     """Refine a tensor mismatch into (kind, what happened)."""
-    if not isinstance(old, (TensorFP, LooseTensorFP)) or type(old) is not type(new):
-        return "tensor", "was set, removed or replaced"
-    if old.dtype != new.dtype or old.device != new.device:
-        if old.device is None or old.device == new.device:
-            return "placement", f"was cast from {old.dtype} to {new.dtype}"
-        return "placement", (
-            f"was moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
-        )
-    if isinstance(old, LooseTensorFP):
-        return "tensor", f"was reshaped from {tuple(old.shape)} to {tuple(new.shape)}"
+    if isinstance(old, TensorFP) and isinstance(new, TensorFP):
+        return _placement_change(old, new) or _storage_change(old, new)
+    if isinstance(old, LooseTensorFP) and isinstance(new, LooseTensorFP):
+        reshaped = f"was reshaped from {tuple(old.shape)} to {tuple(new.shape)}"
+        return _placement_change(old, new) or ("tensor", reshaped)
+    return "tensor", "was set, removed or replaced"
+
+
+def _placement_change(
+    old: TensorFP | LooseTensorFP, new: TensorFP | LooseTensorFP
+) -> tuple[str, str] | None:
+    if old.dtype == new.dtype and old.device == new.device:
+        return None
+    if old.device is None or old.device == new.device:
+        return "placement", f"was cast from {old.dtype} to {new.dtype}"
+    return "placement", (
+        f"was moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
+    )
+
+
+def _storage_change(old: TensorFP, new: TensorFP) -> tuple[str, str]:
     if old.ident != new.ident and old.ident != 0:
         return "tensor", "was replaced by a different tensor object"
     if old.shape is not None and old.shape != new.shape:
-        return "tensor", f"was resized from {tuple(old.shape)} to {tuple(new.shape)}"
+        return "tensor", f"was resized from {tuple(old.shape)} to {tuple(new.shape or ())}"
     if old.version != new.version:
         return "tensor", (
             f"was modified in place (version counter {old.version} -> {new.version}, e.g. an "
@@ -177,7 +188,7 @@ _TORCH_DOES = {
 _TORCH_SILENT = "plain PyTorch does not notice"
 
 
-def _fix_for(kind: str, name: str, where: str, old: Any) -> str:
+def _fix_for(kind: str, name: str, where: str | None, old: Any) -> str:
     if kind == "closure" and name.endswith(("__defaults__", "__kwdefaults__")):
         return _FIXES["defaults"]
     if kind in ("closure", "global") and type(old) is tuple and old and old[0] in _CONTAINERS:
@@ -550,7 +561,7 @@ def user_location() -> tuple[Any, Location] | None:
     """(module globals, (file, line)) of the innermost frame outside ckptguard, torch and the
     standard library: the user's backward call during a recompute, the region's checkpoint
     call during a forward."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if _is_user_file(frame.f_code.co_filename):
             return frame.f_globals, (frame.f_code.co_filename, frame.f_lineno)

@@ -25,6 +25,7 @@ import sys
 import threading
 import types
 import weakref
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,7 @@ _patches: list[tuple[Any, str, bool, Any]] = []  # (owner, attribute, owned it, 
 _local = threading.local()
 
 
-_NO_MODULES: frozenset = frozenset()
+_NO_MODULES: frozenset[int] = frozenset()
 # where torch.compile's own regions come from (tag_activation_checkpoint): torch owns them
 _COMPILER_DIRS = tuple(
     _compat.torch_dir() + name + "/"
@@ -177,7 +178,7 @@ class Region:
         self.root: weakref.ref | None = None  # the model, found after the forward
         self.binding = binding = _verify.bind(fn)
         self.target = binding.module  # None: a function, whose forward is observed
-        self.loose: set[int] = _NO_MODULES
+        self.loose: AbstractSet[int] = _NO_MODULES
         self.strict_forward = _strict.StrictForward(reentrant) if options.strict else None
         self.last_strict: _strict.StrictRecompute | None = None
         self.random_ops = None if preserve else _rng.RandomOps()
@@ -228,6 +229,11 @@ class Region:
             return None
         return function.__code__.co_filename, function.__code__.co_firstlineno
 
+    def forward_fingerprint(self) -> _verify.RegionFingerprint:
+        """What the forward saw: taken once it ran, before torch can recompute it."""
+        assert self.fingerprint is not None, "a recompute follows its forward"
+        return self.fingerprint
+
     # forward ----------------------------------------------------------------------------
 
     # NOTE [ The guard never stops training ]
@@ -241,11 +247,12 @@ class Region:
     def give_up(self, stage: str, error: Exception) -> None:
         """The region runs on unguarded, and a warning says so.
         See NOTE [ The guard never stops training ]"""
-        observing = self.target is None and self.observer is not None and not self.forward_done
+        observer = self.observer
+        observing = self.target is None and observer is not None and not self.forward_done
         self.unguarded = self.forward_done = True
         self.random_ops = self.strict_forward = self.fingerprint = None
-        if observing:
-            _observation.stop(self.observer)
+        if observing and observer is not None:
+            _observation.stop(observer)
         self.observer = None
         try:
             name = self.name
@@ -287,10 +294,10 @@ class Region:
             self.strict_forward.__exit__(*exc)
         if self.random_ops is not None:
             self.random_ops.__exit__(*exc)
-        if self.target is None:
+        if self.target is None and self.observer is not None:  # observed since enter_forward
             _observation.stop(self.observer)
 
-    def _loose(self, modules: Any) -> set[int]:
+    def _loose(self, modules: Any) -> AbstractSet[int]:
         """Modules whose parameters FSDP2 swaps on purpose (compared loosely)."""
         if not self.loose:
             return self.loose
@@ -313,7 +320,7 @@ class Region:
     def _finish_forward(self, args: tuple, kwargs: dict) -> None:
         observer = self.observer
         self.observer = None
-        observed = list(observer.modules.values()) if self.target is None else []
+        observed = list(observer.modules.values()) if observer and self.target is None else []
         written = self._written(observer) if observer is not None else {}
         self.fingerprint = fingerprint = _verify.capture(
             self.fn,
@@ -329,7 +336,7 @@ class Region:
         self.modules = modules = fingerprint.modules
         self.root = _names.root_ref(modules[0]) if modules else None
         if self.strict_forward is not None:
-            state_ids = set()
+            state_ids: set[int] = set()
             for module in observed if observer is None else observer.modules.values():
                 names = written.get(id(module), ())
                 state_ids.update(id(module._buffers[n]) for n in names if n in module._buffers)
@@ -409,17 +416,21 @@ class Region:
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
         # verified before any of the region's code runs. See NOTE [ Read twice ]
         settings: list = []
+        found: _explain.Difference | None = None
         try:
             settings = _verify.compare(
-                self.fingerprint, self.binding, args, kwargs, _observation.own, self.name_module
+                self.forward_fingerprint(),
+                self.binding,
+                args,
+                kwargs,
+                _observation.own,
+                self.name_module,
             )
         except _explain.Difference as difference:
             found = difference
         except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("verify", error)
             return self.fn(*args, **kwargs)
-        else:
-            found = None
         if found is not None:  # raised outside the except block: no internal context
             self._report(
                 _explain.mismatch_error(
@@ -463,14 +474,14 @@ class Region:
             raise self.explain(error) from error
         finally:
             state["depth"] -= 1
-            if finished and self.fingerprint.reader.self_written:
+            if finished and self.forward_fingerprint().reader.self_written:
                 self._refresh_own_writes()
 
     def _refresh_own_writes(self) -> None:
         """Containers the region's own code mutates (``calls[0] += 1``): the next recompute
         of the same graph (``retain_graph=True``) starts from what this one left there."""
         try:
-            _verify.refresh_own_writes(self.fingerprint, _observation.own)
+            _verify.refresh_own_writes(self.forward_fingerprint(), _observation.own)
         except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("fingerprint", error)
 
@@ -628,7 +639,7 @@ def _skip(fn: Any) -> bool:
 def _guard_reentrant(original_apply: Any) -> Any:
     def apply(run_function: Any, preserve_rng_state: bool, *args: Any) -> Any:
         options = _options
-        if _skip(run_function):
+        if options is None or _skip(run_function):
             return original_apply(run_function, preserve_rng_state, *args)
         region = Region(run_function, options, reentrant=True, preserve=preserve_rng_state)
         outputs = original_apply(region, preserve_rng_state, *args)
@@ -671,7 +682,7 @@ def _guard_generator(original: Any) -> Any:
 
     def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
         options = _options
-        if _skip(fn):
+        if options is None or _skip(fn):
             return (yield from original(fn, *args, **kwargs))
         preserve, user_args, user_kwargs = read_call(fn, args, kwargs)
         region = Region(fn, options, reentrant=False, preserve=preserve)
@@ -697,7 +708,7 @@ def _guard_generator(original: Any) -> Any:
         finally:
             yield from inner  # torch's post-forward logic; it yields nothing more
 
-    generator.__wrapped__ = original
+    setattr(generator, "__wrapped__", original)  # noqa: B010 (a function's attribute)
     return generator
 
 
@@ -716,7 +727,7 @@ def _scope_strict_recompute(
     return bound.args[1:], bound.kwargs
 
 
-def _guard_saved_tensor_check(original: Any, checkpoint_error: type) -> Any:
+def _guard_saved_tensor_check(original: Any, checkpoint_error: type[Exception]) -> Any:
     """torch raises CheckpointError after the recompute returned; explain it there too."""
 
     def check_recomputed_tensors_match(frame: Any, gid: Any) -> None:

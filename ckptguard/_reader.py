@@ -215,7 +215,7 @@ class _Source:
         self.namespace["global_hooks"] = _global_hooks
         any_hooks = " or ".join(f"gh{i}" for i in range(len(tables)))
         where = "global module hooks, run by every module"
-        self.add(f"(global_hooks(own) if ({any_hooks}) else ())", Label(HOOKS, "hook", None, where))
+        self.add(f"(global_hooks(own) if ({any_hooks}) else ())", Label(HOOKS, "hook", "", where))
 
     # the modules' part ----------------------------------------------------------------------
 
@@ -306,7 +306,7 @@ class _Source:
         """A function's code, then its globals, closure cells, chains read through them and
         its defaults, in the order of ``function_labels``."""
         name = f"F{position}"
-        if type(source) is int:
+        if isinstance(source, int):
             self.function_lines.append(f"    {name} = roots[{source}]")
         else:
             self.namespace[f"W{position}"] = source
@@ -348,9 +348,10 @@ class _Source:
                 identity=kind == "object",
                 self_written=own and kind != "object",
             )
-        for read in entry.cell_chains:
-            expression = f"read_chain(cell_contents({name}, {read.cell}), {read.attrs!r})"
-            self.add(_convert(expression, read.kind), next(labels), identity=read.kind == "object")
+        for through in entry.cell_chains:
+            expression = f"read_chain(cell_contents({name}, {through.cell}), {through.attrs!r})"
+            kind = through.kind
+            self.add(_convert(expression, kind), next(labels), identity=kind == "object")
         if entry.defaults == "scalars":  # the tuple itself: immutable, compared by value
             self.add(f"{name}.__defaults__", next(labels), raw=True)
         elif entry.defaults is not None:

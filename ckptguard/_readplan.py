@@ -234,9 +234,14 @@ def _scan(
                 return ("free", name)
         return None
 
+    line: int | None = None
     for index, ins in enumerate(instructions):
         op = ins.opname
-        line = ins.positions.lineno if ins.positions is not None else None
+        positions = getattr(ins, "positions", None)  # Python 3.11+
+        if positions is not None:
+            line = positions.lineno
+        elif ins.starts_line is not None:  # 3.10: set on the first instruction of a line
+            line = ins.starts_line
         if op in _SUBSCRIPT_WRITES:  # calls[0] += 1
             container = None if op == "STORE_SLICE" else _subscript_container(instructions, index)
             if container is None:  # a form not recognised: every container loaded on its line
@@ -276,9 +281,10 @@ def _scan(
             target = classify(instructions[index + 1]) if index + 1 < len(instructions) else None
             following = instructions[index + 2] if index + 2 < len(instructions) else None
             if target is not None and target[0] != "global":
-                is_constant = following is not None and following.opname == "LOAD_CONST"
-                if root[1] == "getattr" and is_constant and isinstance(following.argval, str):
-                    extra = (target[1], (following.argval,))
+                loads_constant = following is not None and following.opname == "LOAD_CONST"
+                constant = following.argval if following is not None and loads_constant else None
+                if root[1] == "getattr" and isinstance(constant, str):
+                    extra = (target[1], (constant,))
                     found["arg" if target[0] == "arg" else "free"].add(extra)
                 elif target[0] == "arg" and root[1] != "hasattr":
                     found["dynamic"].add(target[1])
@@ -552,7 +558,7 @@ class FunctionPlan:
     __slots__ = ("entries", "__weakref__")
 
     def __init__(self, root: types.FunctionType):
-        entries = []
+        entries: list[FunctionEntry] = []
         pending: list[tuple[types.FunctionType, bool]] = [(root, True)]
         seen: set[int] = set()
         while pending and len(entries) < MAX_FUNCTIONS:
@@ -638,7 +644,7 @@ def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tupl
             continue  # an attribute the function assigns is its output, not its input
         index = names.index(name)
         try:
-            contents = func.__closure__[index].cell_contents
+            contents = (func.__closure__ or ())[index].cell_contents
         except ValueError:
             continue
         if type(contents) in SCALAR_TYPES or of_type(contents, types.ModuleType):
@@ -650,7 +656,7 @@ def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tupl
 
 def cell_contents(func: types.FunctionType, index: int) -> Any:
     try:
-        return func.__closure__[index].cell_contents
+        return (func.__closure__ or ())[index].cell_contents
     except ValueError:  # an empty cell
         return MISSING
 
@@ -663,7 +669,7 @@ class Label(NamedTuple):
 
     owner: int | str
     kind: str
-    name: str | None
+    name: str  # "" where the owner says it all (the global hooks, a TorchScript module's tensors)
     where: str | None
 
 
@@ -726,7 +732,7 @@ def cell_fp(func: types.FunctionType, index: int, by_identity: bool) -> Any:
     """A closure cell's contents as the reader reads them (its id where the plan reads the
     object by identity), MISSING while the cell is empty."""
     try:
-        contents = func.__closure__[index].cell_contents
+        contents = (func.__closure__ or ())[index].cell_contents
     except ValueError:
         return MISSING
     return id(contents) if by_identity else value_fp(contents)
@@ -861,6 +867,15 @@ class ModulePlan:
         "opaque",
         "__weakref__",
     )
+    shape: tuple[int, ...]
+    forward: int
+    code: types.CodeType | None
+    params: tuple[str, ...]
+    buffers: tuple[str, ...]
+    chains: tuple[ModuleChain, ...]
+    class_dicts: list[Any]  # the class dicts attributes are read from (mappingproxy)
+    functions: tuple[weakref.ref, ...]
+    stores_scalars: bool
 
     def __init__(self, module: torch.nn.Module, loose: bool):
         self.cls = type(module)
@@ -889,8 +904,8 @@ class ModulePlan:
             )
         self.params = tuple(state["_parameters"])
         self.buffers = tuple(state["_buffers"])
-        registered = set(self.params) | set(self.buffers)
-        self.class_dicts: list = []
+        registered = {*self.params, *self.buffers}
+        self.class_dicts = []
         resolved = {}
         for chain in sorted(
             c for c in chains if c[0] not in reads.stored and c[0] not in registered

@@ -30,6 +30,7 @@ import math
 import os
 import sys
 import threading
+import types
 import weakref
 from itertools import repeat
 from typing import Any
@@ -249,7 +250,7 @@ def _called_by_framework() -> bool:
     """Whether the op comes from torch.distributed's own hooks (FSDP's all-gather buffers,
     casts and frees run in the forward but not in the recompute), not from the region's code.
     Only looked for once FSDP2 is in use."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith(_DISTRIBUTED_DIR):
@@ -262,7 +263,7 @@ def _called_by_framework() -> bool:
 
 def _user_frame() -> tuple[str, int] | None:
     """(file, line) of the innermost caller outside torch and ckptguard, when there is one."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_SKIPPED_DIRS) and not filename.startswith("<"):
@@ -328,7 +329,7 @@ class OpLog(TorchDispatchMode):
         # values of an op inside a nested region are this log's only evidence of them: that
         # region's checkpoint, not this one, keeps what backward uses there
         values = with_values and not writes and (self.op_values or _passes.depth > self.level)
-        outputs = []
+        outputs: list[Any] = []
         sums = []
         for leaf in (out,) if type(out) is torch.Tensor else tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
@@ -407,8 +408,9 @@ class SavedTensors:
                 found = None if garbage else checksums(tensor, saved=True)
                 checked[ident] = (weakref.ref(tensor), version, found)
                 sums.append(found)
-                if garbage and tensor.numel():
-                    unfilled[len(ids)] = (checked[ident][0], version, made_by[ident])
+                made = made_by[ident] if garbage and tensor.numel() else None
+                if made is not None:
+                    unfilled[len(ids)] = (checked[ident][0], version, made)
             ids.append(ident)
             if log is not None:
                 # a tensor made before this pass (parameter, input) is saved by the op about
@@ -457,6 +459,12 @@ class _StrictPass:
         if not self.reentrant:
             self.saved.__enter__()
         return self
+
+    @property
+    def ops_log(self) -> OpLog:
+        """The log of a logged pass (strict mode's passes are logged)."""
+        assert self.log is not None, "a logged pass"
+        return self.log
 
     def __exit__(self, *exc: Any) -> None:
         if not self.reentrant:
@@ -535,7 +543,7 @@ class StrictRecompute(_StrictPass):
         position, made = found
         summary = (
             f"torch stopped the recompute early (once every saved tensor was recomputed) while "
-            f"an op was saving this tensor, which {self.log.ops[made][0]} (op #{made}) made "
+            f"an op was saving this tensor, which {self.ops_log.ops[made][0]} (op #{made}) made "
             f"uninitialised and nothing had filled yet: the op that saves it fills it afterwards "
             f"(as RReLU fills its noise), which the forward did and the recompute never reached, "
             f"so backward reads it unfilled"
@@ -548,7 +556,7 @@ class StrictRecompute(_StrictPass):
             unfilled = self._unfilled()
             if unfilled is None:
                 return self._first_differing_saved()
-            name = self.log.ops[unfilled[1]][0]
+            name = self.ops_log.ops[unfilled[1]][0]
             return {
                 "index": unfilled[1],
                 "op": name,
@@ -557,7 +565,7 @@ class StrictRecompute(_StrictPass):
                 "recompute": f"{name} -> the same tensor, saved unfilled: torch stopped before "
                 "the op that fills it ran",
             }
-        old_ops, new_ops = self.forward.log.ops, self.log.ops
+        old_ops, new_ops = self.forward.ops_log.ops, self.ops_log.ops
         for index in range(max(len(old_ops), len(new_ops))):
             old = old_ops[index] if index < len(old_ops) else None
             new = new_ops[index] if index < len(new_ops) else None
@@ -571,7 +579,7 @@ class StrictRecompute(_StrictPass):
         return None
 
     def _frame(self, index: int) -> str:
-        return _frame_text(self.log.frames[index] if index < len(self.log.frames) else None)
+        return _frame_text(self.ops_log.frames[index] if index < len(self.ops_log.frames) else None)
 
     def _first_differing_saved(self) -> dict[str, Any] | None:
         """The earliest op with a saved tensor that differs in value: the op that made it, or
@@ -586,10 +594,10 @@ class StrictRecompute(_StrictPass):
                 continue
             if (found is None or index < found[0]) and compare_signatures(old, new) is not None:
                 found = (index, old, new)
-        if found is None or found[0] >= len(self.log.ops):
+        if found is None or found[0] >= len(self.ops_log.ops):
             return None
         index, old, new = found
-        name = self.log.ops[index][0]
+        name = self.ops_log.ops[index][0]
         return {
             "index": index,
             "op": name,
@@ -647,7 +655,7 @@ def _describe_op(op: tuple | None) -> str:
 def _op_entry(index: int, old: tuple | None, new: tuple | None, frame: str) -> dict[str, Any]:
     return {
         "index": index,
-        "op": (new or old)[0],
+        "op": (new or old or ("<no such op>",))[0],
         "frame": frame,
         "forward": _describe_op(old),
         "recompute": _describe_op(new),

@@ -16,6 +16,7 @@ import threading
 import types
 import weakref
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
 
 import torch
@@ -101,11 +102,14 @@ def bind(fn: Any) -> Binding:
     bound_args, bound_kwargs, key, objects, innermost = _take_apart(fn)
     structure = _structures.get(key) if key is not None else None
     parts = structure.parts() if structure is not None and structure.holds(objects) else None
-    if parts is None:  # new, or one of its objects collected (ids are reused) or rebound
+    if (
+        structure is None or parts is None
+    ):  # new, or one of its objects collected (ids are reused) or rebound
         structure = _Structure(fn, innermost, bound_args, objects)
         if key is not None and structure.refs is not None:
             _structures[key] = structure
         parts = structure.parts()
+        assert parts is not None, "what a new structure holds is alive: fn holds it"
     function, module, roots, reached = parts
     bound_values = [v for v in bound_args if not of_type(v, torch.nn.Module)]
     bound_values += bound_kwargs.values()
@@ -379,40 +383,42 @@ def _masked(values: tuple, mask: tuple) -> tuple:
 
 
 def _build_reader(
-    modules: list, roots: list, reentrant: bool, loose: set[int], fresh: bool, top_hooks: bool
+    modules: list,
+    roots: list,
+    reentrant: bool,
+    loose: AbstractSet[int],
+    fresh: bool,
+    top_hooks: bool,
 ) -> RegionReader:
     plans = [module_plan(m, id(m) in loose, fresh) for m in modules]
     root_plans = [rebuild_function_plan(f) if fresh else function_plan(f) for f in roots]
-    class_functions: dict[int, weakref.ref] = {}
+    # id -> (weak reference, the function): the modules' functions, held while planned
+    class_functions: dict[int, tuple[weakref.ref, types.FunctionType]] = {}
     root_ids = {id(f) for f in roots}
     for plan in plans:
         for ref in plan.functions:
             func = ref()
             if func is not None and id(func) not in root_ids:
-                class_functions.setdefault(id(func), ref)
-    class_plans = []
-    for ref in class_functions.values():
-        func = ref()
-        class_plans.append(rebuild_function_plan(func) if fresh else function_plan(func))
+                class_functions.setdefault(id(func), (ref, func))
+    held = [func for _, func in class_functions.values()]
+    class_plans = [rebuild_function_plan(f) if fresh else function_plan(f) for f in held]
     torch_state = _torch_state(_compat.resolve(), reentrant)
     function_plans = [*root_plans, *class_plans]
     functions = []
-    for plan, func in zip(
-        function_plans, [*roots, *(r() for r in class_functions.values())], strict=True
-    ):
-        functions += plan.functions(func)
+    for function_plan_, func in zip(function_plans, [*roots, *held], strict=True):
+        functions += function_plan_.functions(func)
     return RegionReader(
         modules,
         plans,
         function_plans,
-        list(class_functions.values()),
+        [ref for ref, _ in class_functions.values()],
         torch_state,
         functions,
         top_hooks,
     )
 
 
-def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
+def module_tree(target: torch.nn.Module, loose: AbstractSet[int]) -> list:
     """A module region's modules: its subtree, plus modules its code reaches outside the tree
     through attributes (``self.shared = other_module`` set without registering it)."""
     out: list = []
@@ -431,7 +437,7 @@ def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
     return out
 
 
-def _modules_read(module: torch.nn.Module, loose: set[int]) -> Iterator[torch.nn.Module]:
+def _modules_read(module: torch.nn.Module, loose: AbstractSet[int]) -> Iterator[torch.nn.Module]:
     """Modules the code of ``module`` reads through its attributes (``self.blocks``)."""
     plan = module_plan(module, id(module) in loose)
     for read in plan.chains:
@@ -442,7 +448,7 @@ def _modules_read(module: torch.nn.Module, loose: set[int]) -> Iterator[torch.nn
                 yield value
 
 
-def _with_modules_read(modules: list, loose: set[int]) -> list:
+def _with_modules_read(modules: list, loose: AbstractSet[int]) -> list:
     """A function region's modules (those its forward ran) and the modules their code reads
     without running them: a ``ModuleList`` it iterates, whose length is what it runs."""
     out = list({id(m): m for m in modules}.values())
@@ -456,7 +462,7 @@ def _with_modules_read(modules: list, loose: set[int]) -> list:
 
 
 def _reader_key(
-    target: Any, modules: list, roots: list, reentrant: bool, loose: set[int]
+    target: Any, modules: list, roots: list, reentrant: bool, loose: AbstractSet[int]
 ) -> tuple[tuple, Any]:
     """(cache key, anchor module) of a region's reader: a module region's reader is stored
     under its module, a function region's under the first module it ran. Functions count by
@@ -473,7 +479,7 @@ def _reader_key(
 
 
 def reader_for(
-    target: Any, observed: list, binding: Binding, reentrant: bool, loose: set[int]
+    target: Any, observed: list, binding: Binding, reentrant: bool, loose: AbstractSet[int]
 ) -> tuple[RegionReader, list]:
     """(reader, its modules): cached per module region (its tree) or per set of observed
     modules; ``capture`` checks it and rebuilds it if stale."""
@@ -517,7 +523,7 @@ _stateful: dict[int, tuple[weakref.ref, tuple]] = {}
 
 
 def stateful_modules(
-    target: torch.nn.Module, binding: Binding, reentrant: bool, loose: set[int]
+    target: torch.nn.Module, binding: Binding, reentrant: bool, loose: AbstractSet[int]
 ) -> list:
     """The modules of a module region's tree that hold buffers or assign attributes (their
     state before the forward tells what the forward wrote); the first call builds the tree's
@@ -538,7 +544,7 @@ def capture(
     kwargs: dict,
     reentrant: bool,
     own_hooks: frozenset,
-    loose: set[int],
+    loose: AbstractSet[int],
 ) -> RegionFingerprint:
     """Read everything the region reached; a reader that no longer matches its modules (a
     child replaced, an attribute added, a followed global rebound) is rebuilt here. See
@@ -571,6 +577,8 @@ def capture(
             values = reader.read_safely(modules, roots, own_hooks)
         if fresh or reader.shape_of(values) == reader.shape:
             break
+    if values is None or functions is None:  # collected while read: no fingerprint to take
+        raise RuntimeError("the region's modules or functions were collected while read")
     mask: tuple = ()
     written_at: dict[int, frozenset] = {}
     if written:  # See NOTE [ Outputs are not inputs ]
@@ -849,7 +857,8 @@ def _shown(reader: RegionReader, position: int, value: Any) -> Any:
 def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
     """(positional tensors, every other argument) of a call, in a fixed order: call arguments,
     then objects bound into partials and methods (modules aside: they have their own plans)."""
-    tensors, others = [], []
+    tensors: list = []
+    others: list = []
     for value in args:
         (tensors if of_type(value, torch.Tensor) else others).append(value)
     others += kwargs.values()
