@@ -7,17 +7,25 @@ ratios to the plain step.
 
 Configurations:
 * transformers Llama, 4 layers, hidden 128, seq 64, batch 1 and 4, random weights from a config
-  (goals: guard <= 1 % of the step at batch 4, <= 3 % at batch 1; strict <= 1.5x at batch 4),
-  with each mode's CPU time per region (median of the paired differences to the plain step);
-  then the floor of any guard at the same hook point: torch's generator wrapped with nothing to
-  fingerprint, and with only the parameters' version counters, against the guard; and where
-  the guard's time goes: one region's read timed right after a plain step and again cached;
+  (goals: guard <= 1 % of the step at batch 4, <= 3 % at batch 1, <= 80 us of CPU per region;
+  strict <= 1.4x at batch 4, also with torch on every core), with each mode's CPU time per
+  region (median of the paired differences to the plain step); then the floor of any guard at
+  the same hook point: torch's generator wrapped with nothing to fingerprint, and with only the
+  parameters' version counters, against the guard; and where the guard's time goes: one
+  region's read timed right after a plain step and again cached;
+* transformers Llama, 4 layers, hidden 1024, seq 256, batch 2 (goal: guard <= 0.5 %);
+* a transformers ``Trainer`` run of a tiny PEFT LoRA Llama with the Trainer's gradient
+  checkpointing (goal: guard <= 5 %; needs peft and accelerate, skipped without them);
+* strict mode's checksums of one Llama layer's saved tensors, on one thread and on every core;
 * timm ViT-tiny (vit_tiny_patch16_224, random weights), batch 2, timm's own checkpointing;
 * a depth sweep: 8/16/32/64 blocks under ``checkpoint_sequential`` (one block per segment,
   64/depth steps per trial, so every depth's trial runs about as many regions):
   the guard's cost per region must stay flat (+-20 %); it also prints the counted work per
   region (modules and values fingerprinted), which must not grow with depth;
 * 8 blocks x hidden 512 (the original configurations), batch 32 x seq 128 and batch 1 x seq 16.
+
+``--only SECTION...`` runs some of them; ``--write-docs`` writes the summary table into
+docs/guard.md (between its markers).
 
 Run: python benchmarks/guard_overhead.py [--rounds N] [--quick]
 """
@@ -26,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
@@ -42,9 +52,13 @@ MODES = {"plain": None, "guard": {}, "strict": {"strict": True}}
 
 
 def timed(step: Callable[[], None], mode: str) -> tuple[float, float]:
+    """(wall, cpu) seconds of one step; a step that times its own part (a Trainer run leaves
+    out its set-up) returns that pair instead."""
     with _mode(mode):
         wall, cpu = time.perf_counter(), time.process_time()
-        step()
+        own = step()
+        if own is not None:
+            return own
         return time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -138,13 +152,18 @@ def interleave_trials(trials: dict[str, tuple[Callable[[], None], str]], rounds:
     return results
 
 
-def report(name: str, results: dict[str, list], goals: dict[str, str], regions: int = 0) -> None:
+def report(
+    name: str, results: dict[str, list], goals: dict[str, str], regions: int = 0
+) -> dict[str, tuple[float, float, float]]:
+    """Prints each mode's medians; returns {mode: (cpu median, cpu ratio, cpu per region)}."""
     plain = results["plain"]
     print(f"{name}")
+    summary = {}
     for mode, samples in results.items():
         wall = statistics.median(s[0] for s in samples)
         cpu = statistics.median(s[1] for s in samples)
         line = f"  {mode:<9} wall {wall * 1e3:8.2f} ms  cpu {cpu * 1e3:8.2f} ms"
+        summary[mode] = (cpu, 1.0, 0.0)
         if mode != "plain":
             wall_ratio = statistics.median(s[0] / p[0] for s, p in zip(samples, plain, strict=True))
             cpu_ratio = statistics.median(s[1] / p[1] for s, p in zip(samples, plain, strict=True))
@@ -159,33 +178,43 @@ def report(name: str, results: dict[str, list], goals: dict[str, str], regions: 
                     (s[1] - p[1]) / regions for s, p in zip(samples, plain, strict=True)
                 )
                 line += f"  ({per_region * 1e6:.0f} us cpu per region)"
+            else:
+                per_region = 0.0
+            summary[mode] = (cpu, cpu_ratio, per_region)
         print(line)
     print(f"  [{len(plain)} interleaved rounds, medians]")
+    return summary
 
 
 # ------------------------------------------------------------------------ transformers Llama
 
 
-def llama_step(batch: int) -> Callable[[], None] | None:
+def llama_config(hidden: int = 128) -> object:
+    import transformers
+
+    return transformers.LlamaConfig(
+        num_hidden_layers=4,
+        hidden_size=hidden,
+        intermediate_size=hidden * 43 // 16,  # 344 at 128, 2752 at 1024
+        num_attention_heads=max(4, hidden // 64),  # 4 at 128, 16 at 1024
+        num_key_value_heads=max(4, hidden // 64) // 2,
+        vocab_size=1000,
+        max_position_embeddings=256,
+    )
+
+
+def llama_step(batch: int, hidden: int = 128, seq: int = 64) -> Callable[[], None] | None:
     try:
         import transformers
     except ImportError:
         return None
-    config = transformers.LlamaConfig(
-        num_hidden_layers=4,
-        hidden_size=128,
-        intermediate_size=344,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=1000,
-        max_position_embeddings=128,
-    )
+    config = llama_config(hidden)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
     model.train()
-    ids = torch.randint(0, config.vocab_size, (batch, 64))
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
 
     def step() -> None:
         model(input_ids=ids, labels=ids).loss.backward()
@@ -198,6 +227,80 @@ FLOOR_TEXT = (
     "torch's generator wrapped as ckptguard wraps it, with no fingerprint (intercept) and with"
     " only the layer's parameter version counters (versions)"
 )
+
+
+# -------------------------------------------------------------- a tiny LoRA Trainer run
+
+
+LORA_STEPS = 8  # optimizer steps per Trainer run
+LORA_LAYERS = 4
+
+
+def lora_trainer_run() -> Callable[[], tuple[float, float]] | None:
+    """A transformers ``Trainer`` run (``LORA_STEPS`` steps, batch 4 x seq 32) of a tiny Llama
+    (4 layers x hidden 64) with PEFT LoRA adapters on every projection (each a small module
+    tree: Linear, lora_A, lora_B and dropout in ModuleDicts) and the Trainer's own gradient
+    checkpointing; timed from the Trainer's ``on_train_begin`` to ``on_train_end``, so its
+    set-up (optimizer, data loader) is left out. None without peft (or accelerate)."""
+    try:
+        import peft
+        import transformers
+    except ImportError:
+        return None
+    import tempfile
+
+    transformers.logging.set_verbosity_error()
+    config = transformers.LlamaConfig(
+        num_hidden_layers=LORA_LAYERS,
+        hidden_size=64,
+        intermediate_size=172,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=500,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    projections = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    adapters = peft.LoraConfig(
+        r=8, lora_alpha=16, lora_dropout=0.05, target_modules=projections, task_type="CAUSAL_LM"
+    )
+    model = peft.get_peft_model(transformers.LlamaForCausalLM(config), adapters)
+    generator = torch.Generator().manual_seed(1)
+    data = []
+    for _ in range(64):
+        ids = torch.randint(0, config.vocab_size, (32,), generator=generator)
+        data.append({"input_ids": ids, "labels": ids})
+    arguments = transformers.TrainingArguments(
+        output_dir=tempfile.mkdtemp(prefix="guard-overhead-"),
+        max_steps=LORA_STEPS,
+        per_device_train_batch_size=4,
+        gradient_checkpointing=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
+    clock: list[float] = []
+
+    class Clock(transformers.TrainerCallback):
+        def on_train_begin(self, *args, **kwargs):
+            clock[:] = [time.perf_counter(), time.process_time()]
+
+        def on_train_end(self, *args, **kwargs):
+            clock[:] = [time.perf_counter() - clock[0], time.process_time() - clock[1]]
+
+    trainer = transformers.Trainer(
+        model=model, args=arguments, train_dataset=data, callbacks=[Clock()]
+    )
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
+
+    def run() -> tuple[float, float]:
+        trainer.train()
+        return clock[0], clock[1]
+
+    return run
 
 
 # ------------------------------------------------------------------------------ timm ViT-tiny
@@ -344,36 +447,221 @@ def blocks_step(batch: int, seq: int) -> Callable[[], None]:
     return step
 
 
+# --------------------------------------------------------------- strict mode's checksums
+
+
+def saved_by_one_layer(step_batch: int) -> list:
+    """The tensors one Llama layer saves for backward (without checkpoint), as strict mode
+    checksums them at forward and at recompute."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(llama_config())
+    model.train()
+    saved: list = []
+    contexts: list = []
+    layer = model.model.layers[0]
+
+    def enter(*_):
+        contexts.append(torch.autograd.graph.saved_tensors_hooks(_keep(saved), lambda t: t))
+        contexts[-1].__enter__()
+
+    def leave(*_):
+        contexts.pop().__exit__(None, None, None)
+
+    layer.register_forward_pre_hook(enter)
+    layer.register_forward_hook(leave)
+    ids = torch.randint(0, 1000, (step_batch, 64))
+    model(input_ids=ids, labels=ids)
+    return saved
+
+
+def _keep(saved: list) -> Callable:
+    def pack(tensor):
+        saved.append(tensor.detach())
+        return tensor
+
+    return pack
+
+
+def checksum_cost(rounds: int) -> dict[int, float]:
+    """Strict mode's checksums of one Llama layer's saved tensors (batch 4), timed with torch
+    on one thread and on every core: {threads: median seconds}."""
+    from ckptguard import _strict
+
+    tensors = saved_by_one_layer(4)
+    before = torch.get_num_threads()
+    found = {}
+    counts = sorted({1, os.cpu_count() or 1})
+    try:
+        samples: dict[int, list] = {n: [] for n in counts}
+        for _ in range(rounds):
+            for threads in counts:
+                torch.set_num_threads(threads)
+                start = time.perf_counter()
+                _strict.signatures(tensors)
+                samples[threads].append(time.perf_counter() - start)
+        for threads in counts:
+            found[threads] = statistics.median(samples[threads])
+    finally:
+        torch.set_num_threads(before)
+    sizes = sorted(t.numel() for t in tensors)
+    print(
+        f"  strict checksums of one layer's {len(tensors)} saved tensors ({sizes[0]} to"
+        f" {sizes[-1]} elements): "
+        + ", ".join(f"{found[n] * 1e6:.0f} us with {n} thread(s)" for n in counts)
+        + f" [{rounds} rounds, medians]"
+    )
+    return found
+
+
+# ------------------------------------------------------------------------------ the table
+
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "docs", "guard.md")
+BEGIN, END = "<!-- guard_overhead.py: begin -->", "<!-- guard_overhead.py: end -->"
+
+
+def write_table(rows: list[tuple[str, str, str, str]], header: str) -> None:
+    """Replaces the table between the markers of docs/guard.md (appends the section the
+    first time)."""
+    lines = [
+        BEGIN,
+        header,
+        "",
+        "| configuration | plain step (cpu) | guard | strict mode |",
+        "| --- | --- | --- | --- |",
+        *(f"| {' | '.join(row)} |" for row in rows),
+        END,
+    ]
+    with open(DOCS, encoding="utf-8") as handle:
+        text = handle.read()
+    block = "\n".join(lines)
+    if BEGIN in text and END in text:
+        start, stop = text.index(BEGIN), text.index(END) + len(END)
+        text = text[:start] + block + text[stop:]
+    else:
+        text = text.rstrip("\n") + "\n\n## Cost, as last measured\n\n" + block + "\n"
+    with open(DOCS, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    print(f"table written to {os.path.normpath(DOCS)}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def _guard_cell(summary: dict, regions: int) -> str:
+    if "guard" not in summary:
+        return "-"
+    _, ratio, per_region = summary["guard"]
+    cell = f"{(ratio - 1) * 100:+.2f} %"
+    return f"{cell} ({per_region * 1e6:.0f} us per region)" if regions else cell
+
+
+def _strict_cell(summary: dict) -> str:
+    return f"x{summary['strict'][1]:.2f}" if "strict" in summary else "-"
+
+
+def _row(name: str, summary: dict, regions: int = 0) -> tuple[str, str, str, str]:
+    plain = _ms(summary["plain"][0])
+    return (name, plain, _guard_cell(summary, regions), _strict_cell(summary))
+
+
+SECTIONS = ("llama", "wide", "lora", "checksums", "vit", "depth", "blocks")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=40, help="interleaved rounds (Llama)")
     parser.add_argument("--quick", action="store_true", help="fewer rounds everywhere")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=SECTIONS)
+    parser.add_argument(
+        "--write-docs", action="store_true", help="write the summary table into docs/guard.md"
+    )
     args = parser.parse_args()
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames
     torch.set_num_threads(args.threads)
     rounds = 8 if args.quick else args.rounds
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+    header = f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
+    print(header)
+    rows: list[tuple[str, str, str, str]] = []
 
-    for batch, goal in ((1, "<= 3 %"), (4, "<= 1 %")):
-        step = llama_step(batch)
+    if "llama" in args.only:
+        for batch, goal in ((1, "<= 3 %"), (4, "<= 1 %")):
+            step = llama_step(batch)
+            if step is None:
+                print("transformers Llama: skipped (transformers is not installed)")
+                break
+            strict_goal = "<= x1.4" if batch == 4 else "none set"
+            results = interleave(step, ["plain", "guard", "strict"], rounds)
+            name = f"transformers Llama 4 x 128, seq 64, batch {batch}"
+            summary = report(name, results, {"guard": goal, "strict": strict_goal}, regions=4)
+            rows.append(_row(name, summary, regions=4))
+            results = interleave(step, ["plain", *FLOOR, "guard"], rounds)
+            report(f"  the floor at batch {batch}: {FLOOR_TEXT}", results, {}, regions=4)
+            read_cost(step, rounds)
+        cores = os.cpu_count() or 1
+        step = llama_step(4)
+        if step is not None and cores > 1:
+            torch.set_num_threads(cores)
+            try:
+                results = interleave(step, ["plain", "strict"], rounds)
+                name = f"transformers Llama 4 x 128, seq 64, batch 4, {cores} threads"
+                rows.append(_row(name, report(name, results, {"strict": "<= x1.4"}, regions=4)))
+            finally:
+                torch.set_num_threads(args.threads)
+
+    if "wide" in args.only:
+        step = llama_step(2, hidden=1024, seq=256)
+        if step is not None:
+            wide_rounds = 4 if args.quick else max(8, rounds // 3)
+            results = interleave(step, ["plain", "guard"], wide_rounds)
+            name = "transformers Llama 4 x 1024, seq 256, batch 2"
+            rows.append(_row(name, report(name, results, {"guard": "<= 0.5 %"}, regions=4), 4))
+
+    if "lora" in args.only:
+        run = lora_trainer_run()
+        if run is None:
+            print("LoRA Trainer run: skipped (peft or accelerate is not installed)")
+        else:
+            lora_rounds = 6 if args.quick else max(10, rounds // 2)
+            results = interleave(run, ["plain", "guard"], lora_rounds)
+            name = (
+                f"transformers Trainer, PEFT LoRA Llama {LORA_LAYERS} x 64, gradient"
+                f" checkpointing, {LORA_STEPS} steps of batch 4 x seq 32"
+            )
+            regions = LORA_LAYERS * LORA_STEPS
+            summary = report(name, results, {"guard": "<= 5 %"}, regions=regions)
+            rows.append(_row(name, summary, regions))
+
+    if "checksums" in args.only and llama_step(1) is not None:
+        checksum_cost(rounds)
+
+    if "vit" in args.only:
+        step = vit_step()
         if step is None:
-            print("transformers Llama: skipped (transformers is not installed)")
-            break
-        strict_goal = "<= x1.5" if batch == 4 else "none set"
-        results = interleave(step, ["plain", "guard", "strict"], rounds)
-        name = f"transformers Llama 4 x 128, seq 64, batch {batch}"
-        report(name, results, {"guard": goal, "strict": strict_goal}, regions=4)
-        results = interleave(step, ["plain", *FLOOR, "guard"], rounds)
-        report(f"  the floor at batch {batch}: {FLOOR_TEXT}", results, {}, regions=4)
-        read_cost(step, rounds)
+            print("timm ViT-tiny: skipped (timm cannot be imported with this torch)")
+        else:
+            results = interleave(step, ["plain", "guard", "strict"], max(4, rounds // 4))
+            name = "timm vit_tiny_patch16_224, batch 2"
+            rows.append(_row(name, report(name, results, {})))
 
-    step = vit_step()
-    if step is None:
-        print("timm ViT-tiny: skipped (timm cannot be imported with this torch)")
-    else:
-        results = interleave(step, ["plain", "guard", "strict"], max(4, rounds // 4))
-        report("timm vit_tiny_patch16_224, batch 2", results, {})
+    if "depth" in args.only:
+        rows.append(depth_sweep(rounds))
 
+    if "blocks" in args.only:
+        classic_rounds = 3 if args.quick else 5
+        for batch, seq, rounds_here in ((32, 128, classic_rounds), (1, 16, rounds)):
+            results = interleave(blocks_step(batch, seq), ["plain", "guard", "strict"], rounds_here)
+            name = f"8 blocks x hidden 512, batch {batch} x seq {seq}"
+            rows.append(_row(name, report(name, results, {})))
+
+    if args.write_docs:
+        write_table(rows, f"`python benchmarks/guard_overhead.py` ({header}, CPU time, medians):")
+
+
+def depth_sweep(rounds: int) -> tuple[str, str, str, str]:
     print("depth sweep: checkpoint_sequential, one SmallBlock(64) per segment, input [4, 16, 64]")
     depths = (8, 16, 32, 64)
     # every depth in every round, so that the machine's drift reaches all of them alike
@@ -384,6 +672,7 @@ def main() -> None:
     }
     sweep = interleave_trials(trials, max(8, rounds))
     per_region = {}
+    plains = {}
     for depth in depths:
         step = steps[depth]
         guard, plain_runs = sweep[f"guard {depth}"], sweep[f"plain {depth}"]
@@ -394,7 +683,7 @@ def main() -> None:
         )
         per_region[depth] = cost
         modules, values = counted_work(step)
-        plain = statistics.median(s[1] for s in plain_runs) / repeats[depth]
+        plain = plains[depth] = statistics.median(s[1] for s in plain_runs) / repeats[depth]
         print(
             f"  depth {depth:>2}: plain cpu {plain * 1e3:7.2f} ms per step ({repeats[depth]} steps"
             f" per trial), guard cost per region "
@@ -403,11 +692,13 @@ def main() -> None:
         )
     spread = max(per_region.values()) / min(per_region.values()) - 1
     print(f"  per-region cost spread across depth: +{spread * 100:.1f} % (goal: within 20 %)")
-
-    classic_rounds = 3 if args.quick else 5
-    for batch, seq, rounds_here in ((32, 128, classic_rounds), (1, 16, rounds)):
-        results = interleave(blocks_step(batch, seq), ["plain", "guard", "strict"], rounds_here)
-        report(f"8 blocks x hidden 512, batch {batch} x seq {seq}", results, {})
+    costs = " / ".join(f"{per_region[d] * 1e6:.0f}" for d in depths)
+    return (
+        "`checkpoint_sequential`, depth 8 / 16 / 32 / 64 (one small block per segment)",
+        f"{_ms(plains[8])} to {_ms(plains[64])}",
+        f"{costs} us per region (spread +{spread * 100:.0f} %)",
+        "-",
+    )
 
 
 if __name__ == "__main__":

@@ -138,7 +138,7 @@ def _announce(options: Any) -> None:
 
 
 ENVIRONMENT = "CKPTGUARD"
-_ENVIRONMENT_MODES = {
+_ENVIRONMENT_MODES: dict[str, dict[str, Any]] = {
     "1": {},
     "default": {},
     "strict": {"strict": True},

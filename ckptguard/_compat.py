@@ -156,8 +156,8 @@ class Torch:
 
     checkpoint_function: Any  # torch.utils.checkpoint.CheckpointFunction (reentrant)
     generators: tuple[tuple[Any, str, Any], ...]  # (owner module, name, generator) to wrap
-    checkpoint_error: type  # torch.utils.checkpoint.CheckpointError
-    stop_recomputation_error: type  # raised by an early-stopped non-reentrant recompute
+    checkpoint_error: type[Exception]  # torch.utils.checkpoint.CheckpointError
+    stop_recomputation_error: type[Exception]  # raised by an early-stopped non-reentrant recompute
     checkpoint_frame: Any  # _CheckpointFrame, whose saved-tensor check we explain
     infer_device_type: Callable[..., str]
     top_saved_tensors_hooks: Callable[[], Any]
@@ -168,6 +168,7 @@ class Torch:
     privateuse1_name: Callable[[], str]
     is_compiling: Callable[[], bool]
     module_call_codes: tuple  # code of nn.Module's __call__ path, found on the stack
+    graph_task_id: Callable[[], int]  # the running backward pass on this thread, -1 if none
 
 
 _resolved: Torch | None = None
@@ -263,6 +264,7 @@ def resolve() -> Torch:
             _require(torch.nn.Module, name, "torch.nn.Module").__code__
             for name in ("_call_impl", "_wrapped_call_impl")
         ),
+        graph_task_id=_require(torch._C, "_current_graph_task_id", "torch._C"),
     )
     _require(
         _resolved.checkpoint_frame, "check_recomputed_tensors_match", f"{where}._CheckpointFrame"
@@ -305,7 +307,7 @@ def fsdp2_managed_modules() -> set[int]:
 
 # ------------------------------------- DDP and selective checkpointing (issue 20), optional
 
-_DDP_CLASS = getattr(getattr(torch.nn, "parallel", None), "DistributedDataParallel", None)
+_DDP_CLASS: Any = getattr(getattr(torch.nn, "parallel", None), "DistributedDataParallel", None)
 # set by DistributedDataParallel around its module's forward (for TorchDynamo); a torch without
 # it runs no DDP check (nothing else tells a region that it runs inside a DDP step)
 _TRACKS_ACTIVE_DDP = _DDP_CLASS is not None and hasattr(_DDP_CLASS, "_active_ddp_module")
@@ -324,13 +326,13 @@ class SelectiveModes:
     2.12); the recompute's takes the saved outputs (and, up to 2.12, calls the policy again:
     it then has a ``policy_fn``)."""
 
-    caching: type  # _CachingTorchDispatchMode
-    cached: type  # _CachedTorchDispatchMode
+    caching: type[Any]  # _CachingTorchDispatchMode
+    cached: type[Any]  # _CachedTorchDispatchMode
     version_wrapper: type  # _VersionWrapper: .val, and .version as it was when saved
 
 
 _SELECTIVE_NAMES = ("_CachingTorchDispatchMode", "_CachedTorchDispatchMode", "_VersionWrapper")
-_selective_found = [getattr(torch_checkpoint, name, None) for name in _SELECTIVE_NAMES]
+_selective_found: list[Any] = [getattr(torch_checkpoint, name, None) for name in _SELECTIVE_NAMES]
 _SELECTIVE = SelectiveModes(*_selective_found) if all(_selective_found) else None
 
 

@@ -115,7 +115,9 @@ def _in_graph_of(args: tuple, wanted: dict[int, str]) -> list[str]:
     already holds (the module ran outside a region earlier in this forward), read up to the
     regions before it: their nodes hold no parameter of the model's graph."""
     region_node = _compat.reentrant_backward_node()
-    stack = [a.grad_fn for a in args if isinstance(a, torch.Tensor) and a.grad_fn is not None]
+    stack: list[Any] = [
+        a.grad_fn for a in args if isinstance(a, torch.Tensor) and a.grad_fn is not None
+    ]
     # the nodes themselves, not their ids: torch makes a node's Python object on access and
     # frees it with its last reference, so the id of a node left behind is soon another's
     seen: set = set()

@@ -96,20 +96,31 @@ def _describe_value(value: Any) -> str:
 
 def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
     """Refine a tensor mismatch into (kind, what happened)."""
-    if not isinstance(old, (TensorFP, LooseTensorFP)) or type(old) is not type(new):
-        return "tensor", "was set, removed or replaced"
-    if old.dtype != new.dtype or old.device != new.device:
-        if old.device is None or old.device == new.device:
-            return "placement", f"was cast from {old.dtype} to {new.dtype}"
-        return "placement", (
-            f"was moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
-        )
-    if isinstance(old, LooseTensorFP):
-        return "tensor", f"was reshaped from {tuple(old.shape)} to {tuple(new.shape)}"
+    if isinstance(old, TensorFP) and isinstance(new, TensorFP):
+        return _placement_change(old, new) or _storage_change(old, new)
+    if isinstance(old, LooseTensorFP) and isinstance(new, LooseTensorFP):
+        reshaped = f"was reshaped from {tuple(old.shape)} to {tuple(new.shape)}"
+        return _placement_change(old, new) or ("tensor", reshaped)
+    return "tensor", "was set, removed or replaced"
+
+
+def _placement_change(
+    old: TensorFP | LooseTensorFP, new: TensorFP | LooseTensorFP
+) -> tuple[str, str] | None:
+    if old.dtype == new.dtype and old.device == new.device:
+        return None
+    if old.device is None or old.device == new.device:
+        return "placement", f"was cast from {old.dtype} to {new.dtype}"
+    return "placement", (
+        f"was moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
+    )
+
+
+def _storage_change(old: TensorFP, new: TensorFP) -> tuple[str, str]:
     if old.ident != new.ident and old.ident != 0:
         return "tensor", "was replaced by a different tensor object"
     if old.shape is not None and old.shape != new.shape:
-        return "tensor", f"was resized from {tuple(old.shape)} to {tuple(new.shape)}"
+        return "tensor", f"was resized from {tuple(old.shape)} to {tuple(new.shape or ())}"
     if old.version != new.version:
         return "tensor", (
             f"was modified in place (version counter {old.version} -> {new.version}, e.g. an "
@@ -178,7 +189,7 @@ _TORCH_DOES = {
 _TORCH_SILENT = "plain PyTorch does not notice"
 
 
-def _fix_for(kind: str, name: str, where: str, old: Any) -> str:
+def _fix_for(kind: str, name: str, where: str | None, old: Any) -> str:
     if kind == "closure" and name.endswith(("__defaults__", "__kwdefaults__")):
         return _FIXES["defaults"]
     if kind in ("closure", "global") and type(old) is tuple and old and old[0] in _CONTAINERS:
@@ -189,8 +200,91 @@ def _fix_for(kind: str, name: str, where: str, old: Any) -> str:
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
+class Difference(Exception):
+    """Internal: the first fingerprint that differs, with what explains it (raised by
+    ``_verify`` at a recompute's start, made into ``mismatch_error`` by the region)."""
+
+    def __init__(self, kind: str, name: str, where: str | None, old: Any, new: Any):
+        super().__init__(name)
+        self.kind, self.name, self.where, self.old, self.new = kind, name, where, old, new
+
+
+class Text(str):
+    """A description shown as it is in a message (no quotes)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def hooks_text(keys: tuple) -> Text:
+    if not keys:
+        return Text("no hooks")
+    plural = "s" if len(keys) > 1 else ""
+    return Text(f"{len(keys)} hook{plural} (handle ids {', '.join(map(str, keys))})")
+
+
+def _first_changed_table(tables: tuple[str, ...], old: Any, new: Any) -> tuple[str, Text, Text]:
+    """Hook dicts are read as the keys of each table, () when all are empty: the first
+    table that differs, and its hooks before and now."""
+    before, after = old or ((),) * len(tables), new or ((),) * len(tables)
+    index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
+    return tables[index], hooks_text(before[index]), hooks_text(after[index])
+
+
+def global_hooks_difference(
+    kind: str, tables: tuple[str, ...], where: str | None, old: Any, new: Any
+) -> Difference:
+    table, old, new = _first_changed_table(tables, old, new)
+    return Difference(kind, f"torch.nn.modules.module.{table}", where, old, new)
+
+
+def module_difference(
+    kind: str,
+    attribute: str | None,
+    module: str,
+    owner: str,
+    hook_tables: tuple[str, ...],
+    old: Any,
+    new: Any,
+) -> Difference:
+    """A value one of the region's modules holds (``module`` its name, ``owner`` its class)."""
+    where = {
+        "tensor": f"parameter or buffer of {owner}",
+        "attribute": f"read by {owner}'s code",
+        "hook": f"hooks of {owner}",
+    }.get(kind, f"{owner} module")
+    if kind == "hook":
+        attribute, old, new = _first_changed_table(hook_tables, old, new)
+    name = f"{module}.{attribute}" if attribute else module
+    return Difference(kind, name, where, old, new)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def contents_difference(name: str, module: str, owner: str, old: Any, new: Any) -> Difference:
+    """A container module's contents changed (``name``: the sizes' ``_modules`` or
+    ``_parameters``, or ``children``, their ids: as many, one or more replaced)."""
+    held = "parameter" if name == "_parameters" else "module"
+    if name == "children":
+        old, new = Text(_count(len(old), held)), Text("as many, one or more replaced")
+    else:
+        old, new = Text(_count(old, held)), Text(_count(new, held))
+    return Difference("attribute", module, f"the {held}s held by this {owner}", old, new)
+
+
+def argument_difference(label: str, old: Any, new: Any) -> Difference:
+    return Difference("argument", label, "argument of the region", old, new)
+
+
+def argument_attribute_difference(chain: str, old: Any, new: Any) -> Difference:
+    where = "attribute of an object passed to or bound into the region"
+    return Difference("attribute", chain, where, old, new)
+
+
 def mismatch_error(
-    region: str, kind: str, name: str, where: str, old: Any, new: Any
+    region: str, kind: str, name: str, where: str | None, old: Any, new: Any
 ) -> CheckpointMismatchError:
     """A fingerprinted state that differs at recompute from what the forward saw."""
     if kind == "argument":
@@ -668,7 +762,9 @@ def selective_cache_refused(region: str, mutated: list[tuple]) -> CheckpointMism
     return CheckpointMismatchError(message, kind="selective_cache", region=region, details=details)
 
 
-def selective_cache_unmeasured(region: str, mutated: list[tuple], fallback: Location | None):
+def selective_cache_unmeasured(
+    region: str, mutated: list[tuple], fallback: Location | None
+) -> None:
     """allow_cache_entry_mutation=True and a saved output modified in place, default mode."""
     message = (
         f"ckptguard [selective_cache]: checkpointed region {region} "
@@ -765,7 +861,7 @@ def user_location() -> tuple[Any, Location] | None:
     """(module globals, (file, line)) of the innermost frame outside ckptguard, torch and the
     standard library: the user's backward call during a recompute, the region's checkpoint
     call during a forward."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if _is_user_file(frame.f_code.co_filename):
             return frame.f_globals, (frame.f_code.co_filename, frame.f_lineno)

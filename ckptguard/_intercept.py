@@ -25,26 +25,26 @@ import sys
 import threading
 import types
 import weakref
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.nn.parameter import is_lazy
 
 from ckptguard import (
     _compat,
     _ddp,
     _explain,
     _names,
-    _plan,
     _report,
     _rng,
     _selective,
     _settings,
+    _side_effects,
     _strict,
     _verify,
 )
-from ckptguard._fingerprint import MISSING, SCALAR_TYPES, nested_tensors
+from ckptguard._fingerprint import nested_tensors
 from ckptguard.errors import CheckpointGuardError
 
 
@@ -62,7 +62,7 @@ _patches: list[tuple[Any, str, bool, Any]] = []  # (owner, attribute, owned it, 
 _local = threading.local()
 
 
-_NO_MODULES: frozenset = frozenset()
+_NO_MODULES: frozenset[int] = frozenset()
 # where torch.compile's own regions come from (tag_activation_checkpoint): torch owns them
 _COMPILER_DIRS = tuple(
     _compat.torch_dir() + name + "/"
@@ -127,58 +127,9 @@ class Observer:
         if key in self.modules:
             return
         self.modules[key] = module
-        state = module.__dict__
-        buffers = state["_buffers"]
-        stored = _stored_scalars(module)
-        if buffers or stored:
-            scalars = {n: v for n in stored if type(v := state.get(n, MISSING)) in SCALAR_TYPES}
-            self.before[key] = (_buffer_state(buffers), scalars)
-
-
-SMALL_BUFFER = 4096  # elements: copied to see writes that skip the version counter
-
-
-def _buffer_state(buffers: dict, names: Any = None) -> dict[str, tuple]:
-    """Version and, for small buffers, a copy: BatchNorm's running statistics are written by
-    ``native_batch_norm``, whose schema does not mark them mutable, so the version counter
-    does not move."""
-    state = {}
-    with _compat.disable_dispatch_modes(), torch.no_grad():
-        for name in buffers if names is None else names:
-            tensor = buffers.get(name)
-            if tensor is None:
-                continue
-            small = (
-                not is_lazy(tensor)
-                and tensor.device.type != "meta"
-                and tensor.numel() <= SMALL_BUFFER
-            )
-            state[name] = (tensor._version, tensor.clone() if small else None)
-    return state
-
-
-def _buffer_changed(before: tuple, tensor: Any) -> bool:
-    if tensor is None:
-        return True
-    version, copy = before
-    if tensor._version != version:
-        return True
-    if copy is None:
-        return False
-    with _compat.disable_dispatch_modes(), torch.no_grad():
-        return copy.shape != tensor.shape or not torch.equal(copy, tensor)
-
-
-def _rebound(old: Any, new: Any) -> bool:
-    """Whether a watched attribute (a scalar the forward changed) changed in the recompute:
-    by value while it holds a scalar, else by identity (``!=`` on a tensor is elementwise)."""
-    if type(new) in SCALAR_TYPES:
-        return type(old) not in SCALAR_TYPES or new != old
-    return new is not old
-
-
-def _stored_scalars(module: torch.nn.Module) -> frozenset:
-    return _plan.class_reads(type(module), _plan.forward_of(module)).stored
+        before = _side_effects.state_before(module)
+        if before is not None:
+            self.before[key] = before
 
 
 # ------------------------------------------------------------------------------- a region
@@ -225,11 +176,11 @@ class Region:
         self.fingerprint: _verify.RegionFingerprint | None = None
         self.observer: Observer | None = None
         self.modules: list = []  # read by the fingerprint, alive while the region is
-        self.watch: list[tuple[weakref.ref, tuple, tuple]] = []
+        self.watch: list[_side_effects.Watched] = []
         self.root: weakref.ref | None = None  # the model, found after the forward
         self.binding = binding = _verify.bind(fn)
         self.target = binding.module  # None: a function, whose forward is observed
-        self.loose: set[int] = _NO_MODULES
+        self.loose: AbstractSet[int] = _NO_MODULES
         self.strict_forward = _strict.StrictForward(reentrant) if options.strict else None
         self.last_strict: _strict.StrictRecompute | None = None
         self.random_ops = None if preserve else _rng.RandomOps()
@@ -268,9 +219,7 @@ class Region:
         if self._name is None:
             fingerprint = self.fingerprint
             # as it was at the forward
-            code = (
-                fingerprint.code if fingerprint is not None else _verify.region_code(self.binding)
-            )
+            code = fingerprint.code if fingerprint is not None else self.binding.code
             self._name = _names.region_name(self.fn, self.found_root(), self.modules, code)
         return self._name
 
@@ -282,16 +231,30 @@ class Region:
             return None
         return function.__code__.co_filename, function.__code__.co_firstlineno
 
+    def forward_fingerprint(self) -> _verify.RegionFingerprint:
+        """What the forward saw: taken once it ran, before torch can recompute it."""
+        assert self.fingerprint is not None, "a recompute follows its forward"
+        return self.fingerprint
+
     # forward ----------------------------------------------------------------------------
 
+    # NOTE [ The guard never stops training ]
+    # The guard's own failure (a bug, or an object it cannot read: a proxy, a tensor subclass
+    # without storage) must not stop the user's training or change what it computes: every
+    # stage the guard adds to a region catches ``Exception`` around its own work only (never
+    # around the user's function, whose errors, including torch's ``_StopRecomputationError``,
+    # pass through untouched), and ``give_up`` lets the region run on unguarded, with a
+    # warning that says so. Only the guard's verdicts (``CheckpointGuardError``) are raised.
+
     def give_up(self, stage: str, error: Exception) -> None:
-        """The guard's own failure (a bug, or an object it cannot read) must not stop the
-        user's training: the region runs on unguarded, and a warning says so."""
-        observing = self.target is None and self.observer is not None and not self.forward_done
+        """The region runs on unguarded, and a warning says so.
+        See NOTE [ The guard never stops training ]"""
+        observer = self.observer
+        observing = self.target is None and observer is not None and not self.forward_done
         self.unguarded = self.forward_done = True
         self.random_ops = self.strict_forward = self.fingerprint = None
-        if observing:
-            _observation.stop(self.observer)
+        if observing and observer is not None:
+            _observation.stop(observer)
         self.observer = None
         try:
             name = self.name
@@ -312,13 +275,13 @@ class Region:
                 self.observer = observer
             else:
                 stateful = _verify.stateful_modules(
-                    self.target, self.fn, self.reentrant, self.loose
+                    self.target, self.binding, self.reentrant, self.loose
                 )
                 if stateful:
                     self.observer = observer = Observer()
                     for module in stateful:
                         observer.see(module)
-        except Exception as error:
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("prepare", error)
             return
         if self.random_ops is not None:
@@ -333,10 +296,10 @@ class Region:
             self.strict_forward.__exit__(*exc)
         if self.random_ops is not None:
             self.random_ops.__exit__(*exc)
-        if self.target is None:
+        if self.target is None and self.observer is not None:  # observed since enter_forward
             _observation.stop(self.observer)
 
-    def _loose(self, modules: Any) -> set[int]:
+    def _loose(self, modules: Any) -> AbstractSet[int]:
         """Modules whose parameters FSDP2 swaps on purpose (compared loosely)."""
         if not self.loose:
             return self.loose
@@ -345,20 +308,21 @@ class Region:
         return loose
 
     def finish_forward(self, args: tuple, kwargs: dict) -> None:
-        """Right after the forward: fingerprint what it reached, check RNG, count it."""
+        """Right after the forward: fingerprint what it reached, check RNG, count it.
+        See NOTE [ Read twice ]"""
         if self.unguarded:
             return
         try:
             self._finish_forward(args, kwargs)
         except CheckpointGuardError:
             raise
-        except Exception as error:
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("fingerprint", error)
 
     def _finish_forward(self, args: tuple, kwargs: dict) -> None:
         observer = self.observer
         self.observer = None
-        observed = list(observer.modules.values()) if self.target is None else []
+        observed = list(observer.modules.values()) if observer and self.target is None else []
         written = self._written(observer) if observer is not None else {}
         self.fingerprint = fingerprint = _verify.capture(
             self.fn,
@@ -374,7 +338,7 @@ class Region:
         self.modules = modules = fingerprint.modules
         self.root = _names.root_ref(modules[0]) if modules else None
         if self.strict_forward is not None:
-            state_ids = set()
+            state_ids: set[int] = set()
             for module in observed if observer is None else observer.modules.values():
                 names = written.get(id(module), ())
                 state_ids.update(id(module._buffers[n]) for n in names if n in module._buffers)
@@ -389,30 +353,11 @@ class Region:
                 self.stats = collector.on_forward(self.name, self.fn, args, kwargs)
 
     def _written(self, observer: Observer) -> dict[int, frozenset]:
-        """Module state the forward itself updated: outputs of the region, not inputs; the
-        recompute will update it again (the side-effect kind)."""
-        written: dict[int, frozenset] = {}
-        for module in observer.modules.values():
-            before = observer.before.get(id(module))
-            if before is None:
-                continue
-            buffer_state, scalars = before
-            state = module.__dict__
-            buffers = state["_buffers"]
-            names = tuple(
-                n for n, old in buffer_state.items() if _buffer_changed(old, buffers.get(n))
-            )
-            # a scalar the forward changed (a counter); one it replaced by an object (a
-            # cache) is not watched, as it is not on the following steps
-            attrs = tuple(
-                n
-                for n, v in scalars.items()
-                if type(new := state.get(n, MISSING)) in SCALAR_TYPES and new != v
-            )
-            if names:
-                written[id(module)] = frozenset(names)
-            if names or attrs:
-                self.watch.append((weakref.ref(module), names, attrs))
+        """Module state the forward itself updated, now watched (see ``_side_effects``)."""
+        written, watch = _side_effects.written_by_forward(
+            observer.modules.values(), observer.before
+        )
+        self.watch += watch
         return written
 
     def _check_rng(self, args: tuple) -> None:
@@ -487,18 +432,23 @@ class Region:
         return self.fn(*args, **kwargs)
 
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
+        # verified before any of the region's code runs. See NOTE [ Read twice ]
         settings: list = []
+        found: _explain.Difference | None = None
         try:
             settings = _verify.compare(
-                self.fingerprint, self.binding, args, kwargs, _observation.own, self.name_module
+                self.forward_fingerprint(),
+                self.binding,
+                args,
+                kwargs,
+                _observation.own,
+                self.name_module,
             )
-        except _verify.Difference as difference:
+        except _explain.Difference as difference:
             found = difference
-        except Exception as error:
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("verify", error)
             return self.fn(*args, **kwargs)
-        else:
-            found = None
         if found is not None:  # raised outside the except block: no internal context
             self._report(
                 _explain.mismatch_error(
@@ -544,15 +494,15 @@ class Region:
             raise self.explain(error) from error
         finally:
             state["depth"] -= 1
-            if finished and self.fingerprint.reader.self_written:
+            if finished and self.forward_fingerprint().reader.self_written:
                 self._refresh_own_writes()
 
     def _refresh_own_writes(self) -> None:
         """Containers the region's own code mutates (``calls[0] += 1``): the next recompute
         of the same graph (``retain_graph=True``) starts from what this one left there."""
         try:
-            _verify.refresh_own_writes(self.fingerprint, _observation.own)
-        except Exception as error:
+            _verify.refresh_own_writes(self.forward_fingerprint(), _observation.own)
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("fingerprint", error)
 
     def _report(self, error: CheckpointGuardError) -> None:
@@ -611,17 +561,7 @@ class Region:
         return _report.Collector.timed_recompute(self.stats, self.fn, args, kwargs)
 
     def _watched_state(self) -> list:
-        state = []
-        for ref, buffers, attrs in self.watch:
-            module = ref()
-            if module is None:
-                continue
-            values = module.__dict__
-            buffer_state = _buffer_state(module._buffers, buffers)
-            state.append(
-                (module, buffer_state, attrs, tuple(values.get(a, MISSING) for a in attrs))
-            )
-        return state
+        return _side_effects.state_before_recompute(self.watch)
 
     def _after_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
         if self.fingerprint is not None and self.fingerprint.reader.self_written:
@@ -630,27 +570,11 @@ class Region:
             self._check_recompute(watched, strict, stopped)
         except CheckpointGuardError:
             raise
-        except Exception as error:
+        except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("check the recompute of", error)
 
     def _check_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
-        changed: list[str] = []
-        statistics_only = True
-        for module, buffer_state, attrs, scalars in watched:
-            if module in _side_effects_reported:
-                continue  # once per module and run
-            table, values = module._buffers, module.__dict__
-            buffers = [n for n, old in buffer_state.items() if _buffer_changed(old, table.get(n))]
-            attributes = [
-                n
-                for n, a in zip(attrs, scalars, strict=True)
-                if _rebound(a, values.get(n, MISSING))
-            ]
-            if buffers or attributes:
-                _side_effects_reported.add(module)
-                prefix = self.name_module(module)
-                changed += [f"{prefix}.{n}" for n in (*buffers, *attributes)]
-                statistics_only &= not attributes and _only_statistics(module, buffers)
+        changed, statistics_only = _side_effects.updated_again(watched, self.name_module)
         if strict is not None:  # wrong values first: a side effect may be their cause
             found = strict.difference(stopped)
             mutated = _selective.take_mutations(self) if self.scoped else None
@@ -678,10 +602,6 @@ class Region:
 
 def _same(tensor: Any) -> Any:
     return tensor
-
-
-# modules whose second update in a recompute was reported: once per module and run
-_side_effects_reported: weakref.WeakSet = weakref.WeakSet()
 
 
 class StrictScope:
@@ -733,30 +653,6 @@ def _scoped_context_fn(region: Region, context_fn: Any) -> Any:
     return context
 
 
-_NORMS_WITH_STATISTICS = (
-    torch.nn.BatchNorm1d,
-    torch.nn.BatchNorm2d,
-    torch.nn.BatchNorm3d,
-    torch.nn.SyncBatchNorm,
-    torch.nn.InstanceNorm1d,
-    torch.nn.InstanceNorm2d,
-    torch.nn.InstanceNorm3d,
-)
-_STATISTICS = frozenset({"running_mean", "running_var", "num_batches_tracked"})
-
-
-def _only_statistics(module: torch.nn.Module, buffers: list[str]) -> bool:
-    """Running statistics of a normalisation layer in training, which computes its output
-    from the batch's own statistics: updating them twice cannot change a gradient. Any other
-    state a forward updates (power-iteration vectors, an EMA codebook, a counter feeding a
-    schedule) may be what the recompute computes from."""
-    return (
-        isinstance(module, _NORMS_WITH_STATISTICS)
-        and module.training
-        and _STATISTICS.issuperset(buffers)
-    )
-
-
 # ---------------------------------------------------------------------------- the patches
 
 
@@ -776,7 +672,7 @@ def _skip(fn: Any) -> bool:
 def _guard_reentrant(original_apply: Any) -> Any:
     def apply(run_function: Any, preserve_rng_state: bool, *args: Any) -> Any:
         options = _options
-        if _skip(run_function):
+        if options is None or _skip(run_function):
             return original_apply(run_function, preserve_rng_state, *args)
         region = Region(run_function, options, reentrant=True, preserve=preserve_rng_state)
         outputs = original_apply(region, preserve_rng_state, *args)
@@ -823,7 +719,7 @@ def _guard_generator(original: Any) -> Any:
 
     def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
         options = _options
-        if _skip(fn):
+        if options is None or _skip(fn):
             return (yield from original(fn, *args, **kwargs))
         preserve, user_args, user_kwargs = read_call(fn, args, kwargs)
         region = Region(fn, options, reentrant=False, preserve=preserve)
@@ -853,7 +749,7 @@ def _guard_generator(original: Any) -> Any:
         finally:
             yield from inner  # torch's post-forward logic; it yields nothing more
 
-    generator.__wrapped__ = original
+    setattr(generator, "__wrapped__", original)  # noqa: B010 (a function's attribute)
     return generator
 
 
@@ -872,7 +768,7 @@ def _scope_strict_recompute(
     return bound.args[1:], bound.kwargs
 
 
-def _guard_saved_tensor_check(original: Any, checkpoint_error: type) -> Any:
+def _guard_saved_tensor_check(original: Any, checkpoint_error: type[Exception]) -> Any:
     """torch raises CheckpointError after the recompute returned; explain it there too."""
 
     def check_recomputed_tensors_match(frame: Any, gid: Any) -> None:

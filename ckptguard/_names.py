@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ckptguard import _compat
-from ckptguard._plan import (
+from ckptguard._readplan import (
     code_location,
     forward_of,
     function_name,
@@ -32,7 +32,7 @@ _roots: dict[int, tuple[weakref.ref, weakref.ref]] = {}
 def find_root() -> torch.nn.Module | None:
     """The outermost module being called on this thread's stack, if any."""
     first, second = _compat.resolve().module_call_codes
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     outer = None
     while frame is not None:
         code = frame.f_code

@@ -8,9 +8,10 @@ flag, forward, hooks, parameters, buffers, attribute chains and shape, then per 
 code, globals, closure and defaults. Two reads compare with a single ``==``; the labels of the
 positions are looked at only when they differ.
 
-Some positions are the plans' *shape*: a module's forward, code, sizes and children, and the
-objects a function plan followed into callees. When they differ from the reader's, the plans
-no longer describe the objects and the reader is rebuilt. A reader is compiled once per set of
+Some positions are the plans' *shape*: a module's forward, code, sizes and children, each
+function's code and the objects a function plan followed into callees. When they differ from
+the reader's, the plans no longer describe the objects and the reader is rebuilt (See
+NOTE [ Stale plans ]). A reader is compiled once per set of
 modules and functions and cached under the region's first module (weakly): it dies with the
 model.
 """
@@ -33,9 +34,13 @@ from ckptguard._fingerprint import (
     tensor_fp,
     value_fp,
 )
-from ckptguard._plan import (
+from ckptguard._readplan import (
+    HOOKS,
+    TORCH,
     BoundedCache,
+    FunctionEntry,
     FunctionPlan,
+    Label,
     ModulePlan,
     cell_contents,
     cell_fp,
@@ -62,9 +67,6 @@ _NAMESPACE = {
 
 _SIZED = ("__dict__", "_parameters", "_buffers", "_modules")  # a module's sizes, in order
 DEREFERENCE = weakref.ref.__call__  # map(DEREFERENCE, refs): the referents, without a frame
-TORCH = "torch"  # label owners besides module indexes
-HOOKS = "hooks"
-FUNCTION = "function"
 
 
 def _convert(expression: str, kind: str) -> str:
@@ -90,7 +92,7 @@ def _tensor(expression: str, loose: bool, safe: bool) -> str:
 
 def _global_chain(namespace: str, chain: tuple, spec: tuple | None, name: str) -> tuple:
     """(expression, namespace entries) reading a global or an attribute chain from one,
-    through the plan's inline spec (see ``_plan._inline_spec``) where there is one, else
+    through the plan's inline spec (see ``_readplan._inline_spec``) where there is one, else
     ``read_chain``. ``name`` prefixes the namespace entries."""
     root = f"{namespace}.get({chain[0]!r}, MISSING)"
     if len(chain) == 1:
@@ -118,6 +120,14 @@ def _global_chain(namespace: str, chain: tuple, spec: tuple | None, name: str) -
     return f"({result} if {' and '.join(guards)} else {fallback})", entries
 
 
+def _tuple(items: list[str]) -> str:
+    return "(\n        " + ",\n        ".join(items) + ",\n    )" if items else "()"
+
+
+def _returned(items: list[str]) -> str:
+    return f"    return {_tuple(items)}"
+
+
 def _module_chain(expression: str, chain: tuple) -> str:
     return expression if len(chain) == 1 else f"read_chain({expression}, {chain[1:]!r})"
 
@@ -143,16 +153,254 @@ def _global_hooks(own: frozenset) -> tuple:
     return keys if any(keys) else ()
 
 
+_NO_SHAPE = object()  # a position that is no part of the plans' shape
+
+
+class _Source:
+    """A reader's source as it is written: each position of the read is added once, with its
+    label and what else is known of it (part of the shape, an id, a raw value, a container
+    the functions' own code mutates), so the lists describing the positions stay in step."""
+
+    def __init__(self, safe: bool) -> None:
+        self.safe = safe
+        self.namespace = dict(_NAMESPACE)
+        self.module_lines: list[str] = []  # statements binding the modules' locals
+        self.function_lines: list[str] = []  # statements binding the functions' locals
+        self.items: list[str] = []  # the read's expressions, one per position
+        self.labels: list[Label] = []
+        self.shape_positions: list[int] = []
+        self.shape: list[Any] = []
+        self.tensor_positions: dict[tuple[int, str], int] = {}
+        self.raw: list[int] = []  # positions holding a value as it is, not its fingerprint
+        self.identity: list[int] = []  # positions holding an object's id (an int, not a value)
+        self.self_written: list[int] = []  # containers the functions' own code mutates
+        self.weak_functions: list[weakref.ref] = []  # functions the reader dereferences
+        self.writes_shared = False  # a function's own code writes a global or closure cell
+
+    def add(
+        self,
+        expression: str,
+        label: Label,
+        shape: Any = _NO_SHAPE,
+        identity: bool = False,
+        raw: bool = False,
+        self_written: bool = False,
+    ) -> int:
+        position = len(self.items)
+        self.items.append(expression)
+        self.labels.append(label)
+        if shape is not _NO_SHAPE:
+            self.shape_positions.append(position)
+            self.shape.append(shape)
+        if identity:
+            self.identity.append(position)
+        if raw:
+            self.raw.append(position)
+        if self_written:
+            self.self_written.append(position)
+        return position
+
+    # what every region reads --------------------------------------------------------------
+
+    def add_torch_state(self, torch_state: tuple) -> None:
+        for index, (name, getter) in enumerate(torch_state):
+            self.namespace[f"ts{index}"] = getter
+            label = Label(TORCH, "torch_state", name, "process-wide torch setting")
+            self.add(f"ts{index}()", label)
+
+    def add_global_hooks(self) -> None:
+        tables = [table for _, table in _compat.resolve().global_hook_dicts]
+        for index, table in enumerate(tables):
+            self.namespace[f"gh{index}"] = table
+        self.namespace["global_hooks"] = _global_hooks
+        any_hooks = " or ".join(f"gh{i}" for i in range(len(tables)))
+        where = "global module hooks, run by every module"
+        self.add(f"(global_hooks(own) if ({any_hooks}) else ())", Label(HOOKS, "hook", "", where))
+
+    # the modules' part ----------------------------------------------------------------------
+
+    def add_module(self, i: int, plan: ModulePlan, module: Any, top: bool) -> None:
+        """Module ``i``: its training flag, forward, hooks, tensors, attribute chains and
+        shape. ``top``: the region's own module, read for a non-reentrant recompute."""
+        if plan.opaque:  # TorchScript: its training flag and tensors, through torch
+            self.add(f"mods[{i}].training", Label(i, "training", "training", None))
+            self.add(f"script_tensors(mods[{i}])", Label(i, "tensor", "", None))
+            return
+        self.namespace[f"C{i}"] = plan.cls
+        self.module_lines += [
+            f"    s{i} = mods[{i}].__dict__",
+            f'    p{i} = s{i}["_parameters"]',
+            f'    b{i} = s{i}["_buffers"]',
+            f'    m{i} = s{i}["_modules"]',
+            f'    f{i} = s{i}.get("forward") or C{i}.forward',
+        ]
+        # a wrapper module (torch.compile's) keeps its flag in the module it wraps
+        self.add(f's{i}.get("training", MISSING)', Label(i, "training", "training", None))
+        forward = Label(i, "function", "forward", None)
+        self.add(f"id(f{i})", forward, shape=plan.forward, identity=True)
+        code = Label(i, "function", "forward.__code__", None)
+        if plan.code is not None:
+            self.add(f"f{i}.__code__", code, shape=plan.code)
+        else:
+            self.add(f'getattr(f{i}, "__code__", None)', code)
+        self.add(_hooks_of(f"s{i}", top), Label(i, "hook", "hooks", None))
+        for table, names in ((f"p{i}", plan.params), (f"b{i}", plan.buffers)):
+            loose = plan.loose and table.startswith("p")
+            for name in names:
+                expression = _tensor(f"{table}.get({name!r})", loose, self.safe)
+                label = Label(i, "tensor", name, None)
+                self.tensor_positions[(i, name)] = self.add(expression, label)
+        for read in plan.chains:
+            chain, source, kind = read.chain, read.source, read.kind
+            if source[0] == "class":
+                self.namespace[f"cd{i}_{source[1]}"] = plan.class_dicts[source[1]]
+                expression = f"cd{i}_{source[1]}.get({source[2]!r}, MISSING)"
+            else:
+                table = {"dict": "s", "_parameters": "p", "_buffers": "b"}.get(source[0], "m")
+                expression = f"{table}{i}.get({source[1]!r}, MISSING)"
+            self.add(
+                _convert(_module_chain(expression, chain), kind),
+                Label(i, "attribute", ".".join(chain), None),
+                identity=kind == "object",
+            )
+        for table, size, name in zip(("s", "p", "b", "m"), plan.shape, _SIZED, strict=True):
+            # small ints: nothing allocated
+            self.add(f"len({table}{i})", Label(i, "shape", name, None), shape=size)
+        if module._modules:  # a child replaced; one added changes the sizes
+            self.add(
+                f"tuple(map(id, m{i}.values()))",
+                Label(i, "shape", "children", None),
+                shape=tuple(map(id, module._modules.values())),
+            )
+
+    # the functions' part --------------------------------------------------------------------
+
+    def add_functions(
+        self, function_plans: list[FunctionPlan], class_functions: list, functions: list
+    ) -> None:
+        """Each function once, however many plans reach it: the region's own functions come
+        in as ``roots``, the others are dereferenced by the reader (``live_functions`` keeps
+        them)."""
+        entries: list[FunctionEntry] = []
+        sources: list[int | weakref.ref] = []  # index into ``roots``, or a weak reference
+        roots = len(function_plans) - len(class_functions)
+        for index, plan in enumerate(function_plans):
+            for number, entry in enumerate(plan.entries):
+                entries.append(entry)
+                if number:
+                    assert entry.ref is not None  # only a plan's root has none
+                    sources.append(entry.ref)
+                else:
+                    sources.append(index if index < roots else class_functions[index - roots])
+        seen: set[int] = set()
+        for position, (func, entry, source) in enumerate(
+            zip(functions, entries, sources, strict=True)
+        ):
+            if id(func) not in seen:
+                seen.add(id(func))
+                self._add_function(position, func, entry, source)
+
+    def _add_function(
+        self, position: int, func: Any, entry: FunctionEntry, source: int | weakref.ref
+    ) -> None:
+        """A function's code, then its globals, closure cells, chains read through them and
+        its defaults, in the order of ``function_labels``."""
+        name = f"F{position}"
+        if isinstance(source, int):
+            self.function_lines.append(f"    {name} = roots[{source}]")
+        else:
+            self.namespace[f"W{position}"] = source
+            self.weak_functions.append(source)
+            self.function_lines.append(f"    {name} = W{position}()")
+        self.function_lines.append(f"    G{position} = {name}.__globals__")
+        labels = iter(function_labels(func, entry))
+        reads = code_reads(func.__code__) if func is not None else None
+        mutated = reads.mutated if reads is not None else frozenset()
+        if reads is None or mutated or reads.rebinds:
+            self.writes_shared = True
+        # the code its plan was made from: swapped since, the plan no longer describes what
+        # the function reads. See NOTE [ Stale plans ]
+        self.add(f"{name}.__code__", next(labels), shape=entry.code)
+        followed = dict(entry.followed)
+        for number, read in enumerate(entry.chains):
+            expression, inline = _global_chain(
+                f"G{position}", read.chain, read.spec, f"I{position}_{number}"
+            )
+            self.namespace.update(inline)
+            own = len(read.chain) == 1 and read.chain[0] in mutated
+            self.add(
+                _convert(expression, read.kind),
+                next(labels),
+                shape=followed.get(number, _NO_SHAPE),
+                identity=read.kind == "object",
+                self_written=own and read.kind != "object",
+            )
+        freevars = func.__code__.co_freevars if func is not None else ()
+        for c, kind in enumerate(entry.cells):
+            own = c < len(freevars) and freevars[c] in mutated
+            if kind == "empty" or self.safe:  # safe: an empty cell reads as MISSING
+                expression = f"cell_fp({name}, {c}, {kind == 'object'})"
+            else:
+                expression = _convert(f"{name}.__closure__[{c}].cell_contents", kind)
+            self.add(
+                expression,
+                next(labels),
+                identity=kind == "object",
+                self_written=own and kind != "object",
+            )
+        for through in entry.cell_chains:
+            expression = f"read_chain(cell_contents({name}, {through.cell}), {through.attrs!r})"
+            kind = through.kind
+            self.add(_convert(expression, kind), next(labels), identity=kind == "object")
+        if entry.defaults == "scalars":  # the tuple itself: immutable, compared by value
+            self.add(f"{name}.__defaults__", next(labels), raw=True)
+        elif entry.defaults is not None:
+            self.add(f"value_fp({name}.__defaults__)", next(labels))
+        if entry.kwdefaults:
+            self.add(f"value_fp({name}.__kwdefaults__)", next(labels))
+        assert next(labels, None) is None, "a label for each value"
+
+    # the compiled functions -----------------------------------------------------------------
+
+    def compile(self, heads: int, modules_end: int) -> tuple[Any, Any, Any]:
+        """(read, read_modules, read_shared): the whole read; the modules' part; the torch
+        settings and global hooks, and the functions' part.
+        See NOTE [ Shared state, read once per backward pass ]"""
+        items = self.items
+        head, own_items, shared = items[:heads], items[heads:modules_end], items[modules_end:]
+        source = "\n".join(
+            [
+                "def read(mods, roots, own):",
+                *self.module_lines,
+                *self.function_lines,
+                _returned(items),
+                "def read_modules(mods):",
+                *self.module_lines,
+                _returned(own_items),
+                "def read_shared(roots, own):",
+                *self.function_lines,
+                f"    return {_tuple(head)}, {_tuple(shared)}",
+            ]
+        )
+        namespace = self.namespace
+        exec(compile(source + "\n", "<ckptguard region reader>", "exec"), namespace)
+        return namespace["read"], namespace["read_modules"], namespace["read_shared"]
+
+
 class RegionReader:
     """One compiled reader for a fixed list of module plans and function plans.
 
-    ``labels[i]`` says what position ``i`` of a read holds: ``(owner, kind, name, where)``,
-    the owner being ``TORCH``, ``HOOKS``, a module's index or ``FUNCTION``. ``shape`` is what
+    ``labels[i]`` says what position ``i`` of a read holds (a ``Label``). ``shape`` is what
     the positions in ``shape_positions`` held when the plans were made.
     """
 
     __slots__ = (
         "read",
+        "read_modules",
+        "read_shared",
+        "shared_signature",
+        "writes_shared",
+        "parts",
         "module_plans",
         "module_refs",
         "function_plans",
@@ -194,167 +442,37 @@ class RegionReader:
         self.safe = safe
         self.top_hooks = top_hooks
         self._getters = torch_state
-        namespace = dict(_NAMESPACE)
-        lines = ["def read(mods, roots, own):"]
-        items: list[str] = []
-        labels: list[tuple] = []
-        shape_positions: list[int] = []
-        shape: list[Any] = []
-        tensor_positions: dict[tuple[int, str], int] = {}
-        raw: list[int] = []  # positions holding a value as it is, not its fingerprint
-        identity: list[int] = []  # positions holding an object's id (an int, not a value)
-        self_written: list[int] = []  # containers the functions' own code mutates
 
-        for index, (label, getter) in enumerate(torch_state):
-            namespace[f"ts{index}"] = getter
-            items.append(f"ts{index}()")
-            labels.append((TORCH, "torch_state", label, "process-wide torch setting"))
-        tables = [table for _, table in _compat.resolve().global_hook_dicts]
-        for index, table in enumerate(tables):
-            namespace[f"gh{index}"] = table
-        namespace["global_hooks"] = _global_hooks
-        any_hooks = " or ".join(f"gh{i}" for i in range(len(tables)))
-        items.append(f"(global_hooks(own) if ({any_hooks}) else ())")
-        labels.append((HOOKS, "hook", None, "global module hooks, run by every module"))
+        source = _Source(safe)
+        source.add_torch_state(torch_state)
+        source.add_global_hooks()
+        heads = len(source.items)
+        for index, (plan, module) in enumerate(zip(module_plans, modules, strict=True)):
+            source.add_module(index, plan, module, top_hooks and index == 0)
+        modules_end = len(source.items)
+        source.add_functions(function_plans, class_functions, functions)
+        self.read, self.read_modules, self.read_shared = source.compile(heads, modules_end)
 
-        for i, (plan, module) in enumerate(zip(module_plans, modules, strict=True)):
-            if plan.opaque:  # TorchScript: its training flag and tensors, through torch
-                items += [f"mods[{i}].training", f"script_tensors(mods[{i}])"]
-                labels += [(i, "training", "training", None), (i, "tensor", "", None)]
-                continue
-            namespace[f"C{i}"] = plan.cls
-            lines.append(f"    s{i} = mods[{i}].__dict__")
-            lines.append(f'    p{i} = s{i}["_parameters"]')
-            lines.append(f'    b{i} = s{i}["_buffers"]')
-            lines.append(f'    m{i} = s{i}["_modules"]')
-            lines.append(f'    f{i} = s{i}.get("forward") or C{i}.forward')
-            code = f"f{i}.__code__" if plan.code is not None else f'getattr(f{i}, "__code__", None)'
-            shape_positions.append(len(items) + 1)
-            shape.append(plan.forward)
-            if plan.code is not None:
-                shape_positions.append(len(items) + 2)
-                shape.append(plan.code)
-            hooks = _hooks_of(f"s{i}", top_hooks and i == 0)
-            identity.append(len(items) + 1)
-            # a wrapper module (torch.compile's) keeps its flag in the module it wraps
-            items += [f's{i}.get("training", MISSING)', f"id(f{i})", code, hooks]
-            labels += [
-                (i, "training", "training", None),
-                (i, "function", "forward", None),
-                (i, "function", "forward.__code__", None),
-                (i, "hook", "hooks", None),
-            ]
-            for table, names in ((f"p{i}", plan.params), (f"b{i}", plan.buffers)):
-                loose = plan.loose and table.startswith("p")
-                for name in names:
-                    tensor_positions[(i, name)] = len(items)
-                    items.append(_tensor(f"{table}.get({name!r})", loose, safe))
-                    labels.append((i, "tensor", name, None))
-            for chain, source, kind in plan.chains:
-                if source[0] == "class":
-                    namespace[f"cd{i}_{source[1]}"] = plan.class_dicts[source[1]]
-                    expression = f"cd{i}_{source[1]}.get({source[2]!r}, MISSING)"
-                else:
-                    table = {"dict": "s", "_parameters": "p", "_buffers": "b"}.get(source[0], "m")
-                    expression = f"{table}{i}.get({source[1]!r}, MISSING)"
-                if kind == "object":
-                    identity.append(len(items))
-                items.append(_convert(_module_chain(expression, chain), kind))
-                labels.append((i, "attribute", ".".join(chain), None))
-            tables = ("s", "p", "b", "m")
-            for table, size, name in zip(tables, plan.shape, _SIZED, strict=True):
-                shape_positions.append(len(items))
-                shape.append(size)
-                items.append(f"len({table}{i})")  # small ints: nothing allocated
-                labels.append((i, "shape", name, None))
-            if module._modules:  # a child replaced; one added changes the sizes
-                shape_positions.append(len(items))
-                shape.append(tuple(map(id, module._modules.values())))
-                items.append(f"tuple(map(id, m{i}.values()))")
-                labels.append((i, "shape", "children", None))
-
-        # each function once, however many plans reach it: the region's own functions come
-        # in as ``roots``, the others are dereferenced here (``live_functions`` keeps them)
-        entries, sources = [], []
-        roots = len(function_plans) - len(class_functions)
-        for index, plan in enumerate(function_plans):
-            for number, entry in enumerate(plan.entries):
-                entries.append(entry)
-                if number:
-                    sources.append(entry[0])
-                else:
-                    sources.append(index if index < roots else class_functions[index - roots])
-        weak: list = []
-        seen: set[int] = set()
-        for position, (func, entry) in enumerate(zip(functions, entries, strict=True)):
-            if id(func) in seen:
-                continue
-            seen.add(id(func))
-            _, chains, cells, cell_chains, defaults, followed = entry
-            name = f"F{position}"
-            source = sources[position]
-            if type(source) is int:
-                lines.append(f"    {name} = roots[{source}]")
-            else:
-                namespace[f"W{position}"] = source
-                weak.append(source)
-                lines.append(f"    {name} = W{position}()")
-            lines.append(f"    G{position} = {name}.__globals__")
-            first = len(items) + 1
-            for chain_index, ident in followed:
-                shape_positions.append(first + chain_index)
-                shape.append(ident)
-            values = [f"{name}.__code__"]
-            mutated = code_reads(func.__code__).mutated if func is not None else frozenset()
-            freevars = func.__code__.co_freevars if func is not None else ()
-            # (expression, kind of value, whether the expression already fingerprints it,
-            # whether the function's own code mutates the value in place)
-            read: list[tuple[str, str, bool, bool]] = []
-            for number, (chain, kind, spec) in enumerate(chains):
-                expression, inline = _global_chain(
-                    f"G{position}", chain, spec, f"I{position}_{number}"
-                )
-                namespace.update(inline)
-                read.append((expression, kind, False, len(chain) == 1 and chain[0] in mutated))
-            for c, kind in enumerate(cells):
-                own = c < len(freevars) and freevars[c] in mutated
-                if kind == "empty" or safe:  # safe: an empty cell reads as MISSING
-                    read.append((f"cell_fp({name}, {c}, {kind == 'object'})", kind, True, own))
-                else:
-                    read.append((f"{name}.__closure__[{c}].cell_contents", kind, False, own))
-            for c, attrs, kind in cell_chains:
-                expression = f"read_chain(cell_contents({name}, {c}), {attrs!r})"
-                read.append((expression, kind, False, False))
-            for expression, kind, converted, own in read:
-                if kind == "object":
-                    identity.append(len(items) + len(values))
-                if own and kind != "object":
-                    self_written.append(len(items) + len(values))
-                values.append(expression if converted else _convert(expression, kind))
-            if defaults[0] == "scalars":  # the tuple itself: immutable, compared by value
-                raw.append(len(items) + len(values))
-                values.append(f"{name}.__defaults__")
-            elif defaults[0] is not None:
-                values.append(f"value_fp({name}.__defaults__)")
-            if defaults[1]:
-                values.append(f"value_fp({name}.__kwdefaults__)")
-            items += values
-            labels += [(FUNCTION, *label) for label in function_labels(func, entry)]
-
-        self.labels = tuple(labels)
-        self.weak_functions = tuple(weak)
-        self.shape_positions = tuple(shape_positions)
-        self.shape = tuple(shape)
-        self.tensor_positions = tensor_positions
-        self.raw_positions = frozenset(raw)
-        self.identity_positions = frozenset(identity)
-        self.self_written = tuple(self_written)
-        self._shape_of = operator.itemgetter(*shape_positions) if shape_positions else None
-        body = ",\n        ".join(items)
-        lines.append(f"    return (\n        {body},\n    )")
-        source = "\n".join(lines) + "\n"
-        exec(compile(source, "<ckptguard region reader>", "exec"), namespace)
-        self.read = namespace["read"]
+        self.labels = tuple(source.labels)
+        self.weak_functions = tuple(source.weak_functions)
+        self.shape_positions = tuple(source.shape_positions)
+        self.shape = tuple(source.shape)
+        self.tensor_positions = source.tensor_positions
+        self.raw_positions = frozenset(source.raw)
+        self.identity_positions = frozenset(source.identity)
+        self.self_written = tuple(source.self_written)
+        positions = source.shape_positions
+        self._shape_of = operator.itemgetter(*positions) if positions else None
+        self.writes_shared = source.writes_shared
+        # what several regions share: torch settings, global hooks and the functions' part,
+        # read once per backward pass; the modules' part apart.
+        # See NOTE [ Shared state, read once per backward pass ]
+        self.parts = (heads, modules_end)
+        self.shared_signature = (
+            tuple(name for name, _ in torch_state),
+            tuple(map(id, function_plans)),
+            tuple(map(id, class_functions)),
+        )
 
     def shape_of(self, values: tuple) -> tuple:
         if self._shape_of is None:
@@ -382,7 +500,7 @@ class RegionReader:
             if self.safe:
                 raise
         # recompiled with the same plans: same positions, so fingerprints stay comparable
-        self.read = RegionReader(
+        safe = RegionReader(
             modules,
             list(self.module_plans),
             list(self.function_plans),
@@ -391,7 +509,12 @@ class RegionReader:
             self.functions(roots),
             self.top_hooks,
             safe=True,
-        ).read
+        )
+        self.read, self.read_modules, self.read_shared = (
+            safe.read,
+            safe.read_modules,
+            safe.read_shared,
+        )
         self.safe = True
         return self.read(modules, roots, own)
 
@@ -406,7 +529,8 @@ class RegionReader:
 
 
 # id of a region's first module -> (weak reference to it, {key: reader}); an entry goes when
-# its module does, so readers die with their model (a plain dict: looked up twice a region)
+# its module does, so readers die with their model (a plain dict: looked up twice a region).
+# See NOTE [ Never keeps a user's object alive ]
 _readers: dict[int, tuple[weakref.ref, dict]] = {}
 
 

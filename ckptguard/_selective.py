@@ -40,7 +40,7 @@ from typing import Any
 from torch.utils.checkpoint import CheckpointPolicy
 
 from ckptguard import _compat, _explain
-from ckptguard._plan import BoundedCache, code_location, function_name, is_library_code
+from ckptguard._readplan import BoundedCache, code_location, function_name, is_library_code
 
 _SAVE = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
 
@@ -131,13 +131,14 @@ class ComparingPolicy:
     __slots__ = ("policy", "watch", "counts")
 
     def __init__(self, policy: Any, watch: RecomputeWatch) -> None:
-        self.policy, self.watch, self.counts = policy, watch, {}
+        self.policy, self.watch = policy, watch
+        self.counts: dict[Any, int] = {}
 
     def __call__(self, ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         result = self.policy(ctx, op, *args, **kwargs)
         index = self.counts.get(op, 0)
         self.counts[op] = index + 1
-        before = self.watch.record.decisions.get(op, ())
+        before = (self.watch.record.decisions or {}).get(op, ())
         if index < len(before) and before[index] != decides_save(result):
             self.watch.decision_changed(op, index, before[index], result)
         return result

@@ -30,7 +30,9 @@ import math
 import os
 import sys
 import threading
+import types
 import weakref
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -50,79 +52,110 @@ _DISTRIBUTED_DIR = os.path.join(_compat.torch_dir(), "distributed") + os.sep
 _SKIPPED_DIRS = (_compat.torch_dir(), os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
 
-def _comparable(tensor: torch.Tensor) -> bool:
-    return (
-        type(tensor) in _PLAIN_TENSOR_TYPES
-        and not tensor.is_sparse
-        and tensor.device.type != "meta"
-        and not tensor.is_complex()
-        and tensor.numel() > 0
-    )
+def _device_compared(tensor: torch.Tensor) -> str | None:
+    """The device type of a tensor whose values are compared, else None."""
+    if type(tensor) not in _PLAIN_TENSOR_TYPES or tensor.is_sparse or tensor.is_complex():
+        return None
+    device = tensor.device.type
+    return None if device == "meta" or tensor.numel() == 0 else device
 
 
 def checksums(tensor: torch.Tensor, saved: bool) -> tuple | None:
     """Of an op's output: (sum, sum of squares). Of a saved tensor: (weighted sum, sum of
-    squares, layout), two passes over memory. Computed now in the tensor's precision (float32
-    for lower ones; a faithful recompute repeats the same kernels bit for bit) and read back
-    with one ``.tolist()`` per region, not per op. Computed on a detached view, so autograd
-    records nothing, and with Python dispatch off, so no mode sees them. The weights follow
-    the elements' order in memory (no copy of a transposed tensor), so the weighted sum sees a
-    sign flip and a permutation; ``layout`` (the strides, None when contiguous) says which
-    order that was."""
-    if not _comparable(tensor):
+    squares, layout). Each sum is a list of partial sums over chunks (see ``_chunks``),
+    computed now in the tensor's precision (float32 for lower ones; a faithful recompute
+    repeats the same kernels bit for bit) and read back and added up with one ``.tolist()`` per
+    region, not per op. Computed on a detached view, so autograd records nothing, and with
+    Python dispatch off, so no mode sees them. The weights follow the elements' order in
+    memory (no copy of a transposed tensor), so the weighted sum sees a sign flip and a
+    permutation; ``layout`` (the strides, None when contiguous) says which order that was."""
+    device = _device_compared(tensor)
+    if device is None:
         return None
     with _compat.no_python_dispatch():
         flat, layout = _in_memory_order(tensor.detach())
-        if flat.dtype not in (torch.float32, torch.float64):
-            flat = flat.float()
-        if saved:
-            return (_weighted_sum(flat), _squares(flat), layout)
-        return (flat.sum(), _squares(flat))
+        on_cpu = device == "cpu"
+        count = flat.shape[0]
+        if count <= ONE_THREAD or not on_cpu:
+            chunks: Any = (flat if flat.dtype in _SUMMED_DTYPES else flat.float(),)
+        else:
+            chunks = _chunks(flat)
+        # BLAS (a dot) only where it cannot use threads: torch on one thread sets MKL's too
+        blas = not on_cpu or torch.get_num_threads() == 1
+        if blas:
+            squares: list = [torch.dot(c, c) for c in chunks]
+        else:
+            squares = _Norms([torch.linalg.vector_norm(c) for c in chunks])
+        if not saved:
+            return ([c.sum() for c in chunks], squares)
+        weights = _weights_for(chunks[0].dtype, flat.device, count)
+        weighted = []
+        start = 0
+        for chunk in chunks:
+            stop = start + chunk.shape[0]
+            part = _weight_slice(weights, start, stop)
+            weighted.append(torch.dot(chunk, part) if blas else torch.mul(chunk, part).sum())
+            start = stop if stop < _PERIOD else 0
+        return (weighted, squares, layout)
 
 
-# elements below which a reduction runs on one thread (torch's GRAIN_SIZE): BLAS dot and mv
-# split even small vectors across threads, and on a loaded machine waiting for them cost a
-# 10k-element dot 250 us to 1.7 ms against 4 us on one thread
-_ONE_THREAD = 32768
+class _Norms(list):
+    """Partial L2 norms standing for partial sums of squares (their squares add up)."""
+
+    __slots__ = ()
 
 
-def _squares(flat: torch.Tensor) -> torch.Tensor:
-    if flat.numel() <= _ONE_THREAD:
-        return torch.mul(flat, flat).sum()
-    return torch.dot(flat, flat)
+# Elements per reduction on the CPU, at most: torch runs an elementwise op or a reduction on
+# one thread up to this many (its GRAIN_SIZE). With torch on several threads a BLAS dot may
+# use them at any size (on a loaded 2-core machine, waiting for the other thread cost a dot of
+# 22k to 88k elements up to 18 ms, its median 4 us), so checksums use torch's own kernels
+# there; ``torch.set_num_threads`` is no way out: it is process-wide, and in torch's OpenMP
+# build it also resizes the thread pool and clears oneDNN's primitive cache.
+ONE_THREAD = 32768
 
 
+def _chunks(flat: torch.Tensor) -> tuple | list:
+    """``flat`` (a CPU tensor of more than ``ONE_THREAD`` elements, converted to float32 if
+    of lower precision) in views of at most ``ONE_THREAD`` elements, each converted on its own
+    (a copy of more would use threads)."""
+    parts = torch.split(flat, ONE_THREAD)
+    if flat.dtype in _SUMMED_DTYPES:
+        return parts
+    return [part.float() for part in parts]
+
+
+_SUMMED_DTYPES = (torch.float32, torch.float64)
 _PERIOD = 1 << 20  # weights repeat after this many elements: at most 8 MiB of them
 _weights: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+# (weights' id, start, stop) -> (weights, the view of them): chunks of the same sizes recur
+_weight_slices: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _weights_for(flat: torch.Tensor) -> torch.Tensor:
+def _weights_for(dtype: torch.dtype, device: torch.device, count: int) -> torch.Tensor:
     """Fixed weights in [-0.5, 0.5), one per position (the golden-ratio sequence: no random
     numbers drawn), per dtype and device, grown on demand up to ``_PERIOD``."""
-    key = (flat.dtype, flat.device)
+    key = (dtype, device)
     weights = _weights.get(key)
-    size = min(flat.numel(), _PERIOD)
-    if weights is None or len(weights) < size:
-        size = min(max(size, 2 * len(weights) if weights is not None else 0), _PERIOD)
-        positions = torch.arange(size, dtype=torch.float64, device=flat.device)
-        weights = _weights[key] = (torch.frac(positions * _GOLDEN) - 0.5).to(flat.dtype)
+    size = min(count, _PERIOD)
+    if weights is None or weights.shape[0] < size:
+        grown = 2 * weights.shape[0] if weights is not None else 0
+        size = min(max(size, grown), _PERIOD)
+        positions = torch.arange(size, dtype=torch.float64, device=device)
+        weights = _weights[key] = (torch.frac(positions * _GOLDEN) - 0.5).to(dtype)
     return weights
 
 
+def _weight_slice(weights: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    key = (id(weights), start, stop)
+    found = _weight_slices.get(key)
+    if found is None or found[0] is not weights:
+        if len(_weight_slices) >= 4096:  # sizes of generated models: keep it bounded
+            _weight_slices.clear()
+        found = _weight_slices[key] = (weights, weights[start:stop])
+    return found[1]
+
+
 _GOLDEN = (math.sqrt(5) - 1) / 2
-
-
-def _weighted_sum(flat: torch.Tensor) -> torch.Tensor:
-    weights = _weights_for(flat)
-    count = flat.numel()
-    if count <= _ONE_THREAD:
-        return torch.mul(flat, weights[:count]).sum()
-    if count <= _PERIOD:
-        return torch.dot(flat, weights[:count])
-    rows = count // _PERIOD
-    total = torch.mv(flat[: rows * _PERIOD].view(rows, _PERIOD), weights).sum()
-    rest = count - rows * _PERIOD
-    return total + torch.dot(flat[rows * _PERIOD :], weights[:rest]) if rest else total
 
 
 def _in_memory_order(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
@@ -138,9 +171,12 @@ def _in_memory_order(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
 
 def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
     """Signatures (shape, dtype, device[, checksums...]) with one read-back; a checksum tuple
-    shared by several positions (one tensor saved twice) is read once."""
+    shared by several positions (one tensor saved twice) is read once, and each sum is its
+    partial sums added in order."""
     unique = {id(s): s for s in sums if s is not None}
-    present = [part for s in unique.values() for part in s if type(part) is torch.Tensor]
+    present = [
+        partial for s in unique.values() for part in s if isinstance(part, list) for partial in part
+    ]
     if not present:
         return list(metas)
     with _compat.no_python_dispatch():
@@ -148,11 +184,18 @@ def resolve_checksums(metas: list[tuple], sums: list) -> list[tuple]:
             values = iter(torch.stack(present).tolist())
         except RuntimeError:  # sums on several devices
             values = iter(torch.stack([p.double().cpu() for p in present]).tolist())
-    read = {
-        key: tuple(next(values) if type(p) is torch.Tensor else p for p in s)
-        for key, s in unique.items()
-    }
+    read = {key: tuple(map(_added, s, repeat(values))) for key, s in unique.items()}
     return [m if s is None else m + read[id(s)] for m, s in zip(metas, sums, strict=True)]
+
+
+def _added(part: Any, values: Any) -> Any:
+    """A checksum's partial sums, read in order from ``values``, added up (norms squared)."""
+    kind = type(part)
+    if kind is list:
+        return sum(next(values) for _ in part)
+    if kind is _Norms:
+        return sum(next(values) ** 2 for _ in part)
+    return part
 
 
 def signatures(tensors: list) -> list[tuple]:
@@ -207,7 +250,7 @@ def _called_by_framework() -> bool:
     """Whether the op comes from torch.distributed's own hooks (FSDP's all-gather buffers,
     casts and frees run in the forward but not in the recompute), not from the region's code.
     Only looked for once FSDP2 is in use."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith(_DISTRIBUTED_DIR):
@@ -220,7 +263,7 @@ def _called_by_framework() -> bool:
 
 def _user_frame() -> tuple[str, int] | None:
     """(file, line) of the innermost caller outside torch and ckptguard, when there is one."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_SKIPPED_DIRS) and not filename.startswith("<"):
@@ -286,7 +329,7 @@ class OpLog(TorchDispatchMode):
         # values of an op inside a nested region are this log's only evidence of them: that
         # region's checkpoint, not this one, keeps what backward uses there
         values = with_values and not writes and (self.op_values or _passes.depth > self.level)
-        outputs = []
+        outputs: list[Any] = []
         sums = []
         for leaf in (out,) if type(out) is torch.Tensor else tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
@@ -365,8 +408,9 @@ class SavedTensors:
                 found = None if garbage else checksums(tensor, saved=True)
                 checked[ident] = (weakref.ref(tensor), version, found)
                 sums.append(found)
-                if garbage and tensor.numel():
-                    unfilled[len(ids)] = (checked[ident][0], version, made_by[ident])
+                made = made_by[ident] if garbage and tensor.numel() else None
+                if made is not None:
+                    unfilled[len(ids)] = (checked[ident][0], version, made)
             ids.append(ident)
             if log is not None:
                 # a tensor made before this pass (parameter, input) is saved by the op about
@@ -415,6 +459,12 @@ class _StrictPass:
         if not self.reentrant:
             self.saved.__enter__()
         return self
+
+    @property
+    def ops_log(self) -> OpLog:
+        """The log of a logged pass (strict mode's passes are logged)."""
+        assert self.log is not None, "a logged pass"
+        return self.log
 
     def __exit__(self, *exc: Any) -> None:
         if not self.reentrant:
@@ -493,7 +543,7 @@ class StrictRecompute(_StrictPass):
         position, made = found
         summary = (
             f"torch stopped the recompute early (once every saved tensor was recomputed) while "
-            f"an op was saving this tensor, which {self.log.ops[made][0]} (op #{made}) made "
+            f"an op was saving this tensor, which {self.ops_log.ops[made][0]} (op #{made}) made "
             f"uninitialised and nothing had filled yet: the op that saves it fills it afterwards "
             f"(as RReLU fills its noise), which the forward did and the recompute never reached, "
             f"so backward reads it unfilled"
@@ -506,7 +556,7 @@ class StrictRecompute(_StrictPass):
             unfilled = self._unfilled()
             if unfilled is None:
                 return self._first_differing_saved()
-            name = self.log.ops[unfilled[1]][0]
+            name = self.ops_log.ops[unfilled[1]][0]
             return {
                 "index": unfilled[1],
                 "op": name,
@@ -515,7 +565,7 @@ class StrictRecompute(_StrictPass):
                 "recompute": f"{name} -> the same tensor, saved unfilled: torch stopped before "
                 "the op that fills it ran",
             }
-        old_ops, new_ops = self.forward.log.ops, self.log.ops
+        old_ops, new_ops = self.forward.ops_log.ops, self.ops_log.ops
         for index in range(max(len(old_ops), len(new_ops))):
             old = old_ops[index] if index < len(old_ops) else None
             new = new_ops[index] if index < len(new_ops) else None
@@ -529,7 +579,7 @@ class StrictRecompute(_StrictPass):
         return None
 
     def _frame(self, index: int) -> str:
-        return _frame_text(self.log.frames[index] if index < len(self.log.frames) else None)
+        return _frame_text(self.ops_log.frames[index] if index < len(self.ops_log.frames) else None)
 
     def _first_differing_saved(self) -> dict[str, Any] | None:
         """The earliest op with a saved tensor that differs in value: the op that made it, or
@@ -544,10 +594,10 @@ class StrictRecompute(_StrictPass):
                 continue
             if (found is None or index < found[0]) and compare_signatures(old, new) is not None:
                 found = (index, old, new)
-        if found is None or found[0] >= len(self.log.ops):
+        if found is None or found[0] >= len(self.ops_log.ops):
             return None
         index, old, new = found
-        name = self.log.ops[index][0]
+        name = self.ops_log.ops[index][0]
         return {
             "index": index,
             "op": name,
@@ -605,7 +655,7 @@ def _describe_op(op: tuple | None) -> str:
 def _op_entry(index: int, old: tuple | None, new: tuple | None, frame: str) -> dict[str, Any]:
     return {
         "index": index,
-        "op": (new or old)[0],
+        "op": (new or old or ("<no such op>",))[0],
         "frame": frame,
         "forward": _describe_op(old),
         "recompute": _describe_op(new),

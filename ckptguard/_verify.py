@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import functools
 import operator
+import threading
 import types
 import weakref
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
 
 import torch
 
 from ckptguard import _compat
+from ckptguard._explain import (
+    Difference,
+    argument_attribute_difference,
+    argument_difference,
+    contents_difference,
+    global_hooks_difference,
+    module_difference,
+)
 from ckptguard._fingerprint import (
     MISSING,
     OBJECT,
@@ -30,7 +40,17 @@ from ckptguard._fingerprint import (
     of_type,
     value_fp,
 )
-from ckptguard._plan import (
+from ckptguard._reader import (
+    DEREFERENCE,
+    RegionReader,
+    cached_reader,
+    store_reader,
+)
+from ckptguard._readplan import (
+    FUNCTION,
+    HOOKS,
+    TORCH,
+    BoundedCache,
     chains_through_code,
     code_reads,
     function_plan,
@@ -41,80 +61,220 @@ from ckptguard._plan import (
     static_attribute,
     unwrap_function,
 )
-from ckptguard._reader import (
-    DEREFERENCE,
-    FUNCTION,
-    HOOKS,
-    TORCH,
-    RegionReader,
-    cached_reader,
-    store_reader,
-)
+
+# NOTE [ Read twice ]
+# A region is read twice: right after its forward (``capture``) and at the start of each
+# recompute, before any of its code runs (``compare``). The recompute runs the region's code
+# again on what it reaches then, so any value that differs between the two reads is state the
+# recompute sees differently from the forward; one that is equal cannot change what it
+# computes. Both reads go through the same compiled reader, so they are comparable position
+# by position, and a clean step costs two reads and one ``==``. Verifying at the start matters:
+# a non-reentrant recompute stops early (``_StopRecomputationError``) once the last saved
+# tensor is made, and code after that point never runs.
 
 _MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})
 
 
-class Difference(Exception):
-    """Internal: the first fingerprint that differs, with what explains it."""
-
-    def __init__(self, kind: str, name: str, where: str, old: Any, new: Any):
-        super().__init__(name)
-        self.kind, self.name, self.where, self.old, self.new = kind, name, where, old, new
-
-
 class Binding(NamedTuple):
-    """A region's callable taken apart once: what it finally calls, the arguments bound
-    before the call's own, the innermost Python function (whose argument chains count), and
-    the module the region calls (None: a function region, which may call any module)."""
+    """A region's callable taken apart once: the arguments bound before the call's own, the
+    innermost Python function (whose argument chains count), the module the region calls
+    (None: a function region, which may call any module), the region's own functions (what
+    the callable holds directly, library code aside), the modules it holds directly, and the
+    code it runs under its decorators (what names it)."""
 
-    target: Any
     bound_args: list
     bound_kwargs: dict
     function: types.FunctionType | None
     bound_values: list  # bound arguments but modules, then bound keywords, as fingerprinted
     module: torch.nn.Module | None
+    roots: list
+    reached: list
+    code: Any
+    structure: Any  # its _Structure, which remembers the region's reader
 
 
 def bind(fn: Any) -> Binding:
     """Unwrap partials and bound methods down to what the region calls. The module a region
     calls: ``checkpoint(block, ...)``, ``block.__call__``, partials of them, and
-    ``partial(Block.forward, block, ...)`` (transformers' layers)."""
+    ``partial(Block.forward, block, ...)`` (transformers' layers). What the callable is made
+    of is worked out once per structure (see ``_Structure``); the values bound into partials
+    are taken from each call's callable."""
+    bound_args, bound_kwargs, key, objects, innermost = _take_apart(fn)
+    structure = _structures.get(key) if key is not None else None
+    parts = structure.parts() if structure is not None and structure.holds(objects) else None
+    if (
+        structure is None or parts is None
+    ):  # new, or one of its objects collected (ids are reused) or rebound
+        structure = _Structure(fn, innermost, bound_args, objects)
+        if key is not None and structure.refs is not None:
+            _structures[key] = structure
+        parts = structure.parts()
+        assert parts is not None, "what a new structure holds is alive: fn holds it"
+    function, module, roots, reached = parts
+    bound_values = [v for v in bound_args if not of_type(v, torch.nn.Module)]
+    bound_values += bound_kwargs.values()
+    return Binding(
+        bound_args,
+        bound_kwargs,
+        function,
+        bound_values,
+        module,
+        roots,
+        reached,
+        structure.code,
+        structure,
+    )
+
+
+# values bound into a partial that cannot lead to code or modules: not part of its structure
+_INERT = frozenset({*SCALAR_TYPES, torch.Tensor, torch.nn.Parameter, tuple, list, dict})
+
+
+def _take_apart(fn: Any) -> tuple[list, dict, tuple | None, list, Any]:
+    """(bound args, bound keywords, structure key, objects of the structure, innermost
+    callable). The key lists the identities of the partials' functions and of the values bound
+    into them that can reach code (modules, functions, partials, methods), of a method's
+    function and owner, and of the innermost callable (a module with its forward). None: a
+    bare function, often a new closure per call, worked out each time."""
     bound_args: list = []
     bound_kwargs: dict = {}
+    key: list = []
+    objects: list = []
     while True:
-        if of_type(fn, functools.partial):
+        kind = type(fn)
+        if kind is functools.partial or issubclass(kind, functools.partial):
+            key.append(kind)
+            for index, value in enumerate(fn.args):
+                if type(value) not in _INERT and of_type(value, _REACHING):
+                    key += (index, id(value))
+                    objects.append(value)
+            for name, value in fn.keywords.items():
+                if type(value) not in _INERT and of_type(value, _REACHING):
+                    key += (name, id(value))
+                    objects.append(value)
             bound_args[:0] = fn.args
             bound_kwargs = {**fn.keywords, **bound_kwargs} if bound_kwargs else fn.keywords
             fn = fn.func
-        elif of_type(fn, types.MethodType):
-            owner = fn.__self__
-            if of_type(owner, torch.nn.Module) and fn.__func__.__name__ in _MODULE_CALLS:
+        elif issubclass(kind, types.MethodType):
+            owner, func = fn.__self__, fn.__func__
+            key += (kind, id(func), id(owner))
+            objects += (func, owner)
+            if of_type(owner, torch.nn.Module) and func.__name__ in _MODULE_CALLS:
                 fn = owner
             else:
                 bound_args.insert(0, owner)
-                fn = fn.__func__
+                fn = func
         else:
             break
-    module = function = None
     if of_type(fn, torch.nn.Module):
-        module = fn
         forward = fn.__dict__.get("forward") or type(fn).forward
         if not isinstance(forward, types.MethodType):
             bound_args.insert(0, fn)
-        function = unwrap_function(getattr(forward, "__func__", forward))
-    elif of_type(fn, types.FunctionType):
-        function = fn
-        if bound_args and of_type(bound_args[0], torch.nn.Module):
-            owner = fn.__qualname__.rpartition(".")[0]
-            for klass in type(bound_args[0]).__mro__:
-                if klass.__qualname__ == owner:  # a method of the module's class, on it
-                    module = bound_args[0]
-                    break
-    if function is not None and is_library_code(function.__code__):
-        function = None
-    bound_values = [v for v in bound_args if not of_type(v, torch.nn.Module)]
-    bound_values += bound_kwargs.values()
-    return Binding(fn, bound_args, bound_kwargs, function, bound_values, module)
+        key += (id(fn), id(forward))
+        objects += (fn, forward)
+    elif not key:
+        return bound_args, bound_kwargs, None, objects, fn
+    else:
+        key.append(id(fn))
+        objects.append(fn)
+    return bound_args, bound_kwargs, tuple(key), objects, fn
+
+
+class _Structure:
+    """What a region's callable is made of: the function and module it runs, the functions
+    and modules it holds (``static_reach``: its own functions are those not in library code),
+    its code. A cached structure holds them by weak references and is valid while the objects
+    its key names are alive and the same (``holds``) and the closure cells ``static_reach``
+    followed still hold what they held (``parts``); one with an object that has no weak
+    references is used once."""
+
+    __slots__ = ("refs", "held", "code", "cells", "own", "readers")
+
+    def __init__(self, fn: Any, innermost: Any, bound_args: list, objects: list) -> None:
+        module = function = None
+        if of_type(innermost, torch.nn.Module):
+            module = innermost
+            forward = innermost.__dict__.get("forward") or type(innermost).forward
+            function = unwrap_function(getattr(forward, "__func__", forward))
+        elif of_type(innermost, types.FunctionType):
+            function = innermost
+            if bound_args and of_type(bound_args[0], torch.nn.Module):
+                owner = innermost.__qualname__.rpartition(".")[0]
+                for klass in type(bound_args[0]).__mro__:
+                    if klass.__qualname__ == owner:  # a method of the module's class, on it
+                        module = bound_args[0]
+                        break
+        if function is not None and is_library_code(function.__code__):
+            function = None
+        reached, functions = static_reach(fn)
+        unwrapped = unwrap_function(function) if function is not None else None
+        self.code = unwrapped.__code__ if unwrapped is not None else None
+        self.own = tuple(i for i, f in enumerate(functions) if not is_library_code(f.__code__))
+        # (reentrant, FSDP2 modules) -> weak reference to the reader of a module region; the
+        # reader's shape tells when it no longer fits (See NOTE [ Stale plans ])
+        self.readers: dict[tuple, weakref.ref] = {}
+        self.cells = tuple(
+            (position, index, id(contents))
+            for position, func in enumerate(functions)
+            for index, contents in enumerate(map(_contents, func.__closure__ or ()))
+            if type(contents) not in _INERT and of_type(contents, _REACHING)
+        )
+        try:
+            self.refs: tuple | None = tuple(map(weakref.ref, objects))
+            self.held: tuple = (
+                None if function is None else weakref.ref(function),
+                None if module is None else weakref.ref(module),
+                tuple(map(weakref.ref, functions)),
+                tuple(map(weakref.ref, reached)),
+            )
+        except TypeError:  # an object without weak references: used for this call only
+            self.refs, self.held = None, (function, module, functions, reached)
+
+    def holds(self, objects: list) -> bool:
+        refs = self.refs
+        if refs is None or len(refs) != len(objects):
+            return False
+        for ref, obj in zip(refs, objects, strict=True):
+            if ref() is not obj:
+                return False
+        return True
+
+    def parts(self) -> tuple | None:
+        """(function, module, own functions, reached modules), or None if one was collected
+        or a followed cell rebound."""
+        function, module, functions, reached = self.held
+        if self.refs is not None:
+            if function is not None and (function := function()) is None:
+                return None
+            if module is not None and (module := module()) is None:
+                return None
+            functions = list(map(DEREFERENCE, functions))
+            reached = list(map(DEREFERENCE, reached))
+            if None in functions or None in reached:  # by identity: functions and modules
+                return None
+            for position, index, ident in self.cells:
+                if id(_contents(functions[position].__closure__[index])) != ident:
+                    return None
+        return function, module, [functions[i] for i in self.own], reached
+
+
+def _contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+# structure key -> _Structure; bounded, and its entries hold weak references only.
+# See NOTE [ Never keeps a user's object alive ]
+_structures: dict[tuple, _Structure] = BoundedCache()
+
+
+def forget_structure(fn: Any) -> None:
+    """Drop the cached structure of ``fn``'s kind (its reader was stale: work it out again)."""
+    key = _take_apart(fn)[2]
+    if key is not None:
+        _structures.pop(key, None)
 
 
 def static_reach(fn: Any) -> tuple[list, list[types.FunctionType]]:
@@ -180,6 +340,32 @@ class RegionFingerprint:
         "code",
     )
 
+    def __init__(
+        self,
+        reader: RegionReader,
+        modules: list,
+        functions: list,
+        roots: list,
+        written: dict[int, frozenset],
+        mask: tuple,
+        values: tuple,
+        arguments: tuple[list, list],
+        argument_chains: list[tuple[str, Any, tuple]],
+        argument_values: list,
+        code: Any,
+    ) -> None:
+        self.reader = reader
+        self.modules = modules  # what the values were read from
+        self.functions = functions  # the functions the reader dereferences, held
+        self.roots = roots  # the region's own functions
+        self.written = written  # module index -> buffers the forward itself wrote
+        self.mask = mask  # their positions, left out of the comparison
+        self.values = values
+        self.arguments = arguments  # (positional tensors, every other argument)
+        self.argument_chains = argument_chains  # (dotted name, object, attributes)
+        self.argument_values = argument_values  # what those chains read
+        self.code = code  # the code the region ran at its forward (what names it)
+
 
 def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
     """Getters of the process-wide settings the recompute does not restore."""
@@ -197,40 +383,42 @@ def _masked(values: tuple, mask: tuple) -> tuple:
 
 
 def _build_reader(
-    modules: list, roots: list, reentrant: bool, loose: set[int], fresh: bool, top_hooks: bool
+    modules: list,
+    roots: list,
+    reentrant: bool,
+    loose: AbstractSet[int],
+    fresh: bool,
+    top_hooks: bool,
 ) -> RegionReader:
     plans = [module_plan(m, id(m) in loose, fresh) for m in modules]
     root_plans = [rebuild_function_plan(f) if fresh else function_plan(f) for f in roots]
-    class_functions: dict[int, weakref.ref] = {}
+    # id -> (weak reference, the function): the modules' functions, held while planned
+    class_functions: dict[int, tuple[weakref.ref, types.FunctionType]] = {}
     root_ids = {id(f) for f in roots}
     for plan in plans:
         for ref in plan.functions:
             func = ref()
             if func is not None and id(func) not in root_ids:
-                class_functions.setdefault(id(func), ref)
-    class_plans = []
-    for ref in class_functions.values():
-        func = ref()
-        class_plans.append(rebuild_function_plan(func) if fresh else function_plan(func))
+                class_functions.setdefault(id(func), (ref, func))
+    held = [func for _, func in class_functions.values()]
+    class_plans = [rebuild_function_plan(f) if fresh else function_plan(f) for f in held]
     torch_state = _torch_state(_compat.resolve(), reentrant)
     function_plans = [*root_plans, *class_plans]
     functions = []
-    for plan, func in zip(
-        function_plans, [*roots, *(r() for r in class_functions.values())], strict=True
-    ):
-        functions += plan.functions(func)
+    for function_plan_, func in zip(function_plans, [*roots, *held], strict=True):
+        functions += function_plan_.functions(func)
     return RegionReader(
         modules,
         plans,
         function_plans,
-        list(class_functions.values()),
+        [ref for ref, _ in class_functions.values()],
         torch_state,
         functions,
         top_hooks,
     )
 
 
-def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
+def module_tree(target: torch.nn.Module, loose: AbstractSet[int]) -> list:
     """A module region's modules: its subtree, plus modules its code reaches outside the tree
     through attributes (``self.shared = other_module`` set without registering it)."""
     out: list = []
@@ -249,17 +437,18 @@ def module_tree(target: torch.nn.Module, loose: set[int]) -> list:
     return out
 
 
-def _modules_read(module: torch.nn.Module, loose: set[int]) -> Iterator[torch.nn.Module]:
+def _modules_read(module: torch.nn.Module, loose: AbstractSet[int]) -> Iterator[torch.nn.Module]:
     """Modules the code of ``module`` reads through its attributes (``self.blocks``)."""
     plan = module_plan(module, id(module) in loose)
-    for chain, _, kind in plan.chains:
-        if kind == "object":
+    for read in plan.chains:
+        if read.kind == "object":
+            chain = read.chain
             value = read_chain(static_attribute(module, chain[0]), chain[1:])
             if of_type(value, torch.nn.Module):
                 yield value
 
 
-def _with_modules_read(modules: list, loose: set[int]) -> list:
+def _with_modules_read(modules: list, loose: AbstractSet[int]) -> list:
     """A function region's modules (those its forward ran) and the modules their code reads
     without running them: a ``ModuleList`` it iterates, whose length is what it runs."""
     out = list({id(m): m for m in modules}.values())
@@ -273,7 +462,7 @@ def _with_modules_read(modules: list, loose: set[int]) -> list:
 
 
 def _reader_key(
-    target: Any, modules: list, roots: list, reentrant: bool, loose: set[int]
+    target: Any, modules: list, roots: list, reentrant: bool, loose: AbstractSet[int]
 ) -> tuple[tuple, Any]:
     """(cache key, anchor module) of a region's reader: a module region's reader is stored
     under its module, a function region's under the first module it ran. Functions count by
@@ -290,30 +479,33 @@ def _reader_key(
 
 
 def reader_for(
-    target: Any, observed: list, reach: tuple, reentrant: bool, loose: set[int]
-) -> tuple[RegionReader, list, list]:
-    """(reader, its modules, the region's own functions): cached per module region (its
-    tree) or per set of observed modules; ``capture`` checks it and rebuilds it if stale."""
-    static_modules, static_functions = reach
-    roots = []
-    for function in static_functions:
-        if not is_library_code(function.__code__):
-            roots.append(function)
+    target: Any, observed: list, binding: Binding, reentrant: bool, loose: AbstractSet[int]
+) -> tuple[RegionReader, list]:
+    """(reader, its modules): cached per module region (its tree) or per set of observed
+    modules; ``capture`` checks it and rebuilds it if stale."""
+    roots = binding.roots
     if target is not None:
-        key, anchor = _reader_key(target, [], roots, reentrant, loose)
-        reader = cached_reader(key, anchor, None)
-        if reader is None:
-            modules = module_tree(target, loose)
-            reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
-            _store(key, anchor, reader)
-        return reader, list(map(DEREFERENCE, reader.module_refs)), roots
-    modules = _with_modules_read([*static_modules, *observed], loose)
+        # the structure remembers its reader: it reads the same functions; a code swapped
+        # or a module changed shows in the read's shape, and capture rebuilds the reader
+        way = (reentrant, frozenset(loose) if loose else None)
+        known = binding.structure.readers.get(way)
+        reader = known() if known is not None else None
+        if reader is None or reader.module_refs[0]() is not target:
+            key, anchor = _reader_key(target, [], roots, reentrant, loose)
+            reader = cached_reader(key, anchor, None)
+            if reader is None:
+                modules = module_tree(target, loose)
+                reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
+                _store(key, anchor, reader)
+            binding.structure.readers[way] = weakref.ref(reader)
+        return reader, list(map(DEREFERENCE, reader.module_refs))
+    modules = _with_modules_read([*binding.reached, *observed], loose)
     key, anchor = _reader_key(None, modules, roots, reentrant, loose)
     reader = cached_reader(key, anchor, modules)
     if reader is None:
         reader = _build_reader(modules, roots, reentrant, loose, False, False)
         _store(key, anchor, reader)
-    return reader, modules, roots
+    return reader, modules
 
 
 def _store(key: tuple, anchor: Any, reader: RegionReader) -> None:
@@ -325,17 +517,20 @@ def _store(key: tuple, anchor: Any, reader: RegionReader) -> None:
 
 
 # id of a region's module -> (weak reference to it, weak references to the modules of its tree
-# that hold buffers or assign attributes), as its latest reader found them
+# that hold buffers or assign attributes), as its latest reader found them.
+# See NOTE [ Never keeps a user's object alive ]
 _stateful: dict[int, tuple[weakref.ref, tuple]] = {}
 
 
-def stateful_modules(target: torch.nn.Module, fn: Any, reentrant: bool, loose: set[int]) -> list:
+def stateful_modules(
+    target: torch.nn.Module, binding: Binding, reentrant: bool, loose: AbstractSet[int]
+) -> list:
     """The modules of a module region's tree that hold buffers or assign attributes (their
     state before the forward tells what the forward wrote); the first call builds the tree's
     reader to know them."""
     entry = _stateful.get(id(target))
     if entry is None or entry[0]() is not target:
-        reader_for(target, [], static_reach(fn), reentrant, loose)
+        reader_for(target, [], binding, reentrant, loose)
         entry = _stateful[id(target)]
     return [m for m in (ref() for ref in entry[1]) if m is not None] if entry[1] else []
 
@@ -349,21 +544,30 @@ def capture(
     kwargs: dict,
     reentrant: bool,
     own_hooks: frozenset,
-    loose: set[int],
+    loose: AbstractSet[int],
 ) -> RegionFingerprint:
     """Read everything the region reached; a reader that no longer matches its modules (a
-    child replaced, an attribute added, a followed global rebound) is rebuilt here."""
+    child replaced, an attribute added, a followed global rebound) is rebuilt here. See
+    NOTE [ Read twice ] and NOTE [ Stale plans ]"""
     target = binding.module
-    reader, modules, roots = reader_for(target, observed, static_reach(fn), reentrant, loose)
+    reader, modules = reader_for(target, observed, binding, reentrant, loose)
+    roots = binding.roots
     values = functions = None
     for fresh in (False, True):
         if fresh:
+            # what the callable holds may have changed too (a closure cell rebound)
+            forget_structure(fn)
+            binding = bind(fn)
+            roots = binding.roots
             if target is not None:
                 modules = module_tree(target, loose)
             top_hooks = target is not None and not reentrant
             reader = _build_reader(modules, roots, reentrant, loose, True, top_hooks)
             key, anchor = _reader_key(target, modules, roots, reentrant, loose)
             _store(key, anchor, reader)
+            if target is not None:
+                way = (reentrant, frozenset(loose) if loose else None)
+                binding.structure.readers[way] = weakref.ref(reader)
         functions = reader.live_functions()
         if functions is None or any(map(_is_none, modules)):
             continue
@@ -373,35 +577,36 @@ def capture(
             values = reader.read_safely(modules, roots, own_hooks)
         if fresh or reader.shape_of(values) == reader.shape:
             break
-    fingerprint = RegionFingerprint()
-    fingerprint.reader = reader
-    fingerprint.modules = modules
-    fingerprint.functions = functions
-    fingerprint.roots = roots
+    if values is None or functions is None:  # collected while read: no fingerprint to take
+        raise RuntimeError("the region's modules or functions were collected while read")
     mask: tuple = ()
-    if written:
+    written_at: dict[int, frozenset] = {}
+    if written:  # See NOTE [ Outputs are not inputs ]
         index_of = {id(m): i for i, m in enumerate(modules)}
-        written = {index_of[k]: v for k, v in written.items() if k in index_of}
+        written_at = {index_of[k]: v for k, v in written.items() if k in index_of}
         positions = reader.tensor_positions
-        mask = tuple(positions[(i, n)] for i, names in written.items() for n in names)
+        mask = tuple(positions[(i, n)] for i, names in written_at.items() for n in names)
         values = _masked(values, mask)
-    fingerprint.written = written
-    fingerprint.mask = mask
-    fingerprint.values = values
-    fingerprint.code = region_code(binding)
-    _capture_arguments(fingerprint, binding, args, kwargs)
-    return fingerprint
-
-
-def region_code(binding: Binding) -> Any:
-    """The code a region runs, under its decorators (what names it)."""
-    function = unwrap_function(binding.function) if binding.function is not None else None
-    return function.__code__ if function is not None else None
+    arguments, chains, chain_values = _capture_arguments(binding, args, kwargs)
+    return RegionFingerprint(
+        reader=reader,
+        modules=modules,
+        functions=functions,
+        roots=roots,
+        written=written_at,
+        mask=mask,
+        values=values,
+        arguments=arguments,
+        argument_chains=chains,
+        argument_values=chain_values,
+        code=binding.code,
+    )
 
 
 def refresh_own_writes(fingerprint: RegionFingerprint, own_hooks: frozenset) -> None:
     """After a recompute: the containers the region's own code mutates hold what it left
-    there, the state its next recompute (the same graph backpropagated again) starts from."""
+    there, the state its next recompute (the same graph backpropagated again) starts from.
+    See NOTE [ Outputs are not inputs ]"""
     reader = fingerprint.reader
     values = reader.read(fingerprint.modules, fingerprint.roots, own_hooks)
     refreshed = list(fingerprint.values)
@@ -421,10 +626,10 @@ def compare(
     """Raise ``Difference`` for the first value that differs from the forward's, torch
     settings aside: those are returned as (setting, forward's value, now), to be judged by
     what the recompute runs. When nothing changed (the usual case) this is one read, one
-    ``==`` and the arguments' fingerprints."""
+    ``==`` and the arguments' fingerprints. See NOTE [ Read twice ]"""
     reader = fingerprint.reader
     try:
-        values = reader.read(fingerprint.modules, fingerprint.roots, own_hooks)
+        values = _read_in_pass(reader, fingerprint.modules, fingerprint.roots, own_hooks)
     except _READ_ERRORS:
         values = reader.read_safely(fingerprint.modules, fingerprint.roots, own_hooks)
     if fingerprint.mask:
@@ -441,6 +646,54 @@ def compare(
 
 
 _READ_ERRORS = (RuntimeError, AttributeError, ValueError, IndexError, TypeError)
+
+
+class _Pass(threading.local):
+    """What a backward pass on this thread read of the state its regions share: (graph task,
+    {(shared signature, the region's own functions, the guard's hooks): (torch settings and
+    global hooks, the functions' part)})."""
+
+    task = -1
+    shared: dict = {}
+
+
+_pass = _Pass()
+
+
+# NOTE [ Shared state, read once per backward pass ]
+# What several regions share (torch settings, global hooks, and the functions their code runs
+# with their globals, closures and defaults: the layers of a model run the same ones) is read
+# once per backward pass, at its first recompute, and reused by the pass's later recomputes of
+# regions with the same functions; each region's modules (attributes, children, hooks, the
+# training flag, tensors, the objects their attribute chains reach) are read before every
+# recompute. A backward pass is torch's graph task (``_compat``'s ``graph_task_id``, -1 outside
+# one: then everything is read). This assumes that code running inside a backward pass (hooks,
+# other regions' recomputes) does not change that shared state, with one exception the guard
+# can see: a region whose own code rebinds a global or a closure variable or mutates one in
+# place (``writes_shared``, from its bytecode) makes its pass read the shared part again.
+
+
+def _read_in_pass(reader: RegionReader, modules: list, roots: list, own: frozenset) -> tuple:
+    """A recompute's read: the shared part from the pass, the modules' part now. See
+    NOTE [ Shared state, read once per backward pass ]"""
+    task = _compat.resolve().graph_task_id()
+    if task < 0:
+        return reader.read(modules, roots, own)
+    state = _pass
+    if state.task != task:
+        state.task, state.shared = task, {}
+    if reader.writes_shared:  # its recompute, about to run, may change what others read
+        state.shared = {}
+        shared = reader.read_shared(roots, own)
+    else:
+        key = (reader.shared_signature, *map(id, roots), own)
+        shared = state.shared.get(key)
+        if shared is None:
+            shared = state.shared[key] = reader.read_shared(roots, own)
+    head, functions = shared
+    return head + reader.read_modules(modules) + functions
+
+
 _is_none = functools.partial(operator.is_, None)
 
 
@@ -466,26 +719,25 @@ def _explain_values(
     for position, (old, new) in enumerate(zip(fingerprint.values, values, strict=True)):
         if old is new or _equal(old, new):
             continue
-        owner, kind, name, where = reader.labels[position]
-        if owner == TORCH:
-            settings.append((name, old, new))
+        label = reader.labels[position]
+        if label.owner == TORCH:
+            settings.append((label.name, old, new))
             continue
         old, new = objects.shown(position, old), objects.shown(position, new)
-        if kind == "shape":
-            if name in _CONTENTS and isinstance(modules[owner], _CONTAINERS):
-                _raise_contents(modules[owner], name, old, new, name_module)
-            if owner not in reshaped:
-                reshaped.append(owner)
-            continue
-        if owner == HOOKS:
+        if label.owner == HOOKS:
             tables = _compat.GLOBAL_HOOK_DICTS
-            before, after = old or ((),) * len(tables), new or ((),) * len(tables)
-            index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
-            old, new = _hooks_text(before[index]), _hooks_text(after[index])
-            raise Difference(kind, f"torch.nn.modules.module.{tables[index]}", where, old, new)
-        if owner == FUNCTION:
-            raise Difference(kind, name, where, old, new)
-        _raise_module(kind, name, modules[owner], old, new, name_module)
+            raise global_hooks_difference(label.kind, tables, label.where, old, new)
+        if label.owner == FUNCTION:
+            raise Difference(label.kind, label.name, label.where, old, new)
+        assert type(label.owner) is int  # a module's index
+        module = modules[label.owner]
+        if label.kind == "shape":
+            if label.name in _CONTENTS and isinstance(module, _CONTAINERS):
+                _raise_contents(module, label.name, old, new, name_module)
+            if label.owner not in reshaped:
+                reshaped.append(label.owner)
+            continue
+        _raise_module(label.kind, label.name, module, old, new, name_module)
     for index in reshaped:
         _explain_reshaped(fingerprint, index, name_module)
     return settings
@@ -561,17 +813,8 @@ _CONTENTS = frozenset({"_modules", "children", "_parameters"})
 
 
 def _raise_contents(module: Any, name: str, old: Any, new: Any, name_module: Any) -> None:
-    held = "parameter" if name == "_parameters" else "module"
-    if name == "children":  # the children's ids: as many, one or more replaced
-        old, new = _Text(_count(len(old), held)), _Text("as many, one or more replaced")
-    else:
-        old, new = _Text(_count(old, held)), _Text(_count(new, held))
-    where = f"the {held}s held by this {type(module).__name__}"
-    raise Difference("attribute", name_module(module), where, old, new)
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
+    owner = type(module).__name__
+    raise contents_difference(name, name_module(module), owner, old, new)
 
 
 def _explain_reshaped(fingerprint: RegionFingerprint, index: int, name_module: Any) -> None:
@@ -585,21 +828,19 @@ def _explain_reshaped(fingerprint: RegionFingerprint, index: int, name_module: A
     before = _module_values(reader, fingerprint.values, index)
     current = _module_values(fresh, fresh.read([module], [], frozenset()), 0)
     written = fingerprint.written.get(index, ())
-    for label, value in current.items():
-        if label[1] in written and label[0] == "tensor":
-            continue
-        if label in before and not _equal(before[label], value):
-            _raise_module(*label, module, before[label], value, name_module)
+    for (kind, name), value in current.items():
+        if kind == "tensor" and name in written:
+            continue  # the region's own output. See NOTE [ Outputs are not inputs ]
+        if (kind, name) in before and not _equal(before[kind, name], value):
+            _raise_module(kind, name, module, before[kind, name], value, name_module)
 
 
 def _module_values(reader: RegionReader, values: tuple, index: int) -> dict[tuple, Any]:
     """{(kind, name): value} of one module's positions, its shape aside."""
     return {
-        (kind, name): _shown(reader, position, value)
-        for position, ((owner, kind, name, _), value) in enumerate(
-            zip(reader.labels, values, strict=True)
-        )
-        if owner == index and kind != "shape"
+        (label.kind, label.name): _shown(reader, position, value)
+        for position, (label, value) in enumerate(zip(reader.labels, values, strict=True))
+        if label.owner == index and label.kind != "shape"
     }
 
 
@@ -616,7 +857,8 @@ def _shown(reader: RegionReader, position: int, value: Any) -> Any:
 def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
     """(positional tensors, every other argument) of a call, in a fixed order: call arguments,
     then objects bound into partials and methods (modules aside: they have their own plans)."""
-    tensors, others = [], []
+    tensors: list = []
+    others: list = []
     for value in args:
         (tensors if of_type(value, torch.Tensor) else others).append(value)
     others += kwargs.values()
@@ -641,22 +883,19 @@ def _argument_labels(binding: Binding, args: tuple, kwargs: dict) -> tuple[list,
 
 
 def _capture_arguments(
-    fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
-) -> None:
+    binding: Binding, args: tuple, kwargs: dict
+) -> tuple[tuple[list, list], list[tuple[str, Any, tuple]], list]:
+    """(the arguments' fingerprints: positional tensors held weakly, every other argument;
+    the attribute chains the region's function reads from its arguments, as (dotted name,
+    object, attributes); the values those chains read)."""
     tensors, others = _arguments(binding, args, kwargs)
-    held = []
-    for tensor in tensors:
-        held.append((weakref.ref(tensor), input_fp(tensor)))
-    fingerprint.arguments = (held, arguments_fp(others))
+    held = [(weakref.ref(tensor), input_fp(tensor)) for tensor in tensors]
+    arguments = (held, arguments_fp(others))
     chains: list[tuple[str, Any, tuple]] = []
-    fingerprint.argument_chains = chains
-    fingerprint.argument_values = []
     function = binding.function
-    if function is None:
-        return
-    parameter_chains = code_reads(function.__code__).parameter_chains
+    parameter_chains = code_reads(function.__code__).parameter_chains if function else ()
     if not parameter_chains:
-        return
+        return arguments, chains, []
     positional = [*binding.bound_args, *args]
     for name, position, attrs in parameter_chains:
         if name in kwargs:
@@ -671,7 +910,7 @@ def _capture_arguments(
             continue  # tensors are arguments above; modules have their own plans
         for chain in chains_through_code(value, (name, *attrs)):
             chains.append((".".join(chain), value, chain[1:]))
-    fingerprint.argument_values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
+    return arguments, chains, [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
 
 
 def _compare_arguments(
@@ -684,60 +923,32 @@ def _compare_arguments(
         # comparable (torch checks the versions of the tensors it saved itself)
         if ref() is tensor and input_fp(tensor) != old:
             label = _argument_labels(binding, args, kwargs)[0][index]
-            raise Difference("argument", label, "argument of the region", old, input_fp(tensor))
+            raise argument_difference(label, old, input_fp(tensor))
     new_others = arguments_fp(others)
     if new_others != old_others:
         index = _first_difference(old_others, new_others)
         label = _argument_labels(binding, args, kwargs)[1][index]
-        old, new = _at(old_others, index), _at(new_others, index)
-        raise Difference("argument", label, "argument of the region", old, new)
+        raise argument_difference(label, _at(old_others, index), _at(new_others, index))
     chains = fingerprint.argument_chains
     if chains:
         old_chains = fingerprint.argument_values
         new_chains = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
         if new_chains != old_chains:
             index = _first_difference(old_chains, new_chains)
-            where = "attribute of an object passed to or bound into the region"
             old, new = old_chains[index], new_chains[index]
-            raise Difference("attribute", chains[index][0], where, old, new)
+            raise argument_attribute_difference(chains[index][0], old, new)
 
 
 def _raise_module(
-    kind: str, attribute: str, module: Any, old: Any, new: Any, name_module: Any
+    kind: str, attribute: str | None, module: Any, old: Any, new: Any, name_module: Any
 ) -> None:
-    owner = type(module).__name__
-    where = {
-        "tensor": f"parameter or buffer of {owner}",
-        "attribute": f"read by {owner}'s code",
-        "hook": f"hooks of {owner}",
-    }.get(kind, f"{owner} module")
-    if kind == "hook":  # the module's four hook dicts, () when all are empty
-        names = _compat.MODULE_HOOK_DICTS
-        before, after = old or ((),) * len(names), new or ((),) * len(names)
-        index = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
-        attribute = names[index]
-        old, new = _hooks_text(before[index]), _hooks_text(after[index])
-    name = f"{name_module(module)}.{attribute}" if attribute else name_module(module)
-    if kind == "attribute" and type(new) is tuple and new[0] is OBJECT:
+    if kind == "attribute" and attribute and type(new) is tuple and new[0] is OBJECT:
         # read by identity: say what the attribute holds now
         chain = tuple(attribute.split("."))
         current = read_chain(static_attribute(module, chain[0]), chain[1:])
         new = (OBJECT, new[1], type(current))
-    raise Difference(kind, name, where, old, new)
-
-
-class _Text(str):
-    """A description shown as it is in a message (no quotes)."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
-def _hooks_text(keys: tuple) -> str:
-    if not keys:
-        return _Text("no hooks")
-    plural = "s" if len(keys) > 1 else ""
-    return _Text(f"{len(keys)} hook{plural} (handle ids {', '.join(map(str, keys))})")
+    owner, hook_tables = type(module).__name__, _compat.MODULE_HOOK_DICTS
+    raise module_difference(kind, attribute, name_module(module), owner, hook_tables, old, new)
 
 
 def _at(values: list, index: int) -> Any:

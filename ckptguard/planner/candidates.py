@@ -19,6 +19,7 @@ import bisect
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from ckptguard.planner.measure import Call, Trace
 from ckptguard.planner.memory_model import (
@@ -69,7 +70,7 @@ class _Builder:
         self.first_pack: dict[int, int] = {}
         saved_uses: dict[int, set[int]] = defaultdict(set)
         self.saved_in: list[set[int]] = [set() for _ in self.calls]  # subtree's saved storages
-        self.last_pack = [None] * len(self.calls)
+        self.last_pack: list[int | None] = [None] * len(self.calls)
         for pack in self.trace.packs:
             if pack.storage is None:
                 continue
@@ -101,7 +102,9 @@ class _Builder:
         it = iter(nodes)
         lca = next(it)
         for other in it:
-            a, b = lca, other
+            # the walk ends at None when the nodes hang from different top-level calls
+            a: Any = lca
+            b: Any = other
             while self.depth[a] > self.depth[b]:
                 a = self.calls[a].parent
             while self.depth[b] > self.depth[a]:

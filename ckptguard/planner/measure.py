@@ -24,7 +24,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -113,7 +113,7 @@ def default_loss(output: Any) -> torch.Tensor:
     leaves = [t for t in tensor_leaves(output) if t.is_floating_point() and t.requires_grad]
     if not leaves:
         raise ValueError("the model's output has no floating-point tensor that requires grad")
-    return sum(t.float().sum() for t in leaves)
+    return cast(torch.Tensor, sum(t.float().sum() for t in leaves))
 
 
 def run_step(
@@ -142,7 +142,7 @@ class StepState:
             for buffer, value in zip(self.buffers, self._buffer_values, strict=True):
                 buffer.copy_(value)
             for param in self.params:
-                param.grad.zero_()
+                cast(torch.Tensor, param.grad).zero_()  # the step gave each its gradient
         torch.set_rng_state(self._cpu_rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state(self._cuda_rng, self.device)
@@ -420,7 +420,7 @@ def _must_save_shares(
 
 
 def _ancestor_lists(calls: list[Call]) -> list[list[int]]:
-    result = []
+    result: list[list[int]] = []
     for call in calls:
         chain = [call.index]
         if call.parent is not None:

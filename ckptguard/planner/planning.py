@@ -6,9 +6,9 @@ import re
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from ckptguard.planner.memory_model import CHOICES, KEEP, CostTree, evaluate
+from ckptguard.planner.memory_model import CHOICES, KEEP, CostTree, Option, evaluate
 from ckptguard.planner.solver import least_peak, solve
 
 if TYPE_CHECKING:
@@ -380,7 +380,7 @@ def plan_for_choices(
     regions = []
     for path in sorted(choices, key=order.__getitem__):
         node = nodes[path]
-        option = node.option(choices[path])
+        option = cast(Option, node.option(choices[path]))  # a choice is one of its options
         regions.append(
             Region(
                 path, option.kind, node.saved_bytes, option.kept_bytes, option.seconds, option.flops

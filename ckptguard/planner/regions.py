@@ -144,7 +144,7 @@ def _transformers_off(model: torch.nn.Module) -> dict[str, Any]:
             undo["flags"].append(path)
             module.gradient_checkpointing = False
     config = getattr(model, "config", None)
-    if getattr(config, "use_cache", False) is True:
+    if config is not None and getattr(config, "use_cache", False) is True:
         undo["use_cache"] = True
         config.use_cache = False
     return undo
@@ -152,9 +152,11 @@ def _transformers_off(model: torch.nn.Module) -> dict[str, Any]:
 
 def _transformers_restore(model: torch.nn.Module, undo: Mapping[str, Any]) -> None:
     for path in undo["flags"]:
-        model.get_submodule(path).gradient_checkpointing = True
+        layer: Any = model.get_submodule(path)  # a transformers layer: a plain attribute
+        layer.gradient_checkpointing = True
     if undo["use_cache"]:
-        model.config.use_cache = True
+        config: Any = model.config
+        config.use_cache = True
 
 
 def is_region(module: torch.nn.Module) -> bool:

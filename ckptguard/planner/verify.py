@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -157,7 +157,7 @@ def verify_plan(
             state.reset()
             progress("verify", "unplanned gradients")
             step()
-            reference = [p.grad.clone() for p in state.params]
+            reference = [cast(torch.Tensor, p.grad).clone() for p in state.params]
             plan.apply(model)
             state.reset()
             progress("verify", "planned gradients")
@@ -165,12 +165,13 @@ def verify_plan(
             differing = [
                 name
                 for name, p, ref in zip(names, state.params, reference, strict=True)
-                if not torch.equal(p.grad, ref)
+                if not torch.equal(cast(torch.Tensor, p.grad), ref)
             ]
             state.reset()
             progress("verify", "planned peak")
             planned_peak, _ = measured_peak(device, step)
-            planned_times, unplanned_times = [], []
+            planned_times: list[float] = []
+            unplanned_times: list[float] = []
             for repeat in range(repeats):  # interleaved: the machine's load hits both alike
                 progress("verify", "timing steps with and without the plan", repeat + 1, repeats)
                 for times, planned in ((planned_times, True), (unplanned_times, False)):

@@ -24,7 +24,7 @@ from torch.utils.checkpoint import (
 )
 
 import ckptguard
-from ckptguard import _plan, _reader, _strict
+from ckptguard import _reader, _readplan, _strict
 
 VARIANTS = pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
 
@@ -271,18 +271,64 @@ def test_strict_mode_on_tensors_holding_the_dtype_extremes(reentrant: bool) -> N
     assert _strict.compare_signatures(finite, ((3,), torch.float32, "cpu", 1.0, 9.0, None))
 
 
-def test_small_checksums_avoid_threaded_blas(monkeypatch) -> None:
-    """A 10k-element checksum is a one-thread reduction (BLAS dot split even that across
-    threads: 250 us to 1.7 ms on a loaded 2-core machine against 4 us)."""
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
 
-    def threaded(*args, **kwargs):
-        raise AssertionError("torch.dot used for a small tensor")
 
-    tensor = torch.randn(10_000)
-    expected = _strict.checksums(tensor, saved=True)
-    monkeypatch.setattr(torch, "dot", threaded)
-    found = _strict.checksums(tensor, saved=True)
-    assert [float(v) for v in found[:2]] == [float(v) for v in expected[:2]]
+def _sizes_of_reductions(monkeypatch) -> list:
+    """Records (op, elements) of each reduction a checksum runs."""
+    seen: list = []
+
+    def recording(name, original):
+        def run(tensor, *args, **kwargs):
+            seen.append((name, tensor.numel()))
+            return original(tensor, *args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(torch, "dot", recording("dot", torch.dot))
+    monkeypatch.setattr(torch, "mul", recording("mul", torch.mul))
+    monkeypatch.setattr(torch.linalg, "vector_norm", recording("norm", torch.linalg.vector_norm))
+    monkeypatch.setattr(torch.Tensor, "sum", recording("sum", torch.Tensor.sum))
+    return seen
+
+
+def test_checksums_never_use_threads(monkeypatch, two_threads) -> None:
+    """With torch on several threads a checksum runs no BLAS dot (MKL may split one across
+    threads at any size: on a loaded 2-core machine a 22k-element dot took up to 18 ms,
+    its median 4 us) and hands no op more elements than torch runs on one thread."""
+    tensor = torch.randn(88_064)
+    seen = _sizes_of_reductions(monkeypatch)
+    found = _strict.signatures([tensor])[0]
+    assert seen and all(name != "dot" for name, _ in seen)
+    assert max(size for _, size in seen) == _strict.ONE_THREAD
+    monkeypatch.undo()
+    torch.set_num_threads(1)  # one thread: a BLAS dot is the cheapest and stays on it
+    seen = _sizes_of_reductions(monkeypatch)
+    alone = _strict.signatures([tensor])[0]
+    assert {name for name, _ in seen} == {"dot"}
+    assert max(size for _, size in seen) == _strict.ONE_THREAD
+    assert _strict.compare_signatures(found, alone) is None  # the same up to rounding
+    exact = tensor.double()
+    weights = torch.frac(torch.arange(88_064, dtype=torch.float64) * _strict._GOLDEN) - 0.5
+    assert found[3] == pytest.approx(float(exact @ weights), rel=1e-4)
+    assert found[4] == pytest.approx(float(exact @ exact), rel=1e-5)
+
+
+def test_chunked_checksums_see_chunks_swapped(two_threads) -> None:
+    """Each chunk is weighted by its own positions: swapping two chunks of a tensor (the same
+    values, the same sum of squares) changes the weighted sum, on one thread and on two."""
+    tensor = torch.randn(3 * _strict.ONE_THREAD)
+    swapped = torch.cat(tensor.split(_strict.ONE_THREAD)[::-1])
+    for threads in (2, 1):
+        torch.set_num_threads(threads)
+        before, after = _strict.signatures([tensor, swapped])
+        assert before[4] == pytest.approx(after[4], rel=1e-5)
+        assert _strict.compare_signatures(before, after) is not None
 
 
 # ------------------------------------------------------------------- process-wide settings
@@ -535,7 +581,7 @@ def test_ckptguard_environment_variable(tmp_path) -> None:
 def test_generated_code_does_not_grow_the_plan_caches(monkeypatch) -> None:
     """Every torch.fx or exec'd model brings new code objects; the caches keyed by code
     objects stay bounded, and the guard still guards them bit-identically."""
-    monkeypatch.setattr(_plan, "PLAN_CACHE_ENTRIES", 16)
+    monkeypatch.setattr(_readplan, "PLAN_CACHE_ENTRIES", 16)
     model = _linear()
     ckptguard.enable()
     for index in range(60):
@@ -552,4 +598,4 @@ def test_generated_code_does_not_grow_the_plan_caches(monkeypatch) -> None:
         model.zero_grad(set_to_none=True)
     sizes = _reader.cache_sizes()
     assert sizes["code_reads"] <= 16 and sizes["function_plans"] <= 16, sizes
-    assert len(_plan._library_files) <= 16
+    assert len(_readplan._library_files) <= 16

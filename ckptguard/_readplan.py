@@ -6,10 +6,10 @@ function reads from its arguments (``self.config.scale``), its closure and its g
 (``cfg.SCALE``). Plans follow what the code calls: global functions in any module (not torch's
 or the standard library's), methods on ``self`` and ``super()``, functions held in closures.
 
-A plan holds no strong reference to a module or a user function (weak references, or the
-object passed in at read time), so caching it never keeps a model alive; a module's plan is
-rebuilt when the module's shape changes (an attribute, parameter, buffer or child added or
-removed, ``forward`` replaced).
+A plan holds no strong reference to a module or a user function
+(See NOTE [ Never keeps a user's object alive ]); a module's plan is rebuilt when the module's
+shape changes (an attribute, parameter, buffer or child added or removed, ``forward``
+replaced; See NOTE [ Stale plans ]).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sysconfig
 import types
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -53,6 +53,26 @@ _PACKAGE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + o
 _LIBRARY_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch", "ckptguard"}
 _MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
 
+
+# NOTE [ Never keeps a user's object alive ]
+# The guard's caches outlive regions, so they hold no strong reference to a user's module,
+# function or class: plans and readers hold weak references (or ids checked against one, or
+# the object passed in at read time); tables keyed by an object's id keep a weak reference to
+# it whose callback drops the entry (``_class_reads``, ``_reader._readers``), so an entry dies
+# with its model and a reused id never finds another object's entry; caches keyed by code
+# objects (which cannot be weakly referenced) are bounded (``BoundedCache``). A region's
+# fingerprint does hold the modules and functions it read, as torch's autograd graph holds
+# the region itself: they live as long as that graph.
+
+# NOTE [ Stale plans ]
+# A plan describes objects as they were when it was made: which attributes a module's code
+# reads and where they live, which globals a function's code reads and which callees it
+# leads to. What makes a plan wrong is read with the values, as the read's *shape*: a module's
+# forward, its code and sizes and children, each function's code (the code its entry was made
+# from: a caller's cached plan keeps its callees' entries), the objects followed into callees.
+# ``_verify.capture`` compares the shape after the forward and, where it differs, rebuilds
+# the plans and the reader from the objects as they are; a difference at a recompute is a
+# change between forward and backward, named by ``compare``.
 
 PLAN_CACHE_ENTRIES = 4096  # per cache keyed by code object or file name
 
@@ -118,6 +138,7 @@ class CodeReads:
     dynamic_args: frozenset  # arguments whose attributes are read by computed names
     parameter_chains: tuple  # sorted (named parameter, its position or None, (attr, ...))
     mutated: frozenset  # global and free names whose contents the code changes in place
+    rebinds: frozenset  # global and free names the code assigns or deletes
 
 
 def _argument_names(code: types.CodeType) -> tuple[str, ...]:
@@ -148,6 +169,29 @@ _MUTATORS = frozenset(
     }
 )
 _SUBSCRIPT_WRITES = frozenset({"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_SLICE"})
+_REBINDS = frozenset({"STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF"})
+_SIMPLE_LOADS = _FAST_LOADS | {"LOAD_CONST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME"}
+
+
+def _subscript_container(instructions: list, index: int) -> Any:
+    """The instruction loading the container (or the root of the attribute chain reaching
+    it: ``CFG.table[k] = v``) that the subscript write at ``index`` writes into, where its key
+    is one load, in a plain (``c[k] = v``, ``del c[k]``) or augmented (``c[k] += v``) write;
+    None for any other form."""
+    at = index - 1
+    if instructions[at].opname == "SWAP":  # c k COPY COPY BINARY_SUBSCR v BINARY_OP SWAP SWAP
+        while at > 0 and instructions[at].opname != "BINARY_SUBSCR":
+            at -= 1
+        if at < 3 or instructions[at - 1].opname != "COPY" or instructions[at - 2].opname != "COPY":
+            return None
+        at -= 3
+    if at < 1 or instructions[at].opname not in _SIMPLE_LOADS:
+        return None
+    at -= 1
+    while at > 0 and instructions[at].opname in _ATTR_LOADS:
+        at -= 1
+    found = instructions[at]
+    return found if found.opname in _SIMPLE_LOADS or found.opname in _PAIR_LOADS else None
 
 
 def _scan(
@@ -190,11 +234,22 @@ def _scan(
                 return ("free", name)
         return None
 
+    line: int | None = None
     for index, ins in enumerate(instructions):
         op = ins.opname
-        line = ins.positions.lineno if ins.positions is not None else None
-        if op in _SUBSCRIPT_WRITES:  # calls[0] += 1: a container loaded on this line
-            found["mutated"].update(line_roots.get(line, ()))
+        positions = getattr(ins, "positions", None)  # Python 3.11+
+        if positions is not None:
+            line = positions.lineno
+        elif ins.starts_line is not None:  # 3.10: set on the first instruction of a line
+            line = ins.starts_line
+        if op in _SUBSCRIPT_WRITES:  # calls[0] += 1
+            container = None if op == "STORE_SLICE" else _subscript_container(instructions, index)
+            if container is None:  # a form not recognised: every container loaded on its line
+                found["mutated"].update(line_roots.get(line, ()))
+            elif (written := classify(container)) is not None and written[0] != "arg":
+                found["mutated"].add(written[1])
+        elif op in _REBINDS and (op.endswith("GLOBAL") or ins.argval in free):
+            found["rebinds"].add(ins.argval)
         if pending_super:
             if op in _ATTR_LOADS:
                 found["super"].add(ins.argval)
@@ -226,9 +281,10 @@ def _scan(
             target = classify(instructions[index + 1]) if index + 1 < len(instructions) else None
             following = instructions[index + 2] if index + 2 < len(instructions) else None
             if target is not None and target[0] != "global":
-                is_constant = following is not None and following.opname == "LOAD_CONST"
-                if root[1] == "getattr" and is_constant and isinstance(following.argval, str):
-                    extra = (target[1], (following.argval,))
+                loads_constant = following is not None and following.opname == "LOAD_CONST"
+                constant = following.argval if following is not None and loads_constant else None
+                if root[1] == "getattr" and isinstance(constant, str):
+                    extra = (target[1], (constant,))
                     found["arg" if target[0] == "arg" else "free"].add(extra)
                 elif target[0] == "arg" and root[1] != "hasattr":
                     found["dynamic"].add(target[1])
@@ -246,7 +302,7 @@ def code_reads(code: types.CodeType) -> CodeReads:
     """Cached per code object (code objects are immutable, so the cache never goes stale)."""
     reads = _code_reads.get(code)
     if reads is None:
-        kinds = ("global", "arg", "free", "super", "stored", "dynamic", "mutated")
+        kinds = ("global", "arg", "free", "super", "stored", "dynamic", "mutated", "rebinds")
         found: dict[str, set] = {k: set() for k in kinds}
         _scan(code, frozenset(_argument_names(code)), frozenset(code.co_freevars), found)
         reads = _code_reads[code] = CodeReads(
@@ -258,6 +314,7 @@ def code_reads(code: types.CodeType) -> CodeReads:
             frozenset(found["dynamic"]),
             _parameter_chains(code, found["arg"]),
             frozenset(found["mutated"]),
+            frozenset(found["rebinds"]),
         )
     return reads
 
@@ -458,14 +515,41 @@ def _defaults_kind(defaults: tuple | None) -> str | None:
     return "scalars" if all(type(v) in SCALAR_TYPES for v in defaults) else "any"
 
 
+class GlobalChain(NamedTuple):
+    """A global, or an attribute chain from one, that a function reads."""
+
+    chain: tuple[str, ...]  # the global's name, then attributes
+    kind: str  # how its value is fingerprinted (``sample_kind``)
+    spec: tuple | None  # how the reader inlines it (``_inline_spec``), None: ``read_chain``
+
+
+class CellChain(NamedTuple):
+    """An attribute chain a function reads from an object in its closure."""
+
+    cell: int  # index into ``__closure__``
+    attrs: tuple[str, ...]
+    kind: str
+
+
+class FunctionEntry(NamedTuple):
+    """One function of a plan: what its code reads, as the plan was made."""
+
+    ref: weakref.ref | None  # None for the root, which the caller passes in
+    chains: tuple[GlobalChain, ...]
+    cells: tuple[str, ...]  # kind of each closure cell's value ("empty": an unset cell)
+    cell_chains: tuple[CellChain, ...]
+    defaults: str | None  # kind of its ``__defaults__`` (``_defaults_kind``)
+    kwdefaults: bool  # whether it has ``__kwdefaults__``
+    followed: tuple[tuple[int, int], ...]  # callees followed: (chain index, id of the object)
+    # the code object the entry was made from: a plan cached for a caller keeps its callees'
+    # entries, so a callee's ``__code__`` swapped since shows here. See NOTE [ Stale plans ]
+    code: types.CodeType
+
+
 class FunctionPlan:
     """The globals, closures and defaults of a function and of every user function it calls.
 
-    ``entries`` lists each function as (weak reference, or None for the root the caller
-    passes in; global chains as (chain, kind of value, inline spec); kind of each closure
-    cell's value; attribute chains read through closure cells as (cell index, attributes,
-    kind of value); kind of its ``__defaults__`` and whether it has ``__kwdefaults__``;
-    followed callees as (chain index, id of the callee's object)). A decorator's wrapper
+    ``entries`` lists each function as a ``FunctionEntry``. A decorator's wrapper
     (``__wrapped__``) is followed into the function it wraps; its own closure is decorator
     plumbing and is not read. A rebound followed name makes the plan stale, and it is rebuilt
     at the next forward.
@@ -474,7 +558,7 @@ class FunctionPlan:
     __slots__ = ("entries", "__weakref__")
 
     def __init__(self, root: types.FunctionType):
-        entries = []
+        entries: list[FunctionEntry] = []
         pending: list[tuple[types.FunctionType, bool]] = [(root, True)]
         seen: set[int] = set()
         while pending and len(entries) < MAX_FUNCTIONS:
@@ -500,13 +584,13 @@ class FunctionPlan:
                 for read in chains_through_code(value, chain):
                     target = read_chain(value, read[1:])
                     kind = sample_kind(target)
-                    chains.append((read, kind, _inline_spec(value, read, target)))
+                    chains.append(GlobalChain(read, kind, _inline_spec(value, read, target)))
                     callee = _follow_target(target)
                     if callee is not None:
                         if kind == "object":
                             followed.append((len(chains) - 1, id(target)))
                         pending.append((callee, False))
-            cells = []  # kind of each closure cell's value ("empty" for an unset cell)
+            cells = []
             cell_chains = []
             wrapped = getattr(func, "__wrapped__", None)
             if wrapped is not None:
@@ -525,20 +609,27 @@ class FunctionPlan:
                     if callee is not None:
                         pending.append((callee, False))
                 for index, attrs, target in _cell_chains(func, reads):
-                    cell_chains.append((index, attrs, sample_kind(target)))
+                    cell_chains.append(CellChain(index, attrs, sample_kind(target)))
                     callee = _follow_target(target)
                     if callee is not None:
                         pending.append((callee, False))
-            ref = None if is_root else weakref.ref(func)
-            defaults = (_defaults_kind(func.__defaults__), func.__kwdefaults__ is not None)
             entries.append(
-                (ref, tuple(chains), tuple(cells), tuple(cell_chains), defaults, tuple(followed))
+                FunctionEntry(
+                    ref=None if is_root else weakref.ref(func),
+                    chains=tuple(chains),
+                    cells=tuple(cells),
+                    cell_chains=tuple(cell_chains),
+                    defaults=_defaults_kind(func.__defaults__),
+                    kwdefaults=func.__kwdefaults__ is not None,
+                    followed=tuple(followed),
+                    code=code,
+                )
             )
         self.entries = tuple(entries)
 
     def functions(self, root: types.FunctionType) -> list:
         """The function of each entry now (None where a followed one was collected)."""
-        return [root if entry[0] is None else entry[0]() for entry in self.entries]
+        return [root if entry.ref is None else entry.ref() for entry in self.entries]
 
 
 def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tuple]:
@@ -553,7 +644,7 @@ def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tupl
             continue  # an attribute the function assigns is its output, not its input
         index = names.index(name)
         try:
-            contents = func.__closure__[index].cell_contents
+            contents = (func.__closure__ or ())[index].cell_contents
         except ValueError:
             continue
         if type(contents) in SCALAR_TYPES or of_type(contents, types.ModuleType):
@@ -565,31 +656,58 @@ def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tupl
 
 def cell_contents(func: types.FunctionType, index: int) -> Any:
     try:
-        return func.__closure__[index].cell_contents
+        return (func.__closure__ or ())[index].cell_contents
     except ValueError:  # an empty cell
         return MISSING
 
 
-def function_labels(func: Any, entry: tuple) -> list[tuple[str, str, str]]:
-    """(kind, name, where) for each value an entry reads; ``where`` names the function by
-    its qualified name and file:line."""
-    _, chains, cells, cell_chains, defaults, _ = entry
+class Label(NamedTuple):
+    """What one position of a region's read holds: its owner (``TORCH``, ``HOOKS``, a
+    module's index in the region or ``FUNCTION``), the kind of value (what a difference is
+    called: "tensor", "global", "closure", ...), its name and where it lives (None: said by
+    the module it belongs to)."""
+
+    owner: int | str
+    kind: str
+    name: str  # "" where the owner says it all (the global hooks, a TorchScript module's tensors)
+    where: str | None
+
+
+TORCH = "torch"  # label owners besides module indexes
+HOOKS = "hooks"
+FUNCTION = "function"
+
+
+def function_labels(func: Any, entry: FunctionEntry) -> list[Label]:
+    """A label for each value an entry reads; ``where`` names the function by its qualified
+    name and file:line."""
     name = function_name(func) if func is not None else "<collected function>"
     module = getattr(func, "__module__", "?")
     location = code_location(getattr(func, "__code__", None))
     of = f"{name} ({location})"
-    out = [("function", f"{name}.__code__", f"code of {of}")]
-    out += [("global", ".".join(c[0]), f"global of {module}, read by {of}") for c in chains]
-    names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
-    out += [("closure", var, f"closure cell of {of}") for var in names[: len(cells)]]
+    out = [Label(FUNCTION, "function", f"{name}.__code__", f"code of {of}")]
     out += [
-        ("closure", ".".join((names[index], *attrs)), f"read through a closure cell of {of}")
-        for index, attrs, _ in cell_chains
+        Label(FUNCTION, "global", ".".join(c.chain), f"global of {module}, read by {of}")
+        for c in entry.chains
     ]
-    if defaults[0]:
-        out.append(("closure", f"{name}.__defaults__", f"default arguments of {of}"))
-    if defaults[1]:
-        out.append(("closure", f"{name}.__kwdefaults__", f"keyword defaults of {of}"))
+    cells = entry.cells
+    names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
+    out += [Label(FUNCTION, "closure", var, f"closure cell of {of}") for var in names[: len(cells)]]
+    out += [
+        Label(
+            FUNCTION,
+            "closure",
+            ".".join((names[c.cell], *c.attrs)),
+            f"read through a closure cell of {of}",
+        )
+        for c in entry.cell_chains
+    ]
+    if entry.defaults:
+        out.append(Label(FUNCTION, "closure", f"{name}.__defaults__", f"default arguments of {of}"))
+    if entry.kwdefaults:
+        out.append(
+            Label(FUNCTION, "closure", f"{name}.__kwdefaults__", f"keyword defaults of {of}")
+        )
     return out
 
 
@@ -614,7 +732,7 @@ def cell_fp(func: types.FunctionType, index: int, by_identity: bool) -> Any:
     """A closure cell's contents as the reader reads them (its id where the plan reads the
     object by identity), MISSING while the cell is empty."""
     try:
-        contents = func.__closure__[index].cell_contents
+        contents = (func.__closure__ or ())[index].cell_contents
     except ValueError:
         return MISSING
     return id(contents) if by_identity else value_fp(contents)
@@ -717,6 +835,14 @@ def _is_plain_attribute(value: Any) -> bool:
     return type(value) in (tuple, list, dict) and len(value) <= 16
 
 
+class ModuleChain(NamedTuple):
+    """An attribute chain a module's code reads from ``self``."""
+
+    chain: tuple[str, ...]
+    source: tuple  # where its first attribute lives (``ModulePlan._source_of``)
+    kind: str  # how its value is fingerprinted (``sample_kind``)
+
+
 class ModulePlan:
     """Per module: its parameters and buffers, and where each attribute its code reads lives.
 
@@ -741,6 +867,15 @@ class ModulePlan:
         "opaque",
         "__weakref__",
     )
+    shape: tuple[int, ...]
+    forward: int
+    code: types.CodeType | None
+    params: tuple[str, ...]
+    buffers: tuple[str, ...]
+    chains: tuple[ModuleChain, ...]
+    class_dicts: list[Any]  # the class dicts attributes are read from (mappingproxy)
+    functions: tuple[weakref.ref, ...]
+    stores_scalars: bool
 
     def __init__(self, module: torch.nn.Module, loose: bool):
         self.cls = type(module)
@@ -769,8 +904,8 @@ class ModulePlan:
             )
         self.params = tuple(state["_parameters"])
         self.buffers = tuple(state["_buffers"])
-        registered = set(self.params) | set(self.buffers)
-        self.class_dicts: list = []
+        registered = {*self.params, *self.buffers}
+        self.class_dicts = []
         resolved = {}
         for chain in sorted(
             c for c in chains if c[0] not in reads.stored and c[0] not in registered
@@ -782,7 +917,7 @@ class ModulePlan:
             for read in chains_through_code(root, chain):
                 sample = read_chain(root, read[1:])
                 if sample is not SKIPPED:  # SKIPPED: a property whose getter is not readable
-                    resolved[read] = (read, source, sample_kind(sample))
+                    resolved[read] = ModuleChain(read, source, sample_kind(sample))
         self.chains = tuple(resolved.values())
 
     def _source_of(self, module: torch.nn.Module, name: str) -> tuple | None:
