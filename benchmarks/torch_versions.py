@@ -1,6 +1,6 @@
 """Run the guard's tests against several torch releases, each in its own virtual environment.
 
-    python benchmarks/torch_versions.py [--versions 2.4 2.13 2.14.1 2.15] [--cache DIR]
+    python benchmarks/torch_versions.py [--versions 2.8 2.13 2.14.1 2.15] [--cache DIR]
 
 The guard hooks torch's private checkpoint machinery, so the releases it claims to support
 (the ``torch`` requirement of the ``guard`` extra in ``pyproject.toml``) are the ones whose
@@ -56,7 +56,7 @@ except ImportError:  # Python 3.10
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CACHE = ROOT / "benchmarks" / ".torch-envs"
 # the oldest release pyproject.toml claims, the one CI runs, the newest ones
-DEFAULT_VERSIONS = ("2.4", "2.13", "2.14.1", "2.15")
+DEFAULT_VERSIONS = ("2.8", "2.13", "2.14.1", "2.15")
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 READY = "ready"  # holds the hash of the pyproject.toml the dependencies were installed from
 TEST_TIMEOUT_S = 3600

@@ -67,7 +67,7 @@ def _load_intercept():
         import torch  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            "ckptguard needs PyTorch >= 2.4; install it (pip install 'ckptlint[guard]')"
+            "ckptguard needs PyTorch; install it (pip install 'ckptlint[guard]')"
         ) from exc
     import ckptguard._intercept as intercept
 
