@@ -9,6 +9,7 @@ torch's private namespaces themselves.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -177,15 +178,6 @@ class Torch:
 _resolved: Torch | None = None
 
 
-def _top_hooks_reader(function: Callable[..., Any]) -> Callable[[], Any]:
-    """The innermost saved-tensor hooks; newer torch asks whether to look past tracing."""
-    try:
-        function(False)
-    except TypeError:
-        return function
-    return lambda: function(False)
-
-
 def _version() -> tuple[int, int]:
     release = torch.__version__.split("+")[0].split(".")
     try:
@@ -255,8 +247,8 @@ def resolve() -> Torch:
         stop_recomputation_error=_require(torch_checkpoint, "_StopRecomputationError", where),
         checkpoint_frame=_require(torch_checkpoint, "_CheckpointFrame", where),
         infer_device_type=_require(torch_checkpoint, "_infer_device_type", where),
-        top_saved_tensors_hooks=_top_hooks_reader(
-            _require(autograd, "_top_saved_tensors_default_hooks", "torch._C._autograd")
+        top_saved_tensors_hooks=functools.partial(
+            _require(autograd, "_top_saved_tensors_default_hooks", "torch._C._autograd"), False
         ),
         global_hook_dicts=tuple(
             (name, _require(module_internals, name, "torch.nn.modules.module"))
