@@ -69,6 +69,9 @@ def _load_intercept():
         raise ImportError(
             "ckptguard needs PyTorch; install it (pip install 'ckptlint[guard]')"
         ) from exc
+    from ckptguard import _compat
+
+    _compat.require_release()
     import ckptguard._intercept as intercept
 
     return intercept

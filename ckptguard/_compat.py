@@ -229,13 +229,19 @@ def _generators() -> tuple[tuple[Any, str, Any], ...]:
     return tuple(found)
 
 
+def require_release() -> None:
+    """Refuse a torch below the floor, before the guard's layers import what older torch lacks
+    (torch 2.4 has no ``CheckpointPolicy``: importing them would raise a bare ImportError)."""
+    if _version() < MINIMUM_TORCH:
+        raise compatibility_error(torch.__version__, f"torch>={_floor()}", _floor())
+
+
 def resolve() -> Torch:
     """Look up every hook point once; raise a clear error if this torch lacks one."""
     global _resolved
     if _resolved is not None:
         return _resolved
-    if _version() < MINIMUM_TORCH:
-        raise compatibility_error(torch.__version__, f"torch>={_floor()}", _floor())
+    require_release()
     where = "torch.utils.checkpoint"
     autograd = torch._C._autograd
     compiler = getattr(torch, "compiler", None)
