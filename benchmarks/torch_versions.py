@@ -30,6 +30,7 @@ reported only. This is not a timing benchmark and does not run in CI, which test
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import hashlib
 import os
@@ -201,6 +202,15 @@ def _first_line(element: ElementTree.Element) -> str:
     return lines[0][:160] if lines else ""
 
 
+def _skip_reason(skipped: ElementTree.Element) -> str:
+    """A module skipped at collection is recorded as "collection skipped", with the
+    ``(path, line, reason)`` tuple as text."""
+    if skipped.get("message") != "collection skipped":
+        return _first_line(skipped)
+    path, line, reason = ast.literal_eval(skipped.text or "")
+    return f"{pathlib.Path(path).relative_to(ROOT)}:{line}: {reason.removeprefix('Skipped: ')}"
+
+
 def _read_report(report: pathlib.Path, outcome: Outcome) -> None:
     for case in ElementTree.parse(report).iter("testcase"):
         test = _test_id(case.get("classname", ""), case.get("name", ""))
@@ -213,10 +223,7 @@ def _read_report(report: pathlib.Path, outcome: Outcome) -> None:
             outcome.failures.append((test, _first_line(kinds["error"])))
         elif "skipped" in kinds:
             outcome.skipped += 1
-            skipped = kinds["skipped"]
-            if skipped.get("message") == "collection skipped":  # the reason is in the text
-                skipped.attrib.pop("message")
-            outcome.skips[_first_line(skipped)] += 1
+            outcome.skips[_skip_reason(kinds["skipped"])] += 1
         else:
             outcome.passed += 1
 
