@@ -67,8 +67,11 @@ def _load_intercept():
         import torch  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            "ckptguard needs PyTorch >= 2.4; install it (pip install 'ckptlint[guard]')"
+            "ckptguard needs PyTorch; install it (pip install 'ckptlint[guard]')"
         ) from exc
+    from ckptguard import _compat
+
+    _compat.require_release()
     import ckptguard._intercept as intercept
 
     return intercept

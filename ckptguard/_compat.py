@@ -1,13 +1,15 @@
 """Every private (or version-dependent) torch symbol the guard uses, resolved in one place.
 
-``resolve()`` runs at ``enable()``: it checks ``torch>=2.4`` and looks up each hook point; a
-missing one raises ``CheckpointGuardCompatibilityError`` naming it, instead of leaving regions
-silently unguarded. The other layers read these symbols from the returned ``Torch`` object and
-never reach into torch's private namespaces themselves.
+``resolve()`` runs at ``enable()``: it checks the torch release against ``MINIMUM_TORCH`` (the
+floor of the ``guard`` extra) and looks up each hook point; a missing one raises
+``CheckpointGuardCompatibilityError`` naming it, instead of leaving regions silently unguarded.
+The other layers read these symbols from the returned ``Torch`` object and never reach into
+torch's private namespaces themselves.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -25,7 +27,10 @@ from torch.utils._pytree import tree_leaves
 from ckptguard._explain import compatibility_error
 from ckptguard.errors import derive_from_checkpoint_error
 
-MINIMUM_TORCH = (2, 4)
+# torch 2.8 is the first with _top_saved_tensors_default_hooks (strict mode wraps the checkpoint
+# hooks it returns), so 2.4 to 2.7 fail the guard's tests (benchmarks/torch_versions.py). The
+# guard extra in pyproject.toml states the same floor; a test keeps the two equal.
+MINIMUM_TORCH = (2, 8)
 GENERATOR_NAMES = (
     "_checkpoint_without_reentrant_generator",
     "_checkpoint_without_reentrant_generator_impl",
@@ -174,15 +179,6 @@ class Torch:
 _resolved: Torch | None = None
 
 
-def _top_hooks_reader(function: Callable[..., Any]) -> Callable[[], Any]:
-    """The innermost saved-tensor hooks; newer torch asks whether to look past tracing."""
-    try:
-        function(False)
-    except TypeError:
-        return function
-    return lambda: function(False)
-
-
 def _version() -> tuple[int, int]:
     release = torch.__version__.split("+")[0].split(".")
     try:
@@ -191,10 +187,14 @@ def _version() -> tuple[int, int]:
         return MINIMUM_TORCH
 
 
+def _floor() -> str:
+    return ".".join(map(str, MINIMUM_TORCH))
+
+
 def _require(owner: Any, name: str, where: str) -> Any:
     value = getattr(owner, name, None)
     if value is None:
-        raise compatibility_error(torch.__version__, f"{where}.{name}")
+        raise compatibility_error(torch.__version__, f"{where}.{name}", _floor())
     return value
 
 
@@ -206,12 +206,14 @@ def _generators() -> tuple[tuple[Any, str, Any], ...]:
     ]
     if not found:
         raise compatibility_error(
-            torch.__version__, "torch.utils.checkpoint._checkpoint_without_reentrant_generator"
+            torch.__version__,
+            "torch.utils.checkpoint._checkpoint_without_reentrant_generator",
+            _floor(),
         )
     for _, name, original in found:
         if "args" not in inspect.signature(original).parameters:
             raise compatibility_error(
-                torch.__version__, f"torch.utils.checkpoint.{name}(fn, ..., args, ...)"
+                torch.__version__, f"torch.utils.checkpoint.{name}(fn, ..., args, ...)", _floor()
             )
     if torch.distributed.is_available():
         try:
@@ -228,13 +230,19 @@ def _generators() -> tuple[tuple[Any, str, Any], ...]:
     return tuple(found)
 
 
+def require_release() -> None:
+    """Refuse a torch below the floor, before the guard's layers import what older torch lacks
+    (torch 2.4 has no ``CheckpointPolicy``: importing them would raise a bare ImportError)."""
+    if _version() < MINIMUM_TORCH:
+        raise compatibility_error(torch.__version__, f"torch>={_floor()}", _floor())
+
+
 def resolve() -> Torch:
     """Look up every hook point once; raise a clear error if this torch lacks one."""
     global _resolved
     if _resolved is not None:
         return _resolved
-    if _version() < MINIMUM_TORCH:
-        raise compatibility_error(torch.__version__, "torch>=2.4")
+    require_release()
     where = "torch.utils.checkpoint"
     autograd = torch._C._autograd
     compiler = getattr(torch, "compiler", None)
@@ -246,8 +254,8 @@ def resolve() -> Torch:
         stop_recomputation_error=_require(torch_checkpoint, "_StopRecomputationError", where),
         checkpoint_frame=_require(torch_checkpoint, "_CheckpointFrame", where),
         infer_device_type=_require(torch_checkpoint, "_infer_device_type", where),
-        top_saved_tensors_hooks=_top_hooks_reader(
-            _require(autograd, "_top_saved_tensors_default_hooks", "torch._C._autograd")
+        top_saved_tensors_hooks=functools.partial(
+            _require(autograd, "_top_saved_tensors_default_hooks", "torch._C._autograd"), False
         ),
         global_hook_dicts=tuple(
             (name, _require(module_internals, name, "torch.nn.modules.module"))

@@ -825,11 +825,13 @@ def selective_cache_measured(
     return CheckpointMismatchError(message, kind="selective_cache", region=region, details=details)
 
 
-def compatibility_error(version: str, missing: str) -> CheckpointGuardCompatibilityError:
+def compatibility_error(
+    version: str, missing: str, floor: str
+) -> CheckpointGuardCompatibilityError:
     return CheckpointGuardCompatibilityError(
         f"ckptguard cannot guard checkpoints on torch {version}: it needs {missing}, which this "
         f"version lacks. Regions would run unguarded, so enable() refuses. ckptguard supports "
-        f"torch>=2.4; please report this torch version."
+        f"torch>={floor}; please report this torch version."
     )
 
 

@@ -65,7 +65,7 @@ def test_hook_installs_without_torch() -> None:
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert not any(dep.lower().startswith("torch") for dep in project["dependencies"])
-    assert project["optional-dependencies"]["guard"] == ["torch>=2.4"]
+    assert project["optional-dependencies"]["guard"] == ["torch>=2.8"]
 
 
 def readme_local_hook() -> str:

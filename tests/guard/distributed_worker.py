@@ -87,10 +87,7 @@ def main() -> None:
             os._exit(3)
         print(f"rank {rank}: ok losses={losses}", flush=True)
     else:
-        try:
-            from torch.distributed.fsdp import fully_shard
-        except ImportError:  # torch 2.4-2.5
-            from torch.distributed._composable.fsdp import fully_shard
+        from torch.distributed.fsdp import fully_shard
 
         def sharded() -> nn.Module:
             model = Model()

@@ -3,12 +3,24 @@ is a clear error naming it, and nothing is left half-patched (issue 9, item 7)."
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.utils.checkpoint as torch_checkpoint
+from packaging.requirements import Requirement
 
 import ckptguard
 from ckptguard import _compat
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -20,10 +32,39 @@ def unresolved(monkeypatch):
 
 
 def test_old_torch_is_refused(unresolved, monkeypatch) -> None:
-    monkeypatch.setattr(torch, "__version__", "2.3.1+cpu")
-    with pytest.raises(ckptguard.CheckpointGuardCompatibilityError, match=r"torch>=2\.4"):
+    monkeypatch.setattr(torch, "__version__", "2.7.1+cu126")
+    with pytest.raises(ckptguard.CheckpointGuardCompatibilityError, match=r"torch>=2\.8\b"):
         ckptguard.enable()
     assert not ckptguard.is_enabled()
+
+
+def test_old_torch_is_refused_before_the_layers_are_imported() -> None:
+    """A torch below the floor lacks what the layers import (2.4: ``CheckpointPolicy``):
+    ``enable()`` names the floor before importing them, not a bare ImportError."""
+    script = (
+        "import sys, torch; torch.__version__ = '2.4.0+cu121'\n"
+        "sys.modules['ckptguard._intercept'] = None  # importing it now raises ImportError\n"
+        "import ckptguard\n"
+        "try:\n"
+        "    ckptguard.enable()\n"
+        "except ckptguard.CheckpointGuardCompatibilityError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "on torch 2.4.0+cu121: it needs torch>=2.8," in done.stdout, done.stderr
+
+
+def test_the_guard_extra_claims_the_floor_enable_checks() -> None:
+    """pyproject.toml's ``torch>=`` for the guard is the release ``enable()`` refuses below."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (torch_requirement,) = [
+        Requirement(line)
+        for line in project["optional-dependencies"]["guard"]
+        if Requirement(line).name == "torch"
+    ]
+    assert str(torch_requirement.specifier) == ">=" + ".".join(map(str, _compat.MINIMUM_TORCH))
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -159,10 +160,12 @@ def test_nested_regions_and_non_tensor_outputs() -> None:
         out.sum().backward()
     # each region names the earliest op whose saved tensor differs in its own checkpoint: the
     # outer one the exp of the inner region's output, the inner one the tanh after its scaling
-    # (a product with a Python float saves nothing for backward)
+    # (a product with a Python float saves nothing for backward). The outer index counts the ops
+    # torch's checkpoint dispatches for the nested region too: two empty tensors on torch 2.8
+    # (#9), none on 2.13 (#7).
     named = [str(w.message) for w in record]
     assert len(named) == 2, named
-    assert "first differing op: #7 aten.exp.default" in named[0], named[0]
+    assert re.search(r"first differing op: #(7|9) aten\.exp\.default called at ", named[0])
     assert "first differing op: #2 aten.tanh.default" in named[1], named[1]
 
 
