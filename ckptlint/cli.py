@@ -22,12 +22,12 @@ from ckptlint import __version__, report
 from ckptlint.config import (
     ConfigError,
     ProjectRoot,
+    RootFinder,
     RuleSelection,
     Settings,
     load_settings,
     loose_root,
     parse_code_list,
-    project_root,
 )
 from ckptlint.core import Finding
 from ckptlint.discovery import SourceFile, discover
@@ -413,8 +413,9 @@ def _by_root(
         return [(root, paths)]
     groups: dict[Path, tuple[ProjectRoot, list[str]]] = {}
     loose: list[str] = []
+    finder = RootFinder(isolated=arguments.isolated)
     for path in paths:
-        found = project_root(Path(path), isolated=arguments.isolated)
+        found = finder.root(Path(path))
         if found is None:
             loose.append(path)
         else:

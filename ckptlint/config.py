@@ -16,7 +16,7 @@ from __future__ import annotations
 import configparser
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -136,19 +136,6 @@ def _longest_prefix(prefixes: Iterable[str], code: str) -> int:
     return max((len(p) for p in prefixes if code.startswith(p)), default=-1)
 
 
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above ``start`` that has a [tool.ckptlint] table.
-
-    Folders that cannot be read (no permission) are passed over, never an error.
-    """
-    start = start.absolute()
-    for folder in [start, *start.parents] if _is_folder(start) else start.parents:
-        candidate = folder / "pyproject.toml"
-        if _is_file(candidate) and "ckptlint" in _read_toml(candidate).get("tool", {}):
-            return candidate
-    return None
-
-
 def _is_folder(path: Path) -> bool:
     try:
         return path.is_dir()
@@ -184,15 +171,59 @@ def project_root(path: Path, *, isolated: bool = False) -> ProjectRoot | None:
     """The folder of the nearest pyproject.toml with [tool.ckptlint] at or above ``path``
     (unless ``isolated``), else the git work tree holding it; None when there is neither
     (the caller takes the common folder of such paths)."""
-    if not isolated:
-        pyproject = find_pyproject(path)
-        if pyproject is not None:
-            return ProjectRoot(pyproject.parent, "pyproject", pyproject)
-    start = path.absolute()
-    for folder in [start, *start.parents] if _is_folder(start) else start.parents:
-        if _exists(folder / ".git"):
-            return ProjectRoot(folder, "git")
+    return RootFinder(isolated=isolated).root(path)
+
+
+class RootFinder:
+    """``project_root`` for many paths, each folder looked at once: pre-commit names
+    thousands of files, and reading the same pyproject.toml for each cost seconds.
+    Folders that cannot be read (no permission) are passed over, never an error."""
+
+    def __init__(self, *, isolated: bool = False) -> None:
+        self.isolated = isolated
+        self._pyprojects: dict[Path, Path | None] = {}
+        self._git_trees: dict[Path, Path | None] = {}
+
+    def root(self, path: Path) -> ProjectRoot | None:
+        start = path.absolute()
+        folder = start if _is_folder(start) else start.parent
+        if not self.isolated:
+            pyproject = _nearest(folder, self._pyprojects, _configuring_pyproject)
+            if pyproject is not None:
+                return ProjectRoot(pyproject.parent, "pyproject", pyproject)
+        tree = _nearest(folder, self._git_trees, _git_tree)
+        return ProjectRoot(tree, "git") if tree is not None else None
+
+
+def _nearest(
+    folder: Path, known: dict[Path, Path | None], test: Callable[[Path], Path | None]
+) -> Path | None:
+    """The first answer of ``test`` at ``folder`` or above; every folder asked on the way
+    learns it too (it is the nearest for each of them)."""
+    asked: list[Path] = []
+    found: Path | None = None
+    for current in [folder, *folder.parents]:
+        if current in known:
+            found = known[current]
+            break
+        asked.append(current)
+        found = test(current)
+        if found is not None:
+            break
+    for current in asked:
+        known[current] = found
+    return found
+
+
+def _configuring_pyproject(folder: Path) -> Path | None:
+    candidate = folder / "pyproject.toml"
+    if _is_file(candidate) and "ckptlint" in _read_toml(candidate).get("tool", {}):
+        return candidate
     return None
+
+
+def _git_tree(folder: Path) -> Path | None:
+    return folder if _exists(folder / ".git") else None
 
 
 def loose_root(paths: list[Path]) -> ProjectRoot:
