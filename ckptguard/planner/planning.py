@@ -138,14 +138,7 @@ class Plan:
             except ValueError:
                 continue
             outcome = evaluate(tree, choices)
-            curve.append(
-                {
-                    "budget_bytes": budget,
-                    "peak_bytes": outcome.peak_bytes,
-                    "recompute_seconds": outcome.seconds,
-                    "regions": len(choices),
-                }
-            )
+            curve.append(_curve_point(budget, outcome.peak_bytes, outcome.seconds, choices))
         return curve
 
     def every_layer(self) -> dict[str, Any]:
@@ -241,14 +234,7 @@ def _front(tree: CostTree, points: int) -> list[dict]:
         except ValueError:
             break
         outcome = evaluate(tree, choices)
-        curve.append(
-            {
-                "budget_bytes": budget,
-                "peak_bytes": outcome.peak_bytes,
-                "recompute_seconds": outcome.seconds,
-                "regions": len(choices),
-            }
-        )
+        curve.append(_curve_point(budget, outcome.peak_bytes, outcome.seconds, choices))
         budget = outcome.peak_bytes - 1
     return curve[::-1]
 
@@ -398,3 +384,13 @@ def plan_for_choices(
         model=model_name,
         tree=tree,
     )
+
+
+def _curve_point(budget: int, peak: int, seconds: float, choices: dict) -> dict:
+    """One point of a trade-off curve, as ``tradeoff()`` and the plot report it."""
+    return {
+        "budget_bytes": budget,
+        "peak_bytes": peak,
+        "recompute_seconds": seconds,
+        "regions": len(choices),
+    }
