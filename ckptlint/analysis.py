@@ -1,10 +1,16 @@
 """The pipeline's middle for one run: resolution, regions and effects over the project.
 
-``ProjectAnalysis`` wires the layers together and keeps what they compute for the run:
-the sites of each module, the region of each site and what it reaches, and the names
-through which other files reach a region source through this one (``exports``: a
-project's wrappers, layer subclasses, attributes holding partials of ``checkpoint``), so
-that the engine can analyse every file using one.
+``ProjectAnalysis`` wires the layers together and keeps what they compute for the whole run,
+shared by discovery, every file's findings and every rule: the sites of each module, the
+region of each site and what it reaches, and the names through which other files reach a
+region source through this one (``exports``: a project's wrappers, layer subclasses,
+attributes holding partials of ``checkpoint``), so that the engine can analyse every file
+using one. Everything it keeps goes through the run's ``Solver``, so an answer is the same
+whichever file asked first (see ``resolution.solver``).
+
+What discovery has learned so far (``use``: the names that reach a source, the classes that
+derive from a layer source) decides only which calls and classes of a module are looked at
+as sites; what a value is never depends on it.
 """
 
 from __future__ import annotations
@@ -18,10 +24,16 @@ from packaging.version import Version
 from ckptlint.effects.changes import ChangeFinder
 from ckptlint.effects.reach import GlobalWrite, Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
-from ckptlint.project.scopes import FUNCTIONS, Binding, Body, Scope, touches_lines
-from ckptlint.regions.calls import calls_at
+from ckptlint.project.scopes import FUNCTIONS, Binding, Body, Scope, nested_bodies, touches_lines
+from ckptlint.regions.calls import calls_at, calls_on_lines
 from ckptlint.regions.policies import Policy, policies
-from ckptlint.regions.sites import Site, SiteFinder, SourceCall, classes_at_top
+from ckptlint.regions.sites import (
+    Site,
+    SiteFinder,
+    SourceCall,
+    classes_at_top,
+    may_derive_from_a_layer,
+)
 from ckptlint.regions.sources import (
     CHECKPOINT,
     CHECKPOINT_SEQUENTIAL,
@@ -30,6 +42,7 @@ from ckptlint.regions.sources import (
     SourceTable,
 )
 from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, Evaluator, own_nodes
+from ckptlint.resolution.solver import Solver
 from ckptlint.resolution.values import (
     Arguments,
     ClassValue,
@@ -45,7 +58,6 @@ from ckptlint.resolution.values import (
     Values,
 )
 from ckptlint.resolution.versions import VersionRange
-from ckptlint.source import lines_with_words
 from ckptlint.torch_catalogue import SEQUENTIAL_CONTAINERS, is_parameter_module_class
 
 Reentrancy = Literal["explicit", "default"]
@@ -70,56 +82,73 @@ class ProjectAnalysis:
         self.project = project
         self.table = table
         self.target_torch = target_torch
-        self._learned_layer_words: frozenset[str] = frozenset()
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget everything computed (after modules were scoped again); the layer classes
-        learned so far stay known."""
-        self.evaluator = Evaluator(self.project, target_torch=self.target_torch)
-        self.finder = SiteFinder(self.evaluator, self.table)
-        self.finder.layer_words |= self._learned_layer_words
+        self.solver = Solver()
+        project.attach(self.solver)
+        self.evaluator = Evaluator(project, target_torch=target_torch, solver=self.solver)
+        self.finder = SiteFinder(self.evaluator, table)
         self.reaches = ReachAnalysis(self.evaluator)
-        self.changes = ChangeFinder(self.project, self.evaluator)
-        self._sites: dict[str, list[Site]] = {}
-        self._regions: dict[int, Values] = {}
-        self._reach: dict[tuple[int, str], Reach] = {}
-        self._policies: dict[str, list[Policy]] = {}
+        self.changes = ChangeFinder(project, self.evaluator)
+        self.use(frozenset(table.words))
+
+    def use(self, words: frozenset[str], layer_classes: frozenset[str] = frozenset()) -> None:
+        """What discovery knows now: the names that reach a region source (``words``), and
+        the project's classes deriving from a layer source (``layer_classes``)."""
+        self.words = words | layer_classes
+        self.layer_words = self.finder.layer_words | layer_classes
+        self._words_key = (self.words, self.layer_words)
 
     # -- per module ------------------------------------------------------------------------
     def sites(self, module: Module) -> list[Site]:
-        found = self._sites.get(module.path)
-        if found is None:
-            found = self._sites[module.path] = list(self.finder.sites(module))
-        return found
+        return self._sites(module, self.module_words(module))
+
+    def _sites(self, module: Module, words: frozenset[str]) -> list[Site]:
+        key = ("sites", module, words, self.layer_words)
+        return self.solver.ask(key, self._find_sites, module, words, fallback=[])
+
+    def _find_sites(self, module: Module, words: frozenset[str]) -> list[Site]:
+        lines = module.candidate_lines(words)
+        return list(self.finder.sites(module, lines, self.layer_words))
+
+    def module_words(self, module: Module) -> frozenset[str]:
+        """The words the module's sites are found by: the run's, and the names it binds
+        to a source itself (``ckpt = checkpoint`` ... ``ckpt(f, x)``), to a fixed point."""
+        key = ("module words", module, self._words_key)
+        return self.solver.ask(key, self._module_words, module, fallback=self.words)
+
+    def _module_words(self, module: Module) -> frozenset[str]:
+        words = self.words
+        while True:  # each round scopes more of the module's own names, so it ends
+            aliases = self._local_aliases(module, words) - words
+            if not aliases:
+                return words
+            words = words | aliases
+
+    def calls_of_interest(self, module: Module) -> list[tuple[ast.Call, Context]]:
+        """The calls on the lines naming one of the module's words, with their contexts."""
+        lines = module.candidate_lines(self.module_words(module))
+        return [(call, Context(module, scope)) for call, scope in calls_on_lines(module, lines)]
 
     def policies(self, module: Module) -> list[Policy]:
         """The selective-checkpoint policies the module defines (see ``regions.policies``)."""
-        found = self._policies.get(module.path)
-        if found is None:
-            found = self._policies[module.path] = policies(self.evaluator, module)
-        return found
+        return self.solver.ask(("policies", module), policies, self.evaluator, module, fallback=[])
 
     def region(self, site: Site) -> Values:
-        key = id(site)
-        if key not in self._regions:
-            self._regions[key] = self.finder.region_values(site)
-        return self._regions[key]
+        return self.solver.ask(("region", site), self.finder.region_values, site, fallback=())
 
     def reach(self, site: Site) -> Reach:
         """Everything the site's region runs (random draws count at any depth)."""
-        key = (id(site), "all")
-        if key not in self._reach:
-            self._reach[key] = self.reaches.reach(self.region(site))
-        return self._reach[key]
+        return self.solver.ask(("reach", site), self._reach, site, fallback=Reach())
+
+    def _reach(self, site: Site) -> Reach:
+        return self.reaches.reach(self.region(site))
 
     def near_reach(self, site: Site) -> Reach:
         """What the region's own code, and the code it calls directly, reads and writes
         (global state set up far below by a framework is not the region's business)."""
-        key = (id(site), "near")
-        if key not in self._reach:
-            self._reach[key] = self.reaches.near(self.region(site), site.module)
-        return self._reach[key]
+        return self.solver.ask(("near reach", site), self._near_reach, site, fallback=Reach())
+
+    def _near_reach(self, site: Site) -> Reach:
+        return self.reaches.near(self.region(site), site.module)
 
     def effective_paths(self, site: Site) -> list[SourceCall]:
         """The site's source calls; an ``apply`` call counts as the wrapper it applies."""
@@ -264,51 +293,49 @@ class ProjectAnalysis:
         """Names other modules may use to reach a source through this one: layer
         subclasses (``classes``), and wrappers and module, class or instance attributes bound
         to a source (``calls``)."""
+        key = ("exports", module, self._words_key)
+        return self.solver.ask(
+            key, self._exports, module, fallback=Exports(frozenset(), frozenset())
+        )
+
+    def _exports(self, module: Module) -> Exports:
+        words = self.module_words(module)
+        lines = module.candidate_lines(words)
         calls: set[str] = set()
-        for site in self.sites(module):
+        for site in self._sites(module, words):
             if site.delegates:
                 calls.update(_enclosing_function_names(site.context.scope))
-        known = self.project.words  # names every module already scopes: nothing new
-        for binding, visible in self._bindings_on_candidate_lines(module):
+        known = self.words  # names every module already looks for: nothing new
+        for binding, visible in self._bindings_on_lines(module, lines):
             if visible and binding.name not in known and self._binds_source(module, binding):
                 calls.add(binding.name)
-        calls.update(name for name, visible in self._factories(module) if visible)
+        calls.update(name for name, visible in self._factories(module, lines) if visible)
         calls.update(self._recompute_classes(module))
-        calls.update(self._wrapper_classes(module))
+        calls.update(self._wrapper_classes(module, lines))
         return Exports(frozenset(calls), frozenset(self._layer_classes(module)))
 
-    def learn_layer_classes(self, names: frozenset[str]) -> None:
-        """More class names that derive from a layer source: classes naming one of them as
-        a base are looked at again (their sites may change; evaluations stay valid)."""
-        self._learned_layer_words |= names
-        self.finder.layer_words |= names
-        self._sites.clear()
-
-    def local_aliases(self, module: Module) -> set[str]:
-        """Names a module binds (at any level) to a source, beyond the words it was scoped
-        with: its lines using them are scoped too (``ckpt = checkpoint`` ... ``ckpt(f, x)``)."""
+    def _local_aliases(self, module: Module, words: frozenset[str]) -> set[str]:
+        """Names a module binds (at any level) to a source, beyond ``words``: its lines
+        using them are looked at too."""
+        lines = module.candidate_lines(words)
         names = {
             binding.name
-            for binding, _ in self._bindings_on_candidate_lines(module)
-            if binding.name not in module.words and self._binds_source(module, binding)
+            for binding, _ in self._bindings_on_lines(module, lines)
+            if binding.name not in words and self._binds_source(module, binding)
         }
-        names.update(name for name, _ in self._factories(module))
+        names.update(name for name, _ in self._factories(module, lines))
         names.update(self._recompute_classes(module))
-        names.update(self._wrapper_classes(module))
-        for site in self.sites(module):
+        names.update(self._wrapper_classes(module, lines))
+        for site in self._sites(module, words):
             if site.delegates:
                 names.update(_enclosing_function_names(site.context.scope))
         return names
 
-    def _factories(self, module: Module) -> Iterable[tuple[str, bool]]:
+    def _factories(self, module: Module, lines: list[int]) -> Iterable[tuple[str, bool]]:
         """Functions returning a source (``return partial(checkpoint, ...)``), and whether
         other modules can see them (module-level functions and methods)."""
-        lines = module.candidate_lines
-        for scope in list(module.scopes.scope_of_function.values()):
-            node = scope.node
-            if not isinstance(node, FUNCTIONS) or scope.parent is None:
-                continue
-            if not touches_lines(node, lines):  # no candidate line: no return of a source
+        for node, _, parent in _definitions_touching(module, lines):
+            if not isinstance(node, FUNCTIONS):
                 continue
             results = [
                 n.value
@@ -317,10 +344,10 @@ class ProjectAnalysis:
             ]
             if not any(touches_lines(result, lines) for result in results):
                 continue
-            function = FunctionValue(node, Context(module, scope.parent))
+            function = FunctionValue(node, Context(module, parent))
             returned = self.evaluator.returned(function, None)
             if any(self.is_source_like(value) for value in returned):
-                yield node.name, scope.parent.kind != "function"
+                yield node.name, parent.kind != "function"
 
     def _binds_source(self, module: Module, binding: Binding) -> bool:
         values = self.evaluator.binding_values(binding, Context(module, binding.scope))
@@ -353,16 +380,16 @@ class ProjectAnalysis:
                 found.add(node.name)
         return found
 
-    def _wrapper_classes(self, module: Module) -> set[str]:
+    def _wrapper_classes(self, module: Module, lines: list[int]) -> set[str]:
         """Module classes whose ``forward`` checkpoints what their constructor was given:
         constructing one (``ActivationCheckpointWrapper(block)``) anywhere is a site."""
         context = self.evaluator.module_context(module)
         found = set()
         for node in classes_at_top(module.tree.body):
-            if not touches_lines(node, module.candidate_lines):
+            if not touches_lines(node, lines):
                 continue  # names no source (and its body stays unparsed)
             forward = [s for s in node.body if isinstance(s, FUNCTIONS) and s.name == "forward"]
-            if forward and touches_lines(forward[-1], module.candidate_lines):
+            if forward and touches_lines(forward[-1], lines):
                 if self.finder.wrapper_class_calls(ClassValue(node, context)):
                     found.add(node.name)
         return found
@@ -372,15 +399,18 @@ class ProjectAnalysis:
         return {
             node.name
             for node in classes_at_top(module.tree.body)
-            if self.finder.may_derive_from_a_layer(node)
+            if may_derive_from_a_layer(node, self.layer_words)
             and self.finder.layer_source(ClassValue(node, context)) is not None
         }
 
-    def _bindings_on_candidate_lines(self, module: Module) -> Iterable[tuple[Binding, bool]]:
-        """Bindings whose value is written on a candidate line, and whether other modules can
-        see them (module and class attributes, ``self.<name>``), unlike function locals."""
-        scopes = [module.scopes.module, *module.scopes.scope_of_function.values()]
-        lines = module.candidate_lines
+    def _bindings_on_lines(
+        self, module: Module, lines: list[int]
+    ) -> Iterable[tuple[Binding, bool]]:
+        """Bindings whose value is written on one of ``lines``, and whether other modules
+        can see them (module and class attributes, ``self.<name>``), unlike function
+        locals."""
+        scopes = [module.scopes.module]
+        scopes.extend(scope for _, scope, _ in _definitions_touching(module, lines))
         for scope in scopes:
             groups = [(b, scope.kind != "function") for b in scope.bindings.values()]
             groups.extend((b, True) for b in scope.instance_attributes.values())
@@ -393,20 +423,32 @@ class ProjectAnalysis:
                         yield binding, visible
 
 
-def with_local_aliases(analysis: ProjectAnalysis, module: Module) -> Module:
-    """Scope the module again until the names it binds to sources are all scoped (a fixed
-    point: each round scopes more of the module's own identifiers, so it ends)."""
-    while True:
-        aliases = analysis.local_aliases(module) - module.words
-        if not aliases:
-            return module
-        module = analysis.project.rescope(module, module.words | aliases)
-        analysis.reset()
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
-def names_any(module: Module, words: frozenset[str]) -> bool:
-    """Whether the module's text names one of ``words`` as an identifier."""
-    return bool(lines_with_words(module.lines, sorted(words)))
+def _definitions_touching(
+    module: Module, lines: list[int]
+) -> list[tuple[Definition, Scope, Scope]]:
+    """The functions and classes (at any depth) whose span holds one of ``lines``, in
+    source order, each with its own scope and the scope it is defined in. A class's methods
+    come after it, so its instance attributes are all known once they are."""
+    scopes = module.scopes
+    stack: list[tuple[ast.stmt, Scope]] = [(s, scopes.module) for s in reversed(module.tree.body)]
+    found: list[tuple[Definition, Scope, Scope]] = []
+    while stack:
+        statement, parent = stack.pop()
+        if not touches_lines(statement, lines):
+            continue
+        if isinstance(statement, (*FUNCTIONS, ast.ClassDef)):
+            scope = scopes.function_scope(statement)
+            if scope is None:
+                continue
+            found.append((statement, scope, parent))
+            stack.extend((s, scope) for s in reversed(statement.body))
+        else:
+            for body in reversed(nested_bodies(statement)):
+                stack.extend((s, parent) for s in reversed(body))
+    return found
 
 
 def _enclosing_function_names(scope: Scope | None) -> list[str]:

@@ -43,10 +43,10 @@ from typing import Any
 
 from packaging.version import Version
 
-from ckptlint.analysis import ProjectAnalysis, with_local_aliases
+from ckptlint.analysis import ProjectAnalysis
 from ckptlint.config import Settings
 from ckptlint.core import Finding
-from ckptlint.lazy_tree import LazyTreeMismatch, check_unparsed_bodies
+from ckptlint.lazy_tree import check_unparsed_bodies
 from ckptlint.noqa import file_exemption, is_suppressed
 from ckptlint.project import cache
 from ckptlint.project.dependencies import Dependencies, ScanKey
@@ -55,6 +55,7 @@ from ckptlint.project.index import Module, Project, scan
 from ckptlint.project.layout import Layout
 from ckptlint.project.search import NAMES, matches
 from ckptlint.regions.sources import SourceTable, configured_source
+from ckptlint.resolution.solver import TOO_DEEP, Fault, Unit
 from ckptlint.rules import ALL_RULES
 from ckptlint.rules.base import FileContext
 from ckptlint.rules.io_error import InaccessiblePath
@@ -71,7 +72,6 @@ from ckptlint.source import (
     split_lines,
 )
 
-TOO_DEEP = "too deeply nested to analyse"
 ALL_CODES = frozenset(rule.code for rule in ALL_RULES)
 TRIGGERS = tuple(sorted({word for rule in ALL_RULES for word in rule.TRIGGERS}))
 # Below this many files to analyse per process, a worker costs more than it saves.
@@ -132,7 +132,8 @@ class Analysed:
 
 # -- the work, wherever it runs --------------------------------------------------------------
 class Analyser:
-    """A process's share of the analysis: the parsed project, and the computations on it."""
+    """A process's share of the analysis: the parsed project and its one analysis, shared by
+    every discovery round and every file's findings (see ``analysis``)."""
 
     def __init__(
         self,
@@ -143,87 +144,74 @@ class Analyser:
         target_torch: Version | None = None,
     ) -> None:
         self.table = table
-        self.target_torch = target_torch
         self.words = Words(table.words)
-        self.project = Project(layout, files, paths, self.words.names, aliaser=self._aliases)
+        self.project = Project(layout, files, paths, table.words)
+        self.analysis = ProjectAnalysis(self.project, table, target_torch=target_torch)
 
     def use(self, words: Words) -> None:
         self.words = words
-        self.project.set_words(words.names)
+        self.analysis.use(words.calls, words.classes)
 
     def seed_scans(self, scans: Mapping[ScanKey, tuple[str, ...]]) -> None:
         self.project.seed_scans(scans)
 
-    def analysis(self) -> ProjectAnalysis:
-        """A fresh analysis of the project (the default view)."""
-        return self._analysis(self.project)
-
-    def _analysis(self, project: Project) -> ProjectAnalysis:
-        analysis = ProjectAnalysis(project, self.table, target_torch=self.target_torch)
-        if self.words.classes:
-            analysis.learn_layer_classes(self.words.classes)
-        return analysis
-
-    def _aliases(self, module: Module, base: Project) -> Module:
-        return with_local_aliases(self._analysis(base), module)
-
     def exports(self, path: str) -> Exported:
-        return self._retrying(lambda: self._exports(path))
-
-    def findings(self, path: str, fixes: bool) -> Analysed:
-        return self._retrying(lambda: self._findings(path, fixes))
-
-    def _retrying(self, compute: Callable[[], Any]) -> Any:
-        """``compute``, again with a file parsed in full when a lazy split misread it."""
-        for _ in range(3):
-            try:
-                return compute()
-            except LazyTreeMismatch as mismatch:
-                self.project.reparse_in_full(mismatch.path)
-        return compute()
-
-    def _exports(self, path: str) -> Exported:
         project = self.project
         calls: frozenset[str] = frozenset()
         classes: frozenset[str] = frozenset()
         error = internal_error = None
-        with project.recording() as dependencies:
+        with self.analysis.solver.unit() as unit:
             try:
                 module = project.module_at(path)
                 if module is None:
                     error = _finding(UnreadableFile.code, project.error(path))
                 else:
-                    exported = self._analysis(project).exports(module)
+                    exported = self.analysis.exports(module)
                     calls, classes = exported.calls, exported.classes
-            except LazyTreeMismatch:
-                raise
             except (RecursionError, MemoryError, SyntaxError):
                 pass  # reported with the file's findings
             except Exception as bug:  # a bug of ours must not stop the run
                 internal_error = f"{type(bug).__name__}: {bug}"
         digest = project.files.digest(path)
+        dependencies = self._dependencies(unit)
         return Exported(
             path, digest, self.words.digest, calls, classes, error, internal_error, dependencies
         )
 
-    def _findings(self, path: str, fixes: bool) -> Analysed:
+    def findings(self, path: str, fixes: bool) -> Analysed:
         project = self.project
-        with project.recording() as dependencies:
+        with self.analysis.solver.unit() as unit:
             try:
                 module = project.module_at(path)
                 if module is None:
                     found = [_finding(UnreadableFile.code, project.error(path))]
                 else:
-                    found = analyze_safely(module, self._analysis(project))
-            except LazyTreeMismatch:
-                raise
+                    found = analyze_safely(module, self.analysis)
             except (RecursionError, MemoryError):
                 found = [_too_deep(project, path)]
             except Exception as error:  # a bug of ours must not stop the run
-                return Analysed(path, (), f"{type(error).__name__}: {error}", dependencies)
+                message = f"{type(error).__name__}: {error}"
+                return Analysed(path, (), message, self._dependencies(unit))
+        if module is not None and unit.faults and not _unreadable(found):
+            found.extend(fault_finding(module, fault) for fault in unit.faults)
         if not fixes:
             found = [f.without_fix() for f in found]
-        return Analysed(path, tuple(found), None, dependencies)
+        return Analysed(path, tuple(found), None, self._dependencies(unit))
+
+    def _dependencies(self, unit: Unit) -> Dependencies:
+        """What a computation read, as the cache checks it."""
+        dependencies = Dependencies()
+        for fact, value in self.analysis.solver.facts(unit.reads):
+            kind, subject = fact  # type: ignore[misc]
+            if kind == "module":
+                dependencies.modules[subject] = value  # type: ignore[assignment]
+            elif kind == "resolved":
+                dependencies.resolved[subject] = value  # type: ignore[assignment]
+            elif kind == "package":
+                dependencies.packages[subject] = value  # type: ignore[assignment]
+            elif kind == "scan":
+                dependencies.scans[subject] = value  # type: ignore[assignment]
+        return dependencies
 
 
 def analyze(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
@@ -244,6 +232,34 @@ def analyze_safely(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
     except (RecursionError, MemoryError):
         return [too_deep_finding(module.tree)]
     return found
+
+
+def fault_finding(module: Module, fault: Fault) -> Finding:
+    """CKP901 for a part of the analysis that gave up (see ``resolution.solver``): at the
+    line it concerns when that is in this file, else at line 1 naming the place."""
+    path, _, line = fault.where.rpartition(":")
+    if path == module.path and line.isdigit():
+        at, where = int(line), f"line {line}"
+    else:
+        at, where = 1, _display(fault.where) if fault.where else "code this file reaches"
+    if fault.what.startswith(TOO_DEEP):
+        message = f"{fault.what}, at {where}"
+    else:
+        message = f"part of the analysis failed at {where}: {fault.what}"
+    message += "; findings that depend on it may be missing"
+    return Finding(at, 1, UnreadableFile.code, message, end_line=at, end_column=1)
+
+
+def _display(where: str) -> str:
+    path, _, line = where.rpartition(":")
+    if not path:
+        return where
+    relative = os.path.relpath(path)
+    return f"{path if relative.startswith('..') else relative}:{line}"
+
+
+def _unreadable(found: list[Finding]) -> bool:
+    return len(found) == 1 and found[0].code == UnreadableFile.code
 
 
 def _too_deep(project: Project, path: str) -> Finding:
@@ -573,7 +589,7 @@ class Engine:
         analyser = state.analyser(self.table, self.target_torch)
         analyser.use(state.words)
         analysed = [p for p in self.paths if p in state.analysed and p not in state.errors]
-        return analysed, analyser.analysis()
+        return analysed, analyser.analysis
 
     # -- findings ---------------------------------------------------------------------------
     def _analysed(self, state: _State, paths: list[str], fixes: bool) -> dict[str, Analysed]:

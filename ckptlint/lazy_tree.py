@@ -9,9 +9,12 @@ The stub is an instance of a subclass of the real node type (``isinstance`` hold
 
 Soundness: the split looks at raw lines, so a line that only looks like a definition (inside
 a multi-line string or brackets) must never be trusted. Every chunk must have balanced
-triple quotes, eagerly parsed chunks must parse, and a body parsed later must end where the
-stub said. Anything else raises ``LazyTreeMismatch`` (or falls back to ``ast.parse`` up
-front), and the caller parses the whole file instead.
+triple quotes and eagerly parsed chunks must parse (else the file is parsed whole up front).
+A body parsed later must parse on its own and end where the stub said; when it does not,
+the whole text decides: the body of the same definition in ``ast.parse(text)``, or, when
+the text does not parse (a syntax error in that body), a body that returns what cannot be
+known (``UNPARSABLE``), and the file's own check reports the syntax error (CKP901). Lazy
+parsing never changes a tree, and a body that does not parse stops no one else's analysis.
 """
 
 from __future__ import annotations
@@ -30,12 +33,8 @@ _MAX_HEADER_LINES = 40
 _NOT_A_HEADER = frozenset(" \t\r\n\f#@)]}")
 
 
-class LazyTreeMismatch(Exception):
-    """A lazily parsed body did not match its stub: parse the whole file instead."""
-
-    def __init__(self, filename: str, line: int) -> None:
-        super().__init__(f"{filename}:{line}")
-        self.path = filename[1:-1] if filename.startswith("<") else filename  # see parse()
+# The name a body that does not parse returns: bound nowhere, so its value is unknown.
+UNPARSABLE = "<unparsable>"
 
 
 @dataclass(frozen=True)
@@ -89,6 +88,8 @@ def check_unparsed_bodies(tree: ast.Module, text: str, filename: str) -> None:
     without building Python objects, about 25 % cheaper than ``ast.parse``. Chunks that fail
     there may only have been split wrongly, so the whole text has the last word.
     """
+    if any(isinstance(node, _LazyBody) and node._failed for node in tree.body):
+        ast.parse(text, filename)  # raises the syntax error a body was found to have
     stubs: list[_LazyBody] = [
         node for node in tree.body if isinstance(node, _LazyBody) and node._parsed_body is None
     ]
@@ -137,7 +138,7 @@ def _parse_at(lines: list[str], start: int, end: int, filename: str) -> list[ast
     source = "\n" * start + "".join(lines[start:end])
     try:
         return ast.parse(source, filename).body
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 
@@ -181,7 +182,7 @@ class _LazyBody:
     _source: tuple[list[str], _Chunk, str]
     end_lineno: int | None
     _parsed_body: list[ast.stmt] | None = None
-
+    _failed = False  # the body does not parse: a syntax error the file's check reports
     _parsed_end_col_offset: int | None = None
 
     @property
@@ -208,18 +209,40 @@ class _LazyBody:
         """Parse the definition's lines, keep its body and end, and return the body."""
         lines, chunk, filename = self._source
         statements = _parse_at(lines, chunk.start, chunk.end, filename)
-        if statements is None or len(statements) != 1:
-            raise LazyTreeMismatch(filename, chunk.start + 1)
-        (real,) = statements
-        if (
-            not isinstance(real, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            or type(real) is not self._real_type
-            or real.end_lineno != self.end_lineno
-        ):
-            raise LazyTreeMismatch(filename, chunk.start + 1)
-        self._parsed_body = real.body
-        self._parsed_end_col_offset = real.end_col_offset
-        return real.body
+        real = statements[0] if statements is not None and len(statements) == 1 else None
+        if real is None or type(real) is not self._real_type or real.end_lineno != self.end_lineno:
+            real = self._from_whole_text()
+        if real is None:
+            self._failed = True
+            self._parsed_body = [_unparsable(chunk.start + 1)]
+            self._parsed_end_col_offset = 0
+        else:
+            self._parsed_body = real.body  # type: ignore[attr-defined]
+            self._parsed_end_col_offset = real.end_col_offset
+            self.end_lineno = real.end_lineno
+        return self._parsed_body
+
+    def _from_whole_text(self) -> ast.stmt | None:
+        """The same definition in the whole text's tree (None: the text does not parse)."""
+        lines, chunk, filename = self._source
+        try:
+            tree = ast.parse("".join(lines), filename)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        for node in tree.body:
+            if node.lineno == self.lineno and type(node) is self._real_type:  # type: ignore[attr-defined]
+                return node
+        return None
+
+
+def _unparsable(line: int) -> ast.stmt:
+    """``return <unparsable>``: a body whose code cannot be known."""
+    name = ast.Name(id=UNPARSABLE, ctx=ast.Load())
+    statement = ast.Return(value=name)
+    for node in (name, statement):
+        node.lineno, node.col_offset = line, 0
+        node.end_lineno, node.end_col_offset = line, 0
+    return statement
 
 
 class LazyFunctionDef(_LazyBody, ast.FunctionDef):

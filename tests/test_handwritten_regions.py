@@ -387,7 +387,7 @@ def test_the_function_sources_say_what_they_restore(tmp_path: Path, name: str) -
     path = tmp_path / "recompute.py"
     path.write_text(textwrap.dedent(RECOMPUTE))
     table = SourceTable.build()
-    project = Project(Layout([str(path)]), words=table.words)
+    project = Project(Layout([str(path)]), eager_words=table.words)
     analysis = ProjectAnalysis(project, table)
     module = project.module_at(str(path))
     assert module is not None

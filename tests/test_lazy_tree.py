@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from ckptlint.lazy_tree import LazyFunctionDef, LazyTreeMismatch, parse_lazily
+from ckptlint.lazy_tree import UNPARSABLE, LazyFunctionDef, check_unparsed_bodies, parse_lazily
 from ckptlint.source import split_lines
 
 LAYOUTS = {
@@ -102,13 +102,28 @@ def test_bodies_are_parsed_only_when_read() -> None:
     assert isinstance(stub.body[0], ast.Return)
 
 
-def test_a_body_that_does_not_match_its_stub_is_refused() -> None:
+def test_a_body_that_does_not_match_its_stub_is_the_whole_texts() -> None:
+    """A stub that said something else than the body (a split gone wrong) takes the body
+    and the end the whole text's tree gives that definition: laziness never changes a tree."""
     text = "def f():\n    return 1\n"
     tree = parse_lazily(text, split_lines(text), "m.py", ())
     stub = tree.body[0]
     stub.end_lineno = 5
-    with pytest.raises(LazyTreeMismatch):
-        _ = stub.body
+    assert ast.dump(stub.body[0]) == ast.dump(ast.parse(text).body[0].body[0])  # type: ignore[attr-defined]
+    assert stub.end_lineno == 2
+
+
+def test_a_body_that_does_not_parse_is_unknown_code_and_its_files_error() -> None:
+    """Read by the analysis, a body with a syntax error returns what cannot be known (its
+    callers' analysis goes on); the file's own check raises the error ast.parse raises."""
+    text = "import torch\n\ndef f(x):\n    return x +\n\ndef g(x):\n    return x\n"
+    tree = parse_lazily(text, split_lines(text), "m.py", ())
+    (statement,) = tree.body[1].body  # type: ignore[attr-defined]
+    assert isinstance(statement, ast.Return) and isinstance(statement.value, ast.Name)
+    assert statement.value.id == UNPARSABLE
+    with pytest.raises(SyntaxError) as raised:
+        check_unparsed_bodies(tree, text, "m.py")
+    assert raised.value.lineno == 4
 
 
 UNREAD_BODY_ERRORS = {

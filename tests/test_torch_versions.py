@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from ckptlint.analysis import ProjectAnalysis, with_local_aliases
+from ckptlint.analysis import ProjectAnalysis
 from ckptlint.engine import analyze
 from ckptlint.project.index import Project
 from ckptlint.project.layout import Layout
@@ -207,11 +207,9 @@ def lint_for_target(root: Path, files: dict[str, str], target: str | None) -> li
         path.write_text(textwrap.dedent(source))
     table = SourceTable.build()
     paths = sorted(str(p) for p in root.rglob("*.py"))
-    project = Project(Layout(paths), words=table.words)
+    project = Project(Layout(paths), eager_words=table.words)
     target_torch = None if target is None else Version(target)
     analysis = ProjectAnalysis(project, table, target_torch=target_torch)
-    for path in paths:
-        with_local_aliases(analysis, project.module_at(path))  # type: ignore[arg-type]
     found = []
     for path in paths:
         module = project.module_at(path)

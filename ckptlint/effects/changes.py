@@ -53,19 +53,19 @@ class ChangeFinder:
     def __init__(self, project: Project, evaluator: Evaluator) -> None:
         self.project = project
         self.evaluator = evaluator
-        self._changes: dict[tuple[str, str], list[GlobalWrite]] = {}
 
     def changes_of(self, module: Module, name: str) -> list[GlobalWrite]:
         """Run-time rebinding or mutation of ``module.name`` anywhere the run can see."""
-        key = (module.path, name)
-        if key not in self._changes:
-            found = list(self._changes_in_own_module(module, name))
-            for other in self._other_modules(module, ATTRIBUTE_WRITES, name):
-                found.extend(self._changes_through_attribute(other, module, name))
-            for other in self._other_modules(module, CONTENT_WRITES, name):
-                found.extend(self._changes_through_import(other, module, name))
-            self._changes[key] = found
-        return self._changes[key]
+        key = ("changes", module, name)
+        return self.evaluator.solver.ask(key, self._changes_of, module, name, fallback=[])
+
+    def _changes_of(self, module: Module, name: str) -> list[GlobalWrite]:
+        found = list(self._changes_in_own_module(module, name))
+        for other in self._other_modules(module, ATTRIBUTE_WRITES, name):
+            found.extend(self._changes_through_attribute(other, module, name))
+        for other in self._other_modules(module, CONTENT_WRITES, name):
+            found.extend(self._changes_through_import(other, module, name))
+        return found
 
     def _changes_in_own_module(self, module: Module, name: str) -> Iterator[GlobalWrite]:
         seen: set[tuple[int, str]] = set()

@@ -89,14 +89,15 @@ class RandomDraw:
 
 @dataclass
 class FunctionFacts:
-    """What one function body does by itself, before following its calls."""
+    """What one function body (``node``, run in ``context``) does by itself, before
+    following its calls (what each may call is evaluated only when a reach goes past it)."""
 
+    node: ast.AST
+    context: Context
     reads: list[GlobalRead] = field(default_factory=list)
     writes: list[GlobalWrite] = field(default_factory=list)
     draws: list[RandomDraw] = field(default_factory=list)
     calls: list[tuple[ast.Call, Context]] = field(default_factory=list)
-    # What each call may call, evaluated only when the reach goes past this function.
-    callees: list[tuple[ast.Call, Values]] | None = None
     # Writes under ``if flag:`` where the parameter ``flag`` defaults to a false constant
     # (``force_reset=False``): they run only for callers that pass it.
     opt_in_writes: list[tuple[OptIn, GlobalWrite]] = field(default_factory=list)
@@ -154,7 +155,6 @@ def _inside(location: Location, functions: list[FunctionValue]) -> bool:
 class ReachAnalysis:
     def __init__(self, evaluator: Evaluator) -> None:
         self.evaluator = evaluator
-        self._facts: dict[tuple[ast.AST, Context], FunctionFacts] = {}
 
     def reach(self, region: Values) -> Reach:
         """What the region runs, to ``MAX_CALL_DEPTH`` levels of calls everywhere."""
@@ -289,16 +289,19 @@ class ReachAnalysis:
                     self._collect(callee, call, reach, depth + 1, seen)
 
     def _callees(self, facts: FunctionFacts) -> list[tuple[ast.Call, Values]]:
-        if facts.callees is None:
-            evaluate = self.evaluator.evaluate
-            facts.callees = [(call, evaluate(call.func, where)) for call, where in facts.calls]
-        return facts.callees
+        """What each call of a body may call (asked of the solver: evaluated once a run)."""
+        key = ("callees", facts.node, facts.context)
+        return self.evaluator.solver.ask(key, self._callees_of, facts, fallback=[])
+
+    def _callees_of(self, facts: FunctionFacts) -> list[tuple[ast.Call, Values]]:
+        evaluate = self.evaluator.evaluate
+        return [(call, evaluate(call.func, where)) for call, where in facts.calls]
 
     def facts(self, function: FunctionValue, context: Context) -> FunctionFacts:
-        key = (function.node, context)
-        if key not in self._facts:
-            self._facts[key] = self._facts_of(function, context)
-        return self._facts[key]
+        key = ("facts", function.node, context)
+        return self.evaluator.solver.ask(
+            key, self._facts_of, function, context, fallback=FunctionFacts(function.node, context)
+        )
 
     def _facts_of(self, function: FunctionValue, context: Context) -> FunctionFacts:
         """One pass over the body: global reads, calls, random draws and global writes
@@ -307,7 +310,7 @@ class ReachAnalysis:
         body = function.node.body
         statements = [body] if isinstance(body, ast.expr) else body
         module = function.module
-        facts = FunctionFacts()
+        facts = FunctionFacts(function.node, context)
         writes: list[tuple[GlobalWrite, Scope]] = []
         switches = _opt_in_parameters(function.node.args)
         switched: list[tuple[int, int, OptIn]] = []

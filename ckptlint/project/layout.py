@@ -7,16 +7,18 @@ roots on disk (an excluded or git-ignored file is still importable). Within a ro
 (``blocks/__init__.py``) wins over a module of the same name (``blocks.py``), and a folder
 without ``__init__.py`` is a namespace package, as in Python's ``FileFinder``.
 
-Every answer a computation gets is recorded in the active ``Dependencies`` (``recorder``):
-what a result depended on is what the cache checks before it reuses the result.
+Every answer a computation gets is recorded with the ``recorder`` (the run's solver): what a
+result depended on is what the cache checks before it reuses the result.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from ckptlint.project.dependencies import Dependencies
+if TYPE_CHECKING:
+    from ckptlint.project.index import Recorder
 
 
 class Layout:
@@ -31,7 +33,7 @@ class Layout:
         self._packages: dict[str, bool] = {}  # folder: holds an __init__.py
         self._project_packages: dict[str, bool] = {}
         self._roots_naming: dict[str, list[str]] | None = None
-        self.recorder: Dependencies | None = None
+        self.recorder: Recorder | None = None
         for path in files:
             self.add(path)
 
@@ -80,7 +82,7 @@ class Layout:
                     self._found_names.setdefault(found, name)
             self._found[name] = found
         if self.recorder is not None:
-            self.recorder.resolved[name] = found
+            self.recorder.read(("resolved", name), found)
         return found
 
     def is_project_package(self, name: str) -> bool:
@@ -91,7 +93,7 @@ class Layout:
             found = any(self._is_folder(root, parts) for root in self._roots_holding(parts[0]))
             self._project_packages[name] = found
         if self.recorder is not None:
-            self.recorder.packages[name] = found
+            self.recorder.read(("package", name), found)
         return found
 
     def _on_disk(self, name: str) -> str | None:

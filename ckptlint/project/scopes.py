@@ -132,21 +132,16 @@ def fold(bindings: list[Binding], position: Position | None) -> list[Binding]:
 
 @dataclass
 class ModuleScopes:
-    """Scopes of one module, with the scope each call and each function body runs in.
+    """Scopes of one module: the module's own, and the scope each definition body runs in.
 
-    Only the parts of the module that can matter are visited (see ``build_scopes``); the
-    scope of a definition body that was skipped is built on first request.
+    Only the module's statements are visited up front (see ``build_scopes``); the scope of a
+    definition body, lambda or comprehension is built on first request.
     """
 
     module: Scope
-    scope_of_call: dict[int, Scope]
     scope_of_function: dict[int, Scope]
-    calls: list[ast.Call]
     skipped: dict[int, tuple[ast.AST, Scope]]
     walrus_lines: frozenset[int] = frozenset()
-
-    def scope_of(self, call: ast.Call) -> Scope:
-        return self.scope_of_call[id(call)]
 
     def function_scope(self, node: ast.AST) -> Scope | None:
         """The scope of a def, lambda, class or comprehension, building it if it was skipped."""
@@ -168,37 +163,22 @@ class ModuleScopes:
         return self.scope_of_function[id(node)]
 
     def _merge(self, builder: _ScopeBuilder) -> None:
-        """Record what a later builder found (``calls`` keeps the calls of interest only)."""
+        """Record what a later builder found."""
         self.scope_of_function.update(builder.scope_of_function)
-        self.scope_of_call.update(builder.scope_of_call)
         self.skipped.update(builder.skipped)
 
 
-def build_scopes(
-    tree: ast.Module,
-    candidate_lines: frozenset[int] | None = None,
-    walrus_lines: frozenset[int] = frozenset(),
-) -> ModuleScopes:
-    """Scopes of ``tree``.
+def build_scopes(tree: ast.Module, walrus_lines: frozenset[int] = frozenset()) -> ModuleScopes:
+    """Scopes of ``tree``: the module's bindings now, every other scope on first request.
 
-    With ``candidate_lines`` (lines where a name of interest appears), expressions and
-    definition bodies that do not touch those lines are not visited: they can hold no call
-    of interest, and their local bindings are invisible elsewhere. Binding statements are
-    always recorded, so lookups from visited code stay exact; so are the bindings an
-    expression makes, on ``walrus_lines`` (lines holding ``:=``).
+    Binding statements are always recorded, so lookups stay exact; so are the bindings an
+    expression makes, on ``walrus_lines`` (lines holding ``:=``). Other expressions and
+    the definition bodies are visited when a scope inside them is first asked for.
     """
     module = Scope("module", tree, None)
-    visited = None if candidate_lines is None else candidate_lines | walrus_lines
-    builder = _ScopeBuilder(module, module, visited)
+    builder = _ScopeBuilder(module, module, walrus_lines)
     builder.visit_body(tree.body)
-    return ModuleScopes(
-        module,
-        builder.scope_of_call,
-        builder.scope_of_function,
-        builder.calls,
-        builder.skipped,
-        walrus_lines,
-    )
+    return ModuleScopes(module, builder.scope_of_function, builder.skipped, walrus_lines)
 
 
 def node_position(node: ast.AST) -> Position:
@@ -293,10 +273,8 @@ class _ScopeBuilder:
         self.scope = scope
         self.candidate_lines = None if candidate_lines is None else sorted(candidate_lines)
         self.conditional = False
-        self.scope_of_call: dict[int, Scope] = {}
         self.scope_of_function: dict[int, Scope] = {}
         self.skipped: dict[int, tuple[ast.AST, Scope]] = {}
-        self.calls: list[ast.Call] = []
 
     def touches_candidates(self, node: ast.AST) -> bool:
         return self.candidate_lines is None or touches_lines(node, self.candidate_lines)
@@ -414,7 +392,7 @@ class _ScopeBuilder:
             self.expressions(list(ast.iter_child_nodes(node)))
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        self.expressions([*node.decorator_list, *_outside_parts(node.args)])
+        self.expressions([*node.decorator_list, *outside_parts(node.args)])
         if node.returns is not None:
             self.expressions([node.returns])
         self.bind(node.name, node)
@@ -550,7 +528,7 @@ class _ScopeBuilder:
                     continue
                 self.scope = scope
                 if isinstance(node, ast.Lambda):
-                    stack.extend((part, scope) for part in reversed(_outside_parts(node.args)))
+                    stack.extend((part, scope) for part in reversed(outside_parts(node.args)))
                     inner = self.new_function_scope(node, node.args, None)
                     stack.append((node.body, inner))
                 elif isinstance(node, COMPREHENSIONS):
@@ -564,9 +542,6 @@ class _ScopeBuilder:
                     )
                     stack.append((node.value, scope))
                 else:
-                    if isinstance(node, ast.Call):
-                        self.scope_of_call[id(node)] = scope
-                        self.calls.append(node)
                     stack.extend((child, scope) for child in reversed(_children(node)))
         finally:
             self.scope = saved
@@ -591,7 +566,7 @@ class _ScopeBuilder:
         return list(reversed(work))
 
 
-def _outside_parts(args: ast.arguments) -> list[ast.expr]:
+def outside_parts(args: ast.arguments) -> list[ast.expr]:
     """Defaults and annotations: evaluated where the def or lambda is, not in its body."""
     parts: list[ast.expr] = [d for d in (*args.defaults, *args.kw_defaults) if d is not None]
     parts.extend(arg.annotation for arg in parameters(args) if arg.annotation is not None)

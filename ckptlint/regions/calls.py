@@ -1,18 +1,26 @@
-"""Calls found by a text search for a name, with the context each is evaluated in.
+"""Calls found by a text search for a name, with the scope or context each is evaluated in.
 
-The scopes a module is built with visit only the lines naming a source; a rule that looks
-for another API (``create_selective_checkpoint_contexts``, ``DistributedDataParallel``)
-finds its lines with ``Module.lines_naming`` and the calls on them here.
+Sites are calls on the lines naming a word of interest (``calls_on_lines``); a rule that
+looks for another API (``create_selective_checkpoint_contexts``, ``DistributedDataParallel``)
+finds its lines with ``Module.lines_naming`` and the calls on them with ``calls_at``.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, statements_at
-from ckptlint.resolution.evaluator import Evaluator
+from ckptlint.project.scopes import (
+    COMPREHENSIONS,
+    FUNCTIONS,
+    Scope,
+    is_type_checking,
+    outside_parts,
+    statements_at,
+    touches_lines,
+)
+from ckptlint.resolution.evaluator import Evaluator, children_run_here
 from ckptlint.resolution.values import Context
 
 
@@ -35,3 +43,103 @@ def calls_at(evaluator: Evaluator, module: Module, line: int) -> Iterator[tuple[
         elif isinstance(node, ast.Call) and node.lineno <= line <= (node.end_lineno or node.lineno):
             yield node, Context(module, node_scope)
         stack.extend((child, node_scope) for child in reversed(list(ast.iter_child_nodes(node))))
+
+
+def calls_on_lines(module: Module, lines: list[int]) -> list[tuple[ast.Call, Scope]]:
+    """The calls in expressions touching ``lines`` (ascending), in source order, each with
+    the scope it runs in; definitions are entered only where they touch ``lines``."""
+    if not lines:
+        return []
+    scopes = module.scopes
+    found: list[tuple[ast.Call, Scope]] = []
+    work: list[tuple[ast.AST, Scope]] = [(s, scopes.module) for s in reversed(module.tree.body)]
+    while work:
+        node, scope = work.pop()
+        if not touches_lines(node, lines) and not _decorators_touch(node, lines):
+            continue
+        if isinstance(node, ast.stmt):
+            work.extend(reversed(_statement_parts(node, scope, module)))
+            continue
+        if isinstance(node, ast.Lambda):
+            inner = scopes.function_scope(node) or scopes.build_nested(node, scope)
+            work.append((node.body, inner))
+            work.extend((part, scope) for part in reversed(outside_parts(node.args)))
+            continue
+        if isinstance(node, COMPREHENSIONS):
+            inner = scopes.function_scope(node) or scopes.build_nested(node, scope)
+            work.extend(reversed(_comprehension_parts(node, scope, inner)))
+            continue
+        if isinstance(node, ast.Call):
+            found.append((node, scope))
+        work.extend((child, scope) for child in reversed(list(ast.iter_child_nodes(node))))
+    return found
+
+
+def _decorators_touch(node: ast.AST, lines: list[int]) -> bool:
+    """A definition's decorators lie before its ``def`` line."""
+    decorators = getattr(node, "decorator_list", None)
+    return bool(decorators) and any(touches_lines(d, lines) for d in decorators)
+
+
+def _statement_parts(
+    statement: ast.stmt, scope: Scope, module: Module
+) -> list[tuple[ast.AST, Scope]]:
+    """What of a statement runs where: a definition's decorators, defaults and bases in
+    ``scope``, its body in its own; any other statement's parts in ``scope``."""
+    if isinstance(statement, (*FUNCTIONS, ast.ClassDef)):
+        if isinstance(statement, ast.ClassDef):
+            header: list[ast.AST] = [*statement.decorator_list, *statement.bases]
+            header.extend(k.value for k in statement.keywords)
+        else:
+            header = [*statement.decorator_list, *outside_parts(statement.args)]
+            if statement.returns is not None:
+                header.append(statement.returns)
+        parts = [(part, scope) for part in header]
+        inner = module.scopes.function_scope(statement)
+        if inner is not None:
+            parts.extend((child, inner) for child in statement.body)
+        return parts
+    if isinstance(statement, ast.If) and is_type_checking(statement.test):
+        return [(child, scope) for child in statement.orelse]  # its body never runs
+    parts: list[tuple[ast.AST, Scope]] = []
+    for child in ast.iter_child_nodes(statement):
+        if isinstance(child, ast.excepthandler):
+            parts.extend((part, scope) for part in ast.iter_child_nodes(child))
+        elif isinstance(child, ast.match_case):
+            parts.extend((part, scope) for part in ast.iter_child_nodes(child))
+        else:
+            parts.append((child, scope))
+    return parts
+
+
+def _comprehension_parts(node: ast.AST, outer: Scope, inner: Scope) -> list[tuple[ast.AST, Scope]]:
+    """A comprehension's first iterable runs outside it; the rest inside."""
+    generators: list[ast.comprehension] = node.generators  # type: ignore[attr-defined]
+    parts: list[tuple[ast.AST, Scope]] = [(generators[0].iter, outer)]
+    for index, generator in enumerate(generators):
+        if index:
+            parts.append((generator.iter, inner))
+        parts.extend((condition, inner) for condition in generator.ifs)
+    if isinstance(node, ast.DictComp):
+        parts.extend([(node.key, inner), (node.value, inner)])
+    else:
+        parts.append((node.elt, inner))  # type: ignore[attr-defined]
+    return parts
+
+
+def calls_in_body(
+    body: Sequence[ast.AST], scope: Scope, module: Module
+) -> Iterator[tuple[ast.Call, Scope]]:
+    """The calls a body runs itself (not those of the definitions it holds), each with its
+    scope (a comprehension's own, for the calls inside it)."""
+    scopes = module.scopes
+    stack = [(node, scope) for node in reversed(body)]
+    while stack:
+        node, node_scope = stack.pop()
+        if isinstance(node, COMPREHENSIONS):
+            inner = scopes.function_scope(node) or scopes.build_nested(node, node_scope)
+            stack.extend(reversed(_comprehension_parts(node, node_scope, inner)))
+            continue
+        if isinstance(node, ast.Call):
+            yield node, node_scope
+        stack.extend((child, node_scope) for child in reversed(children_run_here(node)))

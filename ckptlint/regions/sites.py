@@ -26,6 +26,7 @@ from ckptlint.project.scopes import (
     statements_at,
     touches_lines,
 )
+from ckptlint.regions.calls import calls_in_body, calls_on_lines
 from ckptlint.regions.custom import recompute_function
 from ckptlint.regions.sources import RegionSource, SourceTable
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
@@ -127,17 +128,18 @@ class SiteFinder:
 
     def __init__(self, evaluator: Evaluator, table: SourceTable) -> None:
         self.evaluator = evaluator
+        self.solver = evaluator.solver
         self.guesser = Evaluator(
-            evaluator.project, duck_typing=True, target_torch=evaluator.target_torch
+            evaluator.project,
+            duck_typing=True,
+            target_torch=evaluator.target_torch,
+            solver=evaluator.solver,
         )
         self.table = table
-        # Last names of classes known to derive from a layer source (the table's, and the
-        # project's subclasses found so far): a class naming one as a base may derive too.
+        # Last names of the layer sources: a class naming one as a base may derive from it.
         self.layer_words = frozenset(
             name.rsplit(".", 1)[-1] for name, s in table.by_name.items() if s.kind == "layer"
         )
-        self._wrappers: dict[tuple[ast.AST, int], list[ast.Call] | None] = {}
-        self._expanding: set[ast.AST] = set()  # wrappers on the stack (a recursive one stops)
         self._recomputes: dict[int, RegionSource | None] = {}
 
     # -- what a callee is ------------------------------------------------------------------
@@ -193,11 +195,12 @@ class SiteFinder:
         """The source calls an instance of a module class makes when its ``forward``
         checkpoints what its constructor was given (MONAI's ActivationCheckpointWrapper)."""
         inner_calls = self.wrapper_class_calls(cls)
-        if not inner_calls or cls.node in self._expanding:
+        if not inner_calls:
             return []
         found: list[SourceCall] = []
-        self._expanding.add(cls.node)
-        try:
+        with self.solver.guard(("expanding", cls.node)) as entered:
+            if not entered:
+                return []
             for forward in self.evaluator.member((instance,), "forward"):
                 if not isinstance(forward, FunctionValue):
                     continue
@@ -214,23 +217,17 @@ class SiteFinder:
                                 path.partials,
                             )
                         )
-        finally:
-            self._expanding.discard(cls.node)
         return found[:MAX_PATHS_PER_WRAPPER]
 
     def wrapper_class_calls(self, cls: ClassValue) -> list[ast.Call]:
         """The calls in a class's ``forward`` whose region is what its ``__init__`` was
         given (``self.module = module`` ... ``checkpoint(self.module, x)``); empty for a
         class that is no such wrapper."""
-        key = (cls.node, id(cls.context.module))
-        if key in self._wrappers:
-            return self._wrappers[key] or []
-        self._wrappers[key] = None
+        key = ("wrapper class calls", cls.node, cls.context.module)
+        return self.solver.ask(key, self._wrapper_class_calls, cls, fallback=[])
+
+    def _wrapper_class_calls(self, cls: ClassValue) -> list[ast.Call]:
         found: list[ast.Call] = []
-        owners = [c for c in self.evaluator.mro(cls) if isinstance(c, ClassValue)]
-        if not any(touches_lines(c.node, c.module.candidate_lines) for c in owners):
-            self._wrappers[key] = found
-            return found  # no class of its MRO names a source (their bodies stay unparsed)
         initialisers = {
             id(statement)
             for owner in self.evaluator.mro(cls)
@@ -242,12 +239,9 @@ class SiteFinder:
         for forward in forwards if initialisers else ():
             if not isinstance(forward, FunctionValue) or isinstance(forward.node, ast.Lambda):
                 continue
-            if not touches_lines(forward.node, forward.module.candidate_lines):
-                continue  # names no source: cannot checkpoint anything
-            context = self.evaluator.bind(forward, None)
-            for node in own_nodes(forward.node.body):
-                if not isinstance(node, ast.Call):
-                    continue
+            bound = self.evaluator.bind(forward, None)
+            for node, scope in calls_in_body(forward.node.body, bound.scope, forward.module):
+                context = bound.at(scope)
                 callee = self.evaluator.evaluate(node.func, context)
                 for path in self.paths(callee, Arguments.of(node, context), node.func, context):
                     flow = path.region_flow()
@@ -257,19 +251,17 @@ class SiteFinder:
                     ):
                         found.append(node)
                         break
-        self._wrappers[key] = found
         return found
 
     def _wrapper_paths(self, value: FunctionValue, arguments: Arguments) -> list[SourceCall]:
         """The source calls a project wrapper makes when called with ``arguments``."""
-        if value.node in self._expanding:
-            return []
         inner_calls = self.wrapper_calls(value)
         if not inner_calls:
             return []
         context = self.evaluator.bind(value, arguments)
-        self._expanding.add(value.node)
-        try:
+        with self.solver.guard(("expanding", value.node)) as entered:
+            if not entered:
+                return []
             found: list[SourceCall] = []
             for call in inner_calls:
                 callee = self.evaluator.evaluate(call.func, context)
@@ -281,8 +273,6 @@ class SiteFinder:
                         )
                     )
             return found[:MAX_PATHS_PER_WRAPPER]
-        finally:
-            self._expanding.discard(value.node)
 
     # -- keywords a source receives ----------------------------------------------------------
     def keyword(self, path: SourceCall, name: str) -> Flow | None:
@@ -323,23 +313,20 @@ class SiteFinder:
     def wrapper_calls(self, function: FunctionValue) -> list[ast.Call]:
         """The calls in ``function``'s body that hand a parameter on as a region (empty for a
         function that is not a wrapper)."""
-        key = (function.node, id(function.context.module))
-        if key in self._wrappers:
-            return self._wrappers[key] or []
-        self._wrappers[key] = None  # a recursive wrapper ends here
+        key = ("wrapper calls", function.node, function.context.module)
+        return self.solver.ask(key, self._wrapper_calls, function, fallback=[])
+
+    def _wrapper_calls(self, function: FunctionValue) -> list[ast.Call]:
         found: list[ast.Call] = []
         if not isinstance(function.node, ast.Lambda):
             scope = self.evaluator.scope_of(function)
-            unbound = Context(function.module, scope)
-            for node in own_nodes(function.node.body):
-                if isinstance(node, ast.Call) and self._delegates(node, unbound):
+            for node, where in calls_in_body(function.node.body, scope, function.module):
+                if self._delegates(node, Context(function.module, where)):
                     found.append(node)
-        self._wrappers[key] = found
         return found
 
     def _delegates(self, call: ast.Call, context: Context) -> bool:
-        scope = context.module.scopes.scope_of_call.get(id(call), context.scope)
-        context = Context(context.module, scope)
+        scope = context.scope
         callee = self.evaluator.evaluate(call.func, context)
         return any(
             self.delegates(path, scope)
@@ -376,12 +363,13 @@ class SiteFinder:
                 yield from self.evaluator.evaluate(node.func, context)
 
     # -- sites of a module -----------------------------------------------------------------
-    def sites(self, module: Module) -> Iterator[Site]:
-        """Sites at the calls the module's scopes visited (lines naming a word of interest)
-        and at the ``forward`` of classes deriving from a layer source."""
-        scopes = module.scopes
-        for call in list(scopes.calls):
-            scope = scopes.scope_of(call)
+    def sites(
+        self, module: Module, lines: list[int], layer_words: frozenset[str]
+    ) -> Iterator[Site]:
+        """Sites at the calls on ``lines`` (those naming a word of interest), at the
+        ``forward`` of classes deriving from a layer source (a base named by one of
+        ``layer_words``), and at definitions a decorator on ``lines`` checkpoints."""
+        for call, scope in calls_on_lines(module, lines):
             context = Context(module, scope)
             flags = _flags_tested_true(module, call)
             if flags:  # ``if self.enabled: self._ckpt_fn(...)``
@@ -397,15 +385,14 @@ class SiteFinder:
                 continue  # a branch that never runs on the torch the project targets
             delegates = any(self.delegates(path, scope) for path in paths)
             yield Site(module, call, context, tuple(paths), delegates=delegates, torch=torch)
-        yield from self.layer_sites(module)
-        yield from self.decorated_sites(module)
+        yield from self.layer_sites(module, layer_words)
+        yield from self.decorated_sites(module, lines)
 
-    def decorated_sites(self, module: Module) -> Iterator[Site]:
+    def decorated_sites(self, module: Module, lines: list[int]) -> Iterator[Site]:
         """Definitions (at module level or in a class) whose decorator runs them under a
         region source: nanotron's ``@checkpoint_method(attr_name=...)`` returns a function
         that calls ``checkpoint(func, ...)`` on the method it decorates."""
-        lines = module.candidate_lines
-        for node, owner in _definitions_at_top(module):
+        for node, owner in _definitions_at_top(module, lines):
             for decorator in node.decorator_list:
                 if not touches_lines(decorator, lines):
                     continue
@@ -436,7 +423,7 @@ class SiteFinder:
         if isinstance(node, ast.Lambda) or not parameters or decorator.bound is not None:
             return []
         given = (parameters[0], Argument(None, None, (decorated,)))
-        inner = Context(
+        inner = self.evaluator.context(
             decorator.module, self.evaluator.scope_of(decorator), (*decorator.context.env, given)
         )
         found: list[SourceCall] = []
@@ -466,11 +453,13 @@ class SiteFinder:
                             )
         return found[:MAX_PATHS_PER_WRAPPER]
 
-    def layer_sites(self, module: Module) -> Iterator[Site]:
-        """Classes whose bases name a word of interest and derive from a layer source."""
+    def layer_sites(self, module: Module, layer_words: frozenset[str]) -> Iterator[Site]:
+        """Classes a base of which is named by one of ``layer_words`` (the last names of
+        layer sources and of the project's classes found deriving from one) and that do
+        derive from a layer source."""
         context = self.evaluator.module_context(module)
         for node in classes_at_top(module.tree.body):
-            if not self.may_derive_from_a_layer(node):
+            if not may_derive_from_a_layer(node, layer_words):
                 continue
             cls = ClassValue(node, context)
             source = self.layer_source(cls)
@@ -480,14 +469,6 @@ class SiteFinder:
             torch = self.evaluator.versions_at(module, node)
             if not torch.empty:
                 yield Site(module, forward, context, layer=cls, layer_source=source, torch=torch)
-
-    def may_derive_from_a_layer(self, node: ast.ClassDef) -> bool:
-        """A base names a layer class (by its last name): worth resolving the bases."""
-        return any(
-            (base.id if isinstance(base, ast.Name) else getattr(base, "attr", None))
-            in self.layer_words
-            for base in node.bases
-        )
 
     def layer_source(self, cls: ClassValue) -> RegionSource | None:
         """The ``layer`` row a class derives from, if any."""
@@ -577,6 +558,14 @@ class SiteFinder:
                 )
 
 
+def may_derive_from_a_layer(node: ast.ClassDef, layer_words: frozenset[str]) -> bool:
+    """A base names a layer class (by its last name): worth resolving the bases."""
+    return any(
+        (base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)) in layer_words
+        for base in node.bases
+    )
+
+
 def _dict_item(mapping: Mapping, key: str) -> Flow | None:
     for item_key, item_value in zip(mapping.node.keys, mapping.node.values, strict=True):  # type: ignore[union-attr]
         if isinstance(item_key, ast.Constant) and item_key.value == key:
@@ -656,7 +645,7 @@ def classes_at_top(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:
 
 
 def _definitions_at_top(
-    module: Module,
+    module: Module, lines: list[int]
 ) -> Iterator[tuple[FunctionDefinition, ast.ClassDef | None]]:
     """Functions defined at module level and methods of classes there (under ``if`` and
     ``try`` too), each with the class it is a method of."""
@@ -666,7 +655,7 @@ def _definitions_at_top(
         if isinstance(node, FUNCTIONS):
             yield node, None
         elif isinstance(node, ast.ClassDef):
-            if touches_lines(node, module.candidate_lines):  # else no decorator can matter
+            if touches_lines(node, lines):  # else no decorator can matter
                 for statement in node.body:
                     if isinstance(statement, FUNCTIONS):
                         yield statement, node

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import replace
-from typing import TypeGuard
+from typing import TypeGuard, TypeVar
 
 from packaging.version import Version
 
@@ -32,7 +32,9 @@ from ckptlint.project.scopes import (
     parameter_defaults,
     statements_at,
 )
+from ckptlint.resolution.solver import Solver
 from ckptlint.resolution.values import (
+    CONTEXT_DEPTH,
     UNKNOWN,
     Argument,
     Arguments,
@@ -56,7 +58,10 @@ from ckptlint.resolution.values import (
     TorchVersionTest,
     Value,
     Values,
+    activations,
+    held_contexts,
     known,
+    limit_context,
     unique,
 )
 from ckptlint.resolution.versions import (
@@ -78,11 +83,13 @@ from ckptlint.torch_catalogue import (
     canonical,
 )
 
+T = TypeVar("T")
 PARTIAL = "functools.partial"
-# How deeply one evaluation may nest (names, calls, returns) before it gives up: UNKNOWN.
-MAX_DEPTH = 40
+# At most this many values per expression (in source order), then UNKNOWN: a name bound in
+# thousands of branches, or a container of thousands of elements, costs no more than that.
+MAX_VALUES = 64
+_UNKNOWN: Values = (UNKNOWN,)
 _BUILTINS = frozenset(dir(builtins))
-_DEPTH_BOUND = object()  # what a lookup cut by MAX_DEPTH depends on
 _DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
 _ITERATION_BUILTINS = frozenset({"list", "tuple", "iter", "reversed", "sorted", "set", "frozenset"})
 
@@ -90,30 +97,28 @@ _ITERATION_BUILTINS = frozenset({"list", "tuple", "iter", "reversed", "sorted", 
 class Evaluator:
     """``duck_typing``: an unannotated parameter's attributes are looked up in the classes
     its module defines or imports (see ``_duck_typed_member``); used only for regions, where
-    guessing what ``model.transformer.h`` holds is worth its cost and its risk."""
+    guessing what ``model.transformer.h`` holds is worth its cost and its risk.
+
+    Every lookup goes through the run's ``Solver``: memoised, bounded, the same in any order
+    (see ``resolution.solver``)."""
 
     def __init__(
-        self, project: Project, *, duck_typing: bool = False, target_torch: Version | None = None
+        self,
+        project: Project,
+        *,
+        duck_typing: bool = False,
+        target_torch: Version | None = None,
+        solver: Solver | None = None,
     ) -> None:
         self.project = project
         self.duck_typing = duck_typing
+        self.solver = solver if solver is not None else Solver()
+        self._kind = "duck" if duck_typing else "exact"  # keys differ between the two views
         # The oldest torch the project runs on (None: not known, no branch is decided).
         self.target_torch = target_torch
         self._targeted = at_least(target_torch)
-        self._tests: dict[tuple[int, int], tuple[VersionRange, VersionRange]] = {}
-        self._callers: dict[tuple[int, int], list[tuple[FunctionValue, Arguments]] | None] = {}
-        self._memo: dict[object, Values] = {}
-        # Results that a cut (a cycle back to a lookup still in progress, or the depth bound)
-        # made incomplete: kept only until the outermost evaluation returns, so that the
-        # same lookup reached from elsewhere, with room to finish, is computed in full.
-        self._provisional: dict[object, Values] = {}
-        self._in_progress: set[object] = set()
-        self._cuts: list[set[object] | None] = []  # per lookup in progress: what it cut
-        self._depth = 0
         self._contexts: dict[Context, Context] = {}
-        self._mro: dict[ClassValue, list[ClassValue | External]] = {}
         self._methods_built: set[int] = set()
-        self._visible: dict[str, list[ClassValue]] = {}
         self._derived: dict[str, dict[str, list[ast.ClassDef]]] = {}
 
     # -- entry points ----------------------------------------------------------------------
@@ -121,67 +126,38 @@ class Evaluator:
         return Context(module, module.scopes.module)
 
     def evaluate(self, expression: ast.expr, context: Context) -> Values:
-        return self._guarded((id(expression), context), lambda: self._evaluate(expression, context))
+        return self._guarded((expression, context), self._evaluate, expression, context)
 
     def member(self, values: Values, attribute: str) -> Values:
-        return unique(
-            v
-            for value in values
-            for v in self._guarded(("member", value, attribute), self._member, value, attribute)
-        ) or (UNKNOWN,)
+        return (
+            unique(
+                v
+                for value in values
+                for v in self._guarded(("member", value, attribute), self._member, value, attribute)
+            )
+            or _UNKNOWN
+        )
 
     def iterate(self, values: Values) -> Values:
         """What iterating over any of ``values`` yields."""
-        return unique(
-            v for value in values for v in self._guarded(("iterate", value), self._elements, value)
-        ) or (UNKNOWN,)
+        return (
+            unique(
+                v
+                for value in values
+                for v in self._guarded(("iterate", value), self._elements, value)
+            )
+            or _UNKNOWN
+        )
 
     def _guarded(
-        self, key: object, compute: Callable[..., Iterable[Value]], *args: object
+        self, key: Hashable, compute: Callable[..., Iterable[Value]], *args: object
     ) -> Values:
-        """Memoised, and bounded: a cycle or a chain deeper than MAX_DEPTH is UNKNOWN.
+        """Asked of the solver: memoised, bounded, UNKNOWN where cut or failed."""
+        return self.solver.ask((self._kind, key), _values_of, compute, *args, fallback=_UNKNOWN)
 
-        A result that depends on such a cut is not memoised for good (only a cycle back to
-        the lookup itself is complete once it returns: its values are the fixed point)."""
-        cached = self._memo.get(key)
-        if cached is None:
-            cached = self._provisional.get(key)
-        if cached is not None:
-            return cached
-        if key in self._in_progress:
-            self._cut(key)
-            return (UNKNOWN,)
-        if self._depth >= MAX_DEPTH:
-            self._cut(_DEPTH_BOUND)
-            return (UNKNOWN,)
-        self._in_progress.add(key)
-        self._cuts.append(None)
-        self._depth += 1
-        try:
-            values = unique(compute(*args)) or (UNKNOWN,)
-        finally:
-            self._depth -= 1
-            self._in_progress.discard(key)
-            cuts = self._cuts.pop()
-        if cuts:
-            cuts.discard(key)
-        if cuts:
-            self._provisional[key] = values
-            for cut in cuts:
-                self._cut(cut)
-        else:
-            self._memo[key] = values
-        if not self._depth:
-            self._provisional.clear()
-        return values
-
-    def _cut(self, what: object) -> None:
-        """The lookup in progress lacks what ``what`` would have given."""
-        if self._cuts:
-            if self._cuts[-1] is None:
-                self._cuts[-1] = {what}
-            else:
-                self._cuts[-1].add(what)
+    def _ask(self, key: Hashable, compute: Callable[..., T], *args: object, fallback: T) -> T:
+        """Any other question, asked of the solver (keys differ between the two views)."""
+        return self.solver.ask((self._kind, key), compute, *args, fallback=fallback)
 
     def call_result(self, callee: Values, call: ast.Call, context: Context) -> Values:
         return unique(v for value in callee for v in self._call(value, call, context)) or (UNKNOWN,)
@@ -201,12 +177,12 @@ class Evaluator:
             for parameter, flow in zip(positional, arguments.positional, strict=False):
                 if flow is None:  # a *args: the rest is not known
                     break
-                env.append((parameter, Argument(*flow)))
+                env.append((parameter, passed_on(Argument(*flow))))
                 supplied.add(parameter.arg)
             by_name = {p.arg: p for p in (*positional, *node.args.kwonlyargs)}
             for name, flow in arguments.keywords.items():
                 if name in by_name:
-                    env.append((by_name[name], Argument(*flow)))
+                    env.append((by_name[name], passed_on(Argument(*flow))))
                     supplied.add(name)
             for parameter, default in parameter_defaults(node.args).items():
                 if parameter.arg not in supplied and not arguments.double_star:
@@ -215,9 +191,16 @@ class Evaluator:
                 taken = frozenset(p.arg for p in (*node.args.posonlyargs, *node.args.args))
                 held = CallKeywords(arguments, taken | frozenset(by_name))
                 env.append((node.args.kwarg, Argument(None, None, (held,))))
-        context = Context(function.module, scope, tuple(env))
-        # One object per distinct binding: contexts nest (an argument holds its caller's
-        # context), and comparing equal copies would walk the whole nest at every level.
+        return self.context(function.module, scope, tuple(env))
+
+    def context(self, module: Module, scope: Scope, env: Environment = ()) -> Context:
+        """The context binding ``env`` in ``scope``, its nesting bounded (``limit_context``)
+        and one object per distinct binding: contexts nest (an argument holds its caller's
+        context), and comparing equal copies would walk the whole nest at every level."""
+        context = Context(module, scope, env)
+        if env:
+            recursive = any(scope in activations(inner) for _, inner in _argument_contexts(env))
+            context = limit_context(context, 1 if recursive else CONTEXT_DEPTH)
         return self._contexts.setdefault(context, context)
 
     def scope_of(self, function: FunctionValue | ClassValue) -> Scope:
@@ -244,11 +227,11 @@ class Evaluator:
         return unique(results) or (Constant(None),)
 
     def mro(self, cls: ClassValue) -> list[ClassValue | External]:
-        """The class and its bases, left to right, each once (external bases end a branch)."""
-        cached = self._mro.get(cls)
-        if cached is not None:
-            return cached
-        self._mro[cls] = [cls]  # a cycle of bases stops here
+        """The class and its bases, left to right, each once (external bases end a branch;
+        a cycle of bases ends where it closes)."""
+        return self._ask(("mro", cls), self._mro, cls, fallback=[cls])
+
+    def _mro(self, cls: ClassValue) -> list[ClassValue | External]:
         order: list[ClassValue | External] = [cls]
         outer = cls.context
         for base in cls.node.bases:
@@ -256,7 +239,6 @@ class Evaluator:
                 for ancestor in self.mro(value) if isinstance(value, ClassValue) else [value]:
                     if isinstance(ancestor, (ClassValue, External)) and ancestor not in order:
                         order.append(ancestor)
-        self._mro[cls] = order
         return order
 
     def instance_assignments(self, cls: ClassValue, attribute: str) -> list[Binding]:
@@ -392,7 +374,7 @@ class Evaluator:
         values: list[Value] = [Parameter(node, scope.node, context.module)]
         if binding.value is not None:  # what callers pass, the default where they omit it
             function = FunctionValue(scope.node, context.at(scope.parent))  # type: ignore[arg-type]
-            key = ("passed", id(node), id(context.module))
+            key = ("passed", node, context.module)
             passed = self._guarded(key, self._passed_by_callers, function, node)
             if passed == (UNKNOWN,):  # callers the analysis cannot all see
                 passed = self.evaluate(binding.value, context.at(scope.parent))  # type: ignore[arg-type]
@@ -430,13 +412,8 @@ class Evaluator:
         node = function.node
         if isinstance(node, ast.Lambda) or not _is_private(node.name):
             return None
-        key = (id(node), id(function.module))
-        if key in self._callers:
-            return self._callers[key]
-        self._callers[key] = None  # a use inside its own arguments ends here
-        found = self._find_callers(function)
-        self._callers[key] = found
-        return found
+        key = ("callers", node, function.module)
+        return self._ask(key, self._find_callers, function, fallback=None)
 
     def _find_callers(
         self, function: FunctionValue
@@ -555,10 +532,16 @@ class Evaluator:
     def test_versions(self, test: ast.expr, context: Context) -> tuple[VersionRange, VersionRange]:
         """The torch versions on which ``test`` may be true, and those on which it may be
         false (every version for a test that does not look at the torch version)."""
-        key = (id(test), id(context.scope))
-        found = self._tests.get(key)
-        if found is not None:
-            return found
+        return self._ask(
+            ("versions", test, context),
+            self._test_versions,
+            test,
+            context,
+            fallback=(EVERY_VERSION, EVERY_VERSION),
+        )
+
+    def _test_versions(self, test: ast.expr, context: Context) -> tuple[VersionRange, VersionRange]:
+        found = None
         if isinstance(test, ast.BoolOp):
             parts = [self.test_versions(value, context) for value in test.values]
             true, false = parts[0]
@@ -578,9 +561,7 @@ class Evaluator:
                     true = true.union(value.versions)  # type: ignore[union-attr]
                     false = false.union(value.versions.complement())  # type: ignore[union-attr]
                 found = (true, false)
-        found = found or (EVERY_VERSION, EVERY_VERSION)
-        self._tests[key] = found
-        return found
+        return found or (EVERY_VERSION, EVERY_VERSION)
 
     def _live(self, bindings: list[Binding], module: Module) -> list[Binding]:
         """Bindings made in code that runs on the targeted torch (all, with no target)."""
@@ -632,19 +613,19 @@ class Evaluator:
     def visible_classes(self, module: Module) -> list[ClassValue]:
         """Classes a module binds at its top level under a capitalised name (defined or
         imported): what an unannotated parameter of its functions most likely is."""
-        cached = self._visible.get(module.path)
-        if cached is None:
-            cached = []
-            context = self.module_context(module)
-            for name, bindings in module.scopes.module.bindings.items():
-                if not name[:1].isupper():
-                    continue
-                for binding in fold(bindings, None):
-                    for value in self.binding_values(binding, context):
-                        if isinstance(value, ClassValue) and value not in cached:
-                            cached.append(value)
-            self._visible[module.path] = cached
-        return cached
+        return self._ask(("visible", module), self._visible_classes, module, fallback=[])
+
+    def _visible_classes(self, module: Module) -> list[ClassValue]:
+        found: list[ClassValue] = []
+        context = self.module_context(module)
+        for name, bindings in module.scopes.module.bindings.items():
+            if not name[:1].isupper():
+                continue
+            for binding in fold(bindings, None):
+                for value in self.binding_values(binding, context):
+                    if isinstance(value, ClassValue) and value not in found:
+                        found.append(value)
+        return found
 
     def _project_mro(self, cls: ClassValue) -> list[ClassValue]:
         return [c for c in self.mro(cls) if isinstance(c, ClassValue)]
@@ -777,7 +758,7 @@ class Evaluator:
             env: Environment = ()
             if self_parameter is not None:
                 env = ((self_parameter, Argument(None, None, (instance,))),)
-            values = self.evaluate(binding.value, Context(owner.module, method, env))
+            values = self.evaluate(binding.value, self.context(owner.module, method, env))
         for index in binding.path:  # ``self.stages, info = make_stages(...)``
             values = unique(v for value in values for v in _item(value, index, self)) or (UNKNOWN,)
         return values if binding.path else _made_for(values, binding)
@@ -1205,6 +1186,25 @@ class Evaluator:
             ) <= index < len(node.elts):
                 return self.evaluate(node.elts[index], sequence.context)
         return self._elements(sequence)
+
+
+def _argument_contexts(env: Environment) -> Iterator[tuple[ast.arg, Context]]:
+    for parameter, argument in env:
+        if argument.context is not None:
+            yield parameter, argument.context
+        for value in argument.values:
+            for inner in held_contexts(value):
+                yield parameter, inner
+
+
+def _values_of(compute: Callable[..., Iterable[Value]], *args: object) -> Values:
+    """A lookup's values: each once, in source order, at most MAX_VALUES (then UNKNOWN)."""
+    values = unique(compute(*args))
+    if not values:
+        return _UNKNOWN
+    if len(values) > MAX_VALUES:
+        return (*values[:MAX_VALUES], UNKNOWN)
+    return values
 
 
 _MODULE_ITERATORS = frozenset({"children", "modules", "named_children", "named_modules"})

@@ -8,8 +8,8 @@ others, so "any branch" and "exactly one" are decisions of the caller (see ``eva
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from ckptlint.project.index import Module
@@ -315,6 +315,161 @@ Value = (
     | Super
 )
 Values = tuple[Value, ...]
+
+
+# -- bounded contexts -------------------------------------------------------------------------
+# A context binds parameters to arguments written in the callers' contexts, which bind their
+# own: a call chain of any length nests contexts that deep, and recursion through arguments
+# (``first(region.inner)``) makes a new context at every level. Contexts are kept at most
+# CONTEXT_DEPTH deep: below that, an argument is evaluated where it was written with its
+# own parameters unbound (what any caller may pass). The questions the analysis can ask are
+# then finitely many, so every computation ends.
+CONTEXT_DEPTH = 4
+
+
+def context_depth(context: Context | None) -> int:
+    """How deeply the arguments a context binds nest contexts (0: binds nothing)."""
+    if context is None or not context.env:
+        return 0
+    cached = context.__dict__.get("_depth")
+    if cached is None:
+        cached = 1 + max((context_depth(c) for c in _bound_contexts(context)), default=0)
+        object.__setattr__(context, "_depth", cached)
+    return cached
+
+
+def activations(context: Context) -> frozenset[Scope]:
+    """The scopes of the contexts a context holds, its own included: a function whose scope
+    is among its arguments' is called from (an activation of) itself, recursively."""
+    cached = context.__dict__.get("_activations")
+    if cached is None:
+        cached = frozenset({context.scope})
+        for inner in _bound_contexts(context):
+            cached |= activations(inner)
+        object.__setattr__(context, "_activations", cached)
+    return cached
+
+
+def _bound_contexts(context: Context) -> Iterator[Context]:
+    """The contexts the arguments a context binds hold."""
+    for _, argument in context.env:
+        if argument.context is not None:
+            yield argument.context
+        for value in argument.values:
+            yield from held_contexts(value)
+
+
+def held_contexts(value: Value) -> Iterator[Context]:
+    """The contexts a value holds (where its code runs, where it was made)."""
+    if isinstance(value, (FunctionValue, ClassValue, Sequence, Mapping)):
+        yield value.context
+        if isinstance(value, FunctionValue) and value.bound:
+            for bound in value.bound:
+                yield from held_contexts(bound)
+    elif isinstance(value, Instance):
+        if value.context is not None:
+            yield value.context
+        if isinstance(value.cls, ClassValue):
+            yield value.cls.context
+    elif isinstance(value, PartialValue):
+        yield value.context
+        for inner in value.inner:
+            yield from held_contexts(inner)
+    elif isinstance(value, Elements):
+        for inner in value.of:
+            yield from held_contexts(inner)
+    elif isinstance(value, Row):
+        for item in value.items:
+            for inner in item:
+                yield from held_contexts(inner)
+    elif isinstance(value, CallKeywords):
+        arguments = value.arguments
+        for flow in (*arguments.positional, *arguments.keywords.values(), *arguments.spread):
+            if flow is not None:
+                yield flow[1]
+    elif isinstance(value, Method):
+        yield from held_contexts(value.receiver)
+    elif isinstance(value, Super):
+        yield value.cls.context
+        for inner in value.instance:
+            yield from held_contexts(inner)
+
+
+def value_depth(value: Value) -> int:
+    """The deepest context a value holds."""
+    return max((context_depth(c) for c in held_contexts(value)), default=0)
+
+
+def _argument_depth(argument: Argument) -> int:
+    found = context_depth(argument.context)
+    for value in argument.values:
+        found = max(found, value_depth(value))
+    return found
+
+
+def limit_context(context: Context, depth: int = CONTEXT_DEPTH) -> Context:
+    """``context`` with what it binds nested at most ``depth`` deep (see CONTEXT_DEPTH)."""
+    if context_depth(context) <= depth:
+        return context
+    if depth <= 0:
+        return Context(context.module, context.scope)
+    env = tuple(
+        (parameter, _limit_argument(argument, depth - 1)) for parameter, argument in context.env
+    )
+    return Context(context.module, context.scope, env)
+
+
+def _limit_argument(argument: Argument, depth: int) -> Argument:
+    if _argument_depth(argument) <= depth:
+        return argument
+    context = None if argument.context is None else limit_context(argument.context, depth)
+    values = tuple(limit_value(value, depth) for value in argument.values)
+    return Argument(argument.expression, context, values, argument.default)
+
+
+def limit_value(value: Value, depth: int) -> Value:
+    """``value`` with the contexts it holds at most ``depth`` deep."""
+    if value_depth(value) <= depth:
+        return value
+    if isinstance(value, FunctionValue):
+        bound = None if value.bound is None else tuple(limit_value(v, depth) for v in value.bound)
+        return FunctionValue(value.node, limit_context(value.context, depth), bound)
+    if isinstance(value, ClassValue):
+        return ClassValue(value.node, limit_context(value.context, depth))
+    if isinstance(value, (Sequence, Mapping)):
+        return replace(value, context=limit_context(value.context, depth))
+    if isinstance(value, Instance):
+        cls = limit_value(value.cls, depth) if isinstance(value.cls, ClassValue) else value.cls
+        context = None if value.context is None else limit_context(value.context, depth)
+        return replace(value, cls=cls, context=context)  # type: ignore[arg-type]
+    if isinstance(value, PartialValue):
+        inner = tuple(limit_value(v, depth) for v in value.inner)
+        return PartialValue(inner, value.call, limit_context(value.context, depth))
+    if isinstance(value, Elements):
+        return Elements(tuple(limit_value(v, depth) for v in value.of))
+    if isinstance(value, Row):
+        return Row(tuple(tuple(limit_value(v, depth) for v in item) for item in value.items))
+    if isinstance(value, CallKeywords):
+        return CallKeywords(_limit_arguments(value.arguments, depth), value.taken)
+    if isinstance(value, Method):
+        return Method(limit_value(value.receiver, depth), value.name)
+    if isinstance(value, Super):
+        cls = limit_value(value.cls, depth)
+        return Super(cls, tuple(limit_value(v, depth) for v in value.instance))  # type: ignore[arg-type]
+    return value
+
+
+def _limit_arguments(arguments: Arguments, depth: int) -> Arguments:
+    def flow(item: Flow) -> Flow:
+        return item[0], limit_context(item[1], depth)
+
+    return Arguments(
+        tuple(None if item is None else flow(item) for item in arguments.positional),
+        {name: flow(item) for name, item in arguments.keywords.items()},
+        arguments.double_star,
+        arguments.calls,
+        tuple(flow(item) for item in arguments.spread),
+    )
 
 
 def unique(values: Iterable[Value]) -> Values:

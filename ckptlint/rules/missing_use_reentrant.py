@@ -371,10 +371,9 @@ def _partials_made(
     """``functools.partial(<source>, ...)`` written in the module outside its sites, with the
     source calls that calling the partial makes."""
     site_calls = {id(site.node) for site in sites}
-    for call in module.scopes.calls:
+    for call, context in analysis.calls_of_interest(module):
         if id(call) in site_calls:
             continue
-        context = Context(module, module.scopes.scope_of(call))
         callee = analysis.evaluate(call.func, context)
         if not any(isinstance(v, External) and v.name == PARTIAL for v in callee):
             continue

@@ -1,0 +1,275 @@
+"""Memoised queries that answer the same whatever was asked before, and always end.
+
+Every recursive question the analysis asks (what an expression may be, a class's bases, the
+callers of a function, whether a function is a wrapper...) goes through one ``Solver``, which
+keeps three promises (docs/analysis-semantics.md states them with their tests):
+
+- **Order does not matter.** An answer is kept for the rest of the run only when computing it
+  met no cycle: then it is what the question gives when asked first, in any process. An answer
+  that met a cycle (a question still being answered, itself included, gave a stand-in) is
+  *provisional*: it is reused only until the outermost question returns, and computed again
+  by the next one. So the outermost answers never depend on what was asked before them.
+- **It always ends.** A question asked while it is being answered is cut (the query's
+  ``fallback``); the number of distinct questions is finite (contexts are bounded where they
+  are made), so a run ends. A chain of questions deeper than ``height_limit`` stops the whole
+  outermost question, with the fallback and a note; whether that happens depends only on the
+  question, since every kept answer remembers how deep its computation went.
+- **One failure is one answer.** An exception raised while computing an answer (a bug, code
+  that cannot be parsed) makes that answer the fallback, with a note naming what was raised;
+  the questions around it go on.
+
+Each answer also remembers what it read of the project (``read``: a set of facts, as a
+bit mask), so that a computation reusing it records those reads as its own: that is what lets
+a stored result be reused only while everything it read holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+# How deep a chain of questions may go before the outermost one gives up.
+HEIGHT_LIMIT = 100
+# How many answers an outermost question may use, counting an answer again each time it
+# is used (so the count depends on the question alone, not on what was kept before it).
+SIZE_LIMIT = 2_000_000
+TOO_DEEP = "too deeply nested to analyse"
+TOO_BIG = "too much to analyse"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Why an answer is only its fallback: a question too deep to follow, or an exception
+    raised while computing it. ``where`` names the code, ``what`` the reason."""
+
+    where: str
+    what: str
+
+
+class _TooDeep(Exception):
+    """Raised inside the solver to stop an outermost question whose chain is too deep."""
+
+
+class _TooBig(Exception):
+    """Raised inside the solver to stop an outermost question that uses too many answers."""
+
+
+@dataclass(slots=True)
+class _Answer:
+    value: Any
+    height: int  # 1 + the deepest chain of questions below it
+    size: int  # 1 + the sizes of the answers it used (reused ones counted again), capped
+    reads: int  # facts read (bit mask)
+    faults: tuple[Fault, ...]
+
+
+@dataclass(slots=True)
+class _Frame:
+    key: Hashable
+    depth: int
+    height: int = 1
+    size: int = 1
+    reads: int = 0
+    cut: bool = False  # met a question still in progress (or a provisional answer)
+    faults: tuple[Fault, ...] = ()
+
+
+@dataclass
+class Unit:
+    """What the outermost questions of one computation (a file's findings) read and met."""
+
+    reads: int = 0
+    faults: list[Fault] = field(default_factory=list)
+
+    def note(self, faults: tuple[Fault, ...]) -> None:
+        for fault in faults:
+            if fault not in self.faults:
+                self.faults.append(fault)
+
+
+class Solver:
+    """The memo of one analysis (see the module docstring)."""
+
+    def __init__(self, height_limit: int = HEIGHT_LIMIT, size_limit: int = SIZE_LIMIT) -> None:
+        self.height_limit = height_limit
+        self.size_limit = size_limit
+        self.largest = 0  # the largest size an outermost question reached
+        self._final: dict[Hashable, _Answer] = {}
+        self._provisional: dict[Hashable, _Answer] = {}
+        self._stack: list[_Frame] = []
+        self._active: set[Hashable] = set()
+        self._units: list[Unit] = []
+        self.computed = 0  # answers computed (not reused): the work done
+        self.recomputed = 0  # of those, provisional ones (computed again by later questions)
+        self._facts: dict[Hashable, int] = {}
+        self.fact_values: list[tuple[Hashable, object]] = []
+
+    # -- questions ----------------------------------------------------------------------------
+    def ask(
+        self,
+        key: Hashable,
+        compute: Callable[..., T],
+        *args: object,
+        fallback: T,
+        where: Callable[[], str] | None = None,
+    ) -> T:
+        """The answer to ``key``, computed by ``compute(*args)`` unless known; ``fallback``
+        stands in for a question that is cut, too deep or failed; ``where`` names its code
+        in notes."""
+        stack = self._stack
+        answer = self._final.get(key)
+        if answer is None:
+            answer = self._provisional.get(key)
+            if answer is not None and stack:
+                stack[-1].cut = True
+        if answer is not None:
+            self._reuse(answer)
+            return answer.value  # type: ignore[no-any-return]
+        if key in self._active:
+            stack[-1].cut = True
+            return fallback
+        depth = len(stack)
+        if depth >= self.height_limit:
+            raise _TooDeep
+        frame = _Frame(key, depth)
+        stack.append(frame)
+        self._active.add(key)
+        try:
+            value = compute(*args)
+        except (_TooDeep, _TooBig, RecursionError) as limit:
+            if depth:
+                raise
+            value = fallback  # the whole question gives up: its limits are its own
+            frame.cut = False
+            frame.faults = (Fault(where() if where is not None else "", self._limit(limit)),)
+        except (MemoryError, KeyboardInterrupt):
+            raise
+        except Exception as error:  # one failure is one answer: the fallback, noted
+            value = fallback
+            frame.faults = (
+                *frame.faults,
+                Fault(where() if where is not None else "", _describe(error)),
+            )
+        finally:
+            stack.pop()
+            self._active.discard(key)
+        self.computed += 1
+        answer = _Answer(value, frame.height, frame.size, frame.reads, frame.faults)
+        if frame.cut:
+            self._provisional[key] = answer
+            self.recomputed += 1
+        else:
+            self._final[key] = answer
+        if stack:
+            parent = stack[-1]
+            parent.cut = parent.cut or frame.cut
+            self._join(parent, answer)
+        else:
+            self._provisional.clear()
+            self.largest = max(self.largest, frame.size)
+            self._record(answer)
+        return value
+
+    def _limit(self, error: Exception) -> str:
+        if isinstance(error, _TooBig):
+            return f"{TOO_BIG}: it uses more than {self.size_limit:,} answers"
+        return f"{TOO_DEEP}: a chain of more than {self.height_limit} lookups"
+
+    def _reuse(self, answer: _Answer) -> None:
+        stack = self._stack
+        if not stack:
+            self._record(answer)
+            return
+        parent = stack[-1]
+        if parent.depth + 1 + answer.height > self.height_limit:
+            raise _TooDeep
+        self._join(parent, answer)
+
+    def _join(self, parent: _Frame, answer: _Answer) -> None:
+        if answer.height >= parent.height:
+            parent.height = answer.height + 1
+        parent.size += answer.size
+        if parent.size > self.size_limit:
+            raise _TooBig
+        parent.reads |= answer.reads
+        if answer.faults:
+            parent.faults = (*parent.faults, *(f for f in answer.faults if f not in parent.faults))
+
+    def _record(self, answer: _Answer) -> None:
+        for unit in self._units:
+            unit.reads |= answer.reads
+            unit.note(answer.faults)
+
+    # -- what questions read ------------------------------------------------------------------
+    def read(self, fact: Hashable, value: object) -> None:
+        """Record that the question being answered read ``fact`` (which had ``value``)."""
+        bit = self._facts.get(fact)
+        if bit is None:
+            bit = self._facts[fact] = 1 << len(self.fact_values)
+            self.fact_values.append((fact, value))
+        if self._stack:
+            self._stack[-1].reads |= bit
+        else:
+            for unit in self._units:
+                unit.reads |= bit
+
+    def facts(self, reads: int) -> Iterator[tuple[Hashable, object]]:
+        """The facts of a bit mask, with the values they had when read."""
+        index = 0
+        while reads:
+            if reads & 1:
+                yield self.fact_values[index]
+            reads >>= 1
+            index += 1
+
+    @contextmanager
+    def unit(self) -> Iterator[Unit]:
+        """Collect what the outermost questions asked inside the block read and met."""
+        unit = Unit()
+        self._units.append(unit)
+        try:
+            yield unit
+        finally:
+            self._units.remove(unit)
+
+    @contextmanager
+    def guard(self, key: Hashable) -> Iterator[bool]:
+        """Enter ``key`` unless it is entered already (an expansion that reaches itself):
+        False then, and what is being answered is cut there, as by a question in progress."""
+        if key in self._active:
+            if self._stack:
+                self._stack[-1].cut = True
+            yield False
+            return
+        self._active.add(key)
+        try:
+            yield True
+        finally:
+            self._active.discard(key)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a question is being answered (callers that cache must use ``ask``)."""
+        return bool(self._stack)
+
+
+def _describe(error: Exception) -> str:
+    text = str(error)
+    name = type(error).__name__
+    return f"{name}: {text}" if text else name
+
+
+class Memo(Generic[T]):
+    """A typed view of the solver for one kind of question (its keys are prefixed)."""
+
+    def __init__(self, solver: Solver, kind: str, fallback: T) -> None:
+        self.solver = solver
+        self.kind = kind
+        self.fallback = fallback
+
+    def __call__(self, key: Hashable, compute: Callable[..., T], *args: object) -> T:
+        return self.solver.ask((self.kind, key), compute, *args, fallback=self.fallback)
