@@ -350,7 +350,13 @@ class ProjectAnalysis:
                 yield node.name, parent.kind != "function"
 
     def _binds_source(self, module: Module, binding: Binding) -> bool:
-        values = self.evaluator.binding_values(binding, Context(module, binding.scope))
+        context = Context(module, binding.scope)
+        value = binding.value
+        if isinstance(value, ast.Call) and not binding.path and not binding.iterated:
+            callee = self.evaluator.evaluate(value.func, context)
+            if any(self.is_source_like(v) for v in callee):
+                return False  # what a region returns (``x = checkpoint(f, x)``) is no source
+        values = self.evaluator.binding_values(binding, context)
         return any(self.is_source_like(value) for value in values)
 
     def is_source_like(self, value: Value) -> bool:

@@ -186,6 +186,14 @@ def node_position(node: ast.AST) -> Position:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
 
+def end_position(node: ast.AST) -> Position:
+    """Where a node ends."""
+    return (
+        getattr(node, "end_lineno", None) or getattr(node, "lineno", 0),
+        getattr(node, "end_col_offset", None) or 0,
+    )
+
+
 def nested_bodies(statement: ast.stmt) -> list[list[ast.stmt]]:
     """The statement lists a compound statement holds: body, else, finally, each except
     handler's and each match case's, in that order."""
@@ -321,13 +329,25 @@ class _ScopeBuilder:
         return True
 
     # -- bindings --------------------------------------------------------------------------
-    def bind(self, name: str, node: ast.AST, scope: Scope | None = None, **facts: object) -> None:
+    def bind(
+        self,
+        name: str,
+        node: ast.AST,
+        scope: Scope | None = None,
+        *,
+        after: ast.AST | None = None,
+        **facts: object,
+    ) -> None:
+        """Bind ``name`` at ``node``; a binding made by evaluating ``after`` (an assigned
+        value, a loop's iterable) takes effect where that expression ends, so a use inside
+        it (``x = f(x)``) sees the bindings before it, not this one."""
         target = scope or self.scope
         conditional = self.conditional
         if name in target.global_names and target is not self.module:
             # A function rebinding a global may never run: an alternative, not a replacement.
             target, conditional = self.module, True
-        binding = Binding(name, node, target, node_position(node), conditional, **facts)  # type: ignore[arg-type]
+        position = node_position(node) if after is None else end_position(after)
+        binding = Binding(name, node, target, position, conditional, **facts)  # type: ignore[arg-type]
         target.bindings.setdefault(name, []).append(binding)
 
     def bind_target(
@@ -343,7 +363,9 @@ class _ScopeBuilder:
         while stack:
             node, node_path = stack.pop()
             if isinstance(node, ast.Name):
-                self.bind(node.id, node, value=value, iterated=iterated, path=node_path)
+                self.bind(
+                    node.id, node, after=value, value=value, iterated=iterated, path=node_path
+                )
             elif isinstance(node, (ast.Tuple, ast.List)):
                 starred = any(isinstance(e, ast.Starred) for e in node.elts)
                 for index, element in reversed(list(enumerate(node.elts))):
@@ -438,7 +460,7 @@ class _ScopeBuilder:
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self.expressions([node.value])
         if isinstance(node.target, ast.Name):
-            self.bind(node.target.id, node.target)
+            self.bind(node.target.id, node.target, after=node.value)
         else:
             self.expressions([node.target])
 
@@ -538,6 +560,7 @@ class _ScopeBuilder:
                         node.target.id,
                         node.target,
                         scope=self.function_scope_for_walrus(),
+                        after=node.value,
                         value=node.value,
                     )
                     stack.append((node.value, scope))

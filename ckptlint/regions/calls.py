@@ -129,9 +129,15 @@ def _comprehension_parts(node: ast.AST, outer: Scope, inner: Scope) -> list[tupl
 
 def calls_in_body(
     body: Sequence[ast.AST], scope: Scope, module: Module
-) -> Iterator[tuple[ast.Call, Scope]]:
+) -> list[tuple[ast.Call, Scope]]:
     """The calls a body runs itself (not those of the definitions it holds), each with its
-    scope (a comprehension's own, for the calls inside it)."""
+    scope (a comprehension's own, for the calls inside it). The walk depends on the tree
+    alone: made once per body and kept (the body with it, so its id is never reused)."""
+    key = (id(body), id(scope))
+    found = _CALLS_IN_BODY.get(key)
+    if found is not None and found[0] is body and found[1] is scope:
+        return found[2]
+    calls: list[tuple[ast.Call, Scope]] = []
     scopes = module.scopes
     stack = [(node, scope) for node in reversed(body)]
     while stack:
@@ -141,5 +147,12 @@ def calls_in_body(
             stack.extend(reversed(_comprehension_parts(node, node_scope, inner)))
             continue
         if isinstance(node, ast.Call):
-            yield node, node_scope
+            calls.append((node, node_scope))
         stack.extend((child, node_scope) for child in reversed(children_run_here(node)))
+    _CALLS_IN_BODY[key] = (body, scope, calls)
+    return calls
+
+
+_CALLS_IN_BODY: dict[
+    tuple[int, int], tuple[Sequence[ast.AST], Scope, list[tuple[ast.Call, Scope]]]
+] = {}

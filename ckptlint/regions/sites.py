@@ -228,6 +228,9 @@ class SiteFinder:
 
     def _wrapper_class_calls(self, cls: ClassValue) -> list[ast.Call]:
         found: list[ast.Call] = []
+        owners = [c for c in self.evaluator.mro(cls) if isinstance(c, ClassValue)]
+        if not _may_wrap(owners):
+            return found
         initialisers = {
             id(statement)
             for owner in self.evaluator.mro(cls)
@@ -556,6 +559,55 @@ class SiteFinder:
                     for v in self.evaluator.iterate((value,))
                     if isinstance(v, (ClassValue, External))
                 )
+
+
+def _may_wrap(owners: list[ClassValue]) -> bool:
+    """Whether a class's ``forward`` reads ``self.<name>`` for a ``<name>`` its ``__init__``
+    stores a parameter in (``self.module = module``): what a class must do to checkpoint
+    what it was made with (a syntactic test, so no other class's body is evaluated)."""
+    stored: set[str] = set()
+    for owner in owners:
+        for statement in owner.node.body:
+            if isinstance(statement, FUNCTIONS) and statement.name == "__init__":
+                stored.update(_parameters_stored(statement))
+    if not stored:
+        return False
+    for owner in owners:
+        for statement in owner.node.body:
+            if isinstance(statement, FUNCTIONS) and statement.name == "forward":
+                self_name = _first_parameter_name(statement)
+                for node in own_nodes(statement.body):
+                    if (
+                        isinstance(node, ast.Attribute)
+                        and node.attr in stored
+                        and isinstance(node.value, ast.Name)
+                        and node.value.id == self_name
+                    ):
+                        return True
+    return False
+
+
+def _parameters_stored(initialiser: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[str]:
+    """``<name>`` of each ``self.<name> = <parameter>`` in an ``__init__``."""
+    arguments = initialiser.args
+    names = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    self_name = _first_parameter_name(initialiser)
+    for node in own_nodes(initialiser.body):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+            if node.value.id not in names:
+                continue
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == self_name
+                ):
+                    yield target.attr
+
+
+def _first_parameter_name(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    positional = [*function.args.posonlyargs, *function.args.args]
+    return positional[0].arg if positional else None
 
 
 def may_derive_from_a_layer(node: ast.ClassDef, layer_words: frozenset[str]) -> bool:
