@@ -42,6 +42,7 @@ from ckptlint.regions.sources import (
     SourceTable,
 )
 from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, Evaluator, own_nodes
+from ckptlint.resolution.mappings import Held, held
 from ckptlint.resolution.solver import Solver
 from ckptlint.resolution.values import (
     Arguments,
@@ -270,6 +271,11 @@ class ProjectAnalysis:
         ``SiteFinder.keyword``)."""
         return self.finder.keyword(path, name)
 
+    def held(self, mapping: ast.expr, context: Context, key: str) -> tuple[Held, ...]:
+        """What the mapping ``mapping`` may hold under ``key`` where it is written (a
+        ``**kwargs`` as the function edited it; see ``resolution.mappings``)."""
+        return held(self.evaluator, mapping, context, key)
+
     def reach_of(self, region: Values) -> Reach:
         """What calling any of ``region`` runs, to the depth ``reach`` follows."""
         return self.reaches.reach(region)
@@ -422,9 +428,15 @@ class ProjectAnalysis:
             groups.extend((b, True) for b in scope.instance_attributes.values())
             for bindings, visible in groups:
                 for binding in bindings:
+                    node = binding.node
+                    if isinstance(node, FUNCTIONS) and node.decorator_list:
+                        # a decorated ``def`` binds what its decorators make of it
+                        if any(touches_lines(d, lines) for d in node.decorator_list):
+                            yield binding, visible
+                        continue
                     if binding.value is None and binding.imported is None:
                         continue
-                    source = binding.value if binding.value is not None else binding.node
+                    source = binding.value if binding.value is not None else node
                     if touches_lines(source, lines):
                         yield binding, visible
 

@@ -30,18 +30,17 @@ from ckptlint.regions.calls import calls_in_body, calls_on_lines
 from ckptlint.regions.custom import recompute_function
 from ckptlint.regions.sources import RegionSource, SourceTable
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
+from ckptlint.resolution.mappings import Passed, flows_of, held
 from ckptlint.resolution.values import (
     UNKNOWN,
     Argument,
     Arguments,
-    CallKeywords,
     ClassValue,
     Context,
     External,
     Flow,
     FunctionValue,
     Instance,
-    Mapping,
     Method,
     Parameter,
     PartialValue,
@@ -279,18 +278,21 @@ class SiteFinder:
 
     # -- keywords a source receives ----------------------------------------------------------
     def keyword(self, path: SourceCall, name: str) -> Flow | None:
-        """What the source receives as ``name``: passed by name, or inside a ``**kwargs`` a
-        wrapper hands on (from its callers' keywords) or a dict literal spread into it."""
+        """What the source receives as ``name``: passed by name, or inside a ``**mapping``
+        (a wrapper's ``**kwargs`` from its callers' keywords, as the wrapper edited it, or a
+        dict; see ``resolution.mappings``)."""
         found = path.arguments.keywords.get(name)
         pending = list(path.arguments.spread)
-        while found is None and pending:
+        for _ in range(MAX_PATHS_PER_WRAPPER):
+            if found is not None or not pending:
+                break
             expression, context = pending.pop(0)
-            for value in self.evaluator.evaluate(expression, context):
-                if isinstance(value, CallKeywords):
-                    found = found or value.keyword(name)
-                    pending.extend(value.arguments.spread)
-                elif isinstance(value, Mapping) and isinstance(value.node, ast.Dict):
-                    found = found or _dict_item(value, name)
+            state = held(self.evaluator, expression, context, name)
+            flows = flows_of(state, name)
+            found = flows[0] if flows else None
+            for item in state:  # what the callers spread into the keywords they pass
+                if isinstance(item, Passed):
+                    pending.extend(item.keywords.arguments.spread)
         return found
 
     def source_of(self, value: object) -> RegionSource | None:
@@ -616,13 +618,6 @@ def may_derive_from_a_layer(node: ast.ClassDef, layer_words: frozenset[str]) -> 
         (base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)) in layer_words
         for base in node.bases
     )
-
-
-def _dict_item(mapping: Mapping, key: str) -> Flow | None:
-    for item_key, item_value in zip(mapping.node.keys, mapping.node.values, strict=True):  # type: ignore[union-attr]
-        if isinstance(item_key, ast.Constant) and item_key.value == key:
-            return item_value, mapping.context
-    return None
 
 
 def _as_defined(source: RegionSource, function: FunctionValue) -> RegionSource:

@@ -32,6 +32,7 @@ from ckptlint.project.scopes import (
     parameter_defaults,
     statements_at,
 )
+from ckptlint.resolution.mappings import Unknown, flows_of, held, may_lack
 from ckptlint.resolution.solver import Solver
 from ckptlint.resolution.values import (
     CONTEXT_DEPTH,
@@ -212,7 +213,9 @@ class Evaluator:
 
     def returned(self, function: FunctionValue, arguments: Arguments | None) -> Values:
         """What calling ``function`` returns (union over its ``return`` statements)."""
-        inner = self.bind(function, arguments)
+        return self._returned_in(function, self.bind(function, arguments))
+
+    def _returned_in(self, function: FunctionValue, inner: Context) -> Values:
         if isinstance(function.node, ast.Lambda):
             return self.evaluate(function.node.body, inner)
         results: list[Value] = []
@@ -344,7 +347,12 @@ class Evaluator:
             key = (binding, self.module_context(context.module))
             return self._guarded(key, self._imported, binding, context.module)
         if isinstance(node, FUNCTIONS):
-            return (FunctionValue(node, context.at(binding.scope)),)
+            function = FunctionValue(node, context.at(binding.scope))
+            if node.decorator_list and binding.scope.kind != "class":
+                return self._ask(
+                    ("decorated", function), self._decorated, function, fallback=(function,)
+                )
+            return (function,)
         if isinstance(node, ast.ClassDef):
             return (ClassValue(node, context.at(binding.scope)),)
         if isinstance(node, ast.arg):
@@ -359,6 +367,34 @@ class Evaluator:
         for index in binding.path:
             values = unique(v for value in values for v in _item(value, index, self)) or (UNKNOWN,)
         return values
+
+    def _decorated(self, function: FunctionValue) -> Values:
+        """What a decorated ``def`` binds its name to: each project decorator (innermost
+        first) called with what the ones below it made (``@functools.wraps`` and any
+        decorator the analysis cannot see leave the function as it is)."""
+        node = function.node
+        assert not isinstance(node, ast.Lambda)
+        outer = function.context
+        current: Values = (function,)
+        for decorator in reversed(node.decorator_list):
+            made: list[Value] = []
+            for value in self.evaluate(decorator, outer):
+                made.extend(self._decorate(value, current))
+            current = unique(made) or current
+        return current
+
+    def _decorate(self, decorator: Value, decorated: Values) -> Values:
+        """``decorator(decorated)``, for a project function taking it first."""
+        if not isinstance(decorator, FunctionValue) or isinstance(decorator.node, ast.Lambda):
+            return decorated
+        parameters = [*decorator.node.args.posonlyargs, *decorator.node.args.args]
+        if decorator.bound is not None or not parameters:
+            return decorated
+        given = (parameters[0], Argument(None, None, decorated))
+        scope = self.scope_of(decorator)
+        inner = self.context(decorator.module, scope, (*decorator.context.env, given))
+        returned = self._returned_in(decorator, inner)
+        return known(returned) or decorated
 
     def _parameter(self, node: ast.arg, binding: Binding, context: Context) -> Values:
         argument = context.argument(node)
@@ -586,6 +622,8 @@ class Evaluator:
         if isinstance(value, Super):
             return self._super_member(value, attribute)
         if isinstance(value, (Mapping, Sequence)):
+            return (Method(value, attribute),)
+        if isinstance(value, CallKeywords) and attribute in _KEY_READS:
             return (Method(value, attribute),)
         if isinstance(value, FunctionValue) and attribute == "__call__":
             return (value,)
@@ -893,6 +931,8 @@ class Evaluator:
             yield Instance(callee, call, context)
         elif isinstance(callee, FunctionValue):
             yield from self.returned(callee, Arguments.of(call, context))
+        elif isinstance(callee, Method) and callee.name in _KEY_READS:
+            yield from self._key_read(call, context)
         elif isinstance(callee, Method):
             yield from self._method_call(callee)
         else:
@@ -960,6 +1000,25 @@ class Evaluator:
             binding = scope.bindings[self_parameter.arg][0]
             instance = self._parameter(self_parameter, binding, context.at(scope))
         yield Super(cls, instance)
+
+    def _key_read(self, call: ast.Call, context: Context) -> Values:
+        """``m.get("k", d)``, ``m.pop("k", d)``, ``m.setdefault("k", d)`` of a mapping: what
+        it holds under ``k`` there (see ``mappings``), or ``d`` where it may lack it."""
+        func = call.func
+        key = call.args[0] if call.args else None
+        if not isinstance(func, ast.Attribute) or not isinstance(key, ast.Constant):
+            return _UNKNOWN
+        if not isinstance(key.value, str):
+            return _UNKNOWN
+        state = held(self, func.value, context, key.value)
+        results = [v for flow in flows_of(state, key.value) for v in self.evaluate(*flow)]
+        if may_lack(state, key.value):
+            results.extend(self.evaluate(call.args[1], context) if len(call.args) > 1 else ())
+            if func.attr == "get" and len(call.args) == 1:
+                results.append(Constant(None))
+        if any(isinstance(item, Unknown) for item in state):
+            results.append(UNKNOWN)
+        return unique(results) or _UNKNOWN
 
     def _method_call(self, method: Method) -> Iterator[Value]:
         receiver, name = method.receiver, method.name
@@ -1166,6 +1225,13 @@ class Evaluator:
         if isinstance(index, ast.Slice):  # a slice of a container holds the same kind
             yield from containers
             return
+        if isinstance(key, Constant) and isinstance(key.value, str):
+            if any(isinstance(c, (CallKeywords, Mapping)) for c in containers):
+                state = held(self, node.value, context, key.value)
+                if not may_lack(state, key.value):  # else a registry filled elsewhere
+                    for flow in flows_of(state, key.value):
+                        yield from self.evaluate(*flow)
+                    return
         for container in containers:
             if isinstance(container, Mapping) or (
                 isinstance(container, Instance)
@@ -1207,6 +1273,8 @@ def _values_of(compute: Callable[..., Iterable[Value]], *args: object) -> Values
     return values
 
 
+# What reads a mapping's key (see ``mappings``): their values come from what it holds there.
+_KEY_READS = frozenset({"get", "pop", "setdefault"})
 _MODULE_ITERATORS = frozenset({"children", "modules", "named_children", "named_modules"})
 _ADDING_METHODS = {"append": False, "extend": True, "insert": False, "add_module": False}
 

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from ckptlint.project.scopes import (
     FUNCTIONS,
     Binding,
-    Scope,
     nested_bodies,
     node_position,
     statements_at,
@@ -58,10 +57,11 @@ class Absent:
 
 @dataclass(frozen=True)
 class Passed:
-    """The key as a call passes it in ``keywords`` (a ``**kwargs`` parameter); where the call
-    does not pass it, ``otherwise``."""
+    """The key as the call of ``owner`` passes it, in ``keywords`` (``owner``'s ``**kwargs``
+    parameter holds them); where the call does not pass it, ``otherwise``."""
 
     keywords: CallKeywords
+    owner: ast.AST
     otherwise: tuple[Held, ...]
 
 
@@ -75,7 +75,9 @@ ABSENT: tuple[Held, ...] = (Absent(),)
 UNKNOWN_HELD: tuple[Held, ...] = (Unknown(),)
 
 
-def held(evaluator: Evaluator, expression: ast.expr, context: Context, key: str) -> tuple[Held, ...]:
+def held(
+    evaluator: Evaluator, expression: ast.expr, context: Context, key: str
+) -> tuple[Held, ...]:
     """What the mapping ``expression`` (evaluated in ``context``) may hold under ``key``
     where it is written: each possibility once, in source order."""
     return _held(evaluator, expression, context, key, 0)
@@ -100,12 +102,16 @@ def _held(
 
 
 def _values_held(
-    evaluator: Evaluator, values: tuple[Value, ...], key: str, depth: int
+    evaluator: Evaluator,
+    values: tuple[Value, ...],
+    key: str,
+    depth: int,
+    owner: ast.AST | None = None,
 ) -> tuple[Held, ...]:
     found: list[Held] = []
     for value in values:
-        if isinstance(value, CallKeywords):
-            found.append(_passed(value, key))
+        if isinstance(value, CallKeywords) and owner is not None:
+            found.append(Passed(value, owner, ABSENT))
         elif isinstance(value, Mapping) and isinstance(value.node, ast.Dict):
             found.extend(_dict_literal(evaluator, value.node, value.context, key, depth + 1))
         elif isinstance(value, Mapping) and isinstance(value.node, ast.Call):
@@ -115,15 +121,6 @@ def _values_held(
         else:
             return UNKNOWN_HELD
     return _unique(found) or UNKNOWN_HELD
-
-
-def _passed(keywords: CallKeywords, key: str) -> Held:
-    if key in keywords.taken:
-        return Absent()  # a named parameter of the function took it
-    flow = keywords.keyword(key)
-    if flow is not None:
-        return Given(flow)
-    return Passed(keywords, ABSENT)
 
 
 def _is_dict(value: Instance) -> bool:
@@ -141,7 +138,7 @@ def _bound(
         if argument is None:
             return UNKNOWN_HELD
         if argument.expression is None:
-            return _values_held(evaluator, argument.values, key, depth)
+            return _values_held(evaluator, argument.values, key, depth, binding.scope.node)
         return _held(evaluator, argument.expression, argument.context, key, depth + 1)  # type: ignore[arg-type]
     if binding.value is None or binding.path or binding.iterated or binding.imported:
         return UNKNOWN_HELD
@@ -167,13 +164,25 @@ def _dict_call(
     evaluator: Evaluator, call: ast.Call, context: Context, key: str, depth: int
 ) -> tuple[Held, ...]:
     """``dict(mapping, k=v, **more)``: the mapping, then the keywords over it."""
+    return _dict_arguments(evaluator, call.args, call.keywords, context, key, depth)
+
+
+def _dict_arguments(
+    evaluator: Evaluator,
+    arguments: list[ast.expr],
+    keywords: list[ast.keyword],
+    context: Context,
+    key: str,
+    depth: int,
+) -> tuple[Held, ...]:
+    """What ``dict(*arguments, **keywords)`` (or ``m.update(...)``) puts under ``key``."""
     state: tuple[Held, ...] = ABSENT
-    if call.args:
-        first = call.args[0]
-        if isinstance(first, ast.Starred) or len(call.args) > 1:
+    if arguments:
+        first = arguments[0]
+        if isinstance(first, ast.Starred) or len(arguments) > 1:
             return UNKNOWN_HELD
         state = _held(evaluator, first, context, key, depth + 1)
-    for keyword in call.keywords:
+    for keyword in keywords:
         if keyword.arg is None:
             state = _over(_held(evaluator, keyword.value, context, key, depth + 1), state)
         elif keyword.arg == key:
@@ -189,27 +198,29 @@ def _over(new: tuple[Held, ...], old: tuple[Held, ...]) -> tuple[Held, ...]:
         if isinstance(item, Absent):
             found.extend(old)
         elif isinstance(item, Passed):
-            found.append(Passed(item.keywords, _over(item.otherwise, old)))
+            found.append(Passed(item.keywords, item.owner, _over(item.otherwise, old)))
         else:
             found.append(item)
     return _unique(found)
 
 
-def _default(state: tuple[Held, ...], flow: Flow) -> tuple[Held, ...]:
-    """``setdefault``: where the key is missing, it now holds ``flow``."""
-    return _over(state, (Given(flow),)) if False else _fill(state, (Given(flow),))
-
-
 def _fill(state: tuple[Held, ...], value: tuple[Held, ...]) -> tuple[Held, ...]:
+    """``setdefault``: where the key is missing, it now holds ``value``."""
     found: list[Held] = []
     for item in state:
         if isinstance(item, Absent):
             found.extend(value)
         elif isinstance(item, Passed):
-            found.append(Passed(item.keywords, _fill(item.otherwise, value)))
+            found.append(Passed(item.keywords, item.owner, _fill(item.otherwise, value)))
         else:
             found.append(item)
     return _unique(found)
+
+
+def with_default(state: tuple[Held, ...], flow: Flow | None) -> tuple[Held, ...]:
+    """What ``m.get(key, default)`` gives where ``m`` holds ``state``: the default (``flow``)
+    where the key is missing; missing stays missing without one."""
+    return state if flow is None else _fill(state, (Given(flow),))
 
 
 def _unique(items: list[Held] | tuple[Held, ...]) -> tuple[Held, ...]:
@@ -235,6 +246,7 @@ def _edited(
     start, end = binding.position, node_position(use)
     module = context.module
     name = use.id
+    seen: set[int] = set()
     for line in module.lines_naming(name):
         if not start[0] <= line <= end[0]:
             continue
@@ -242,8 +254,9 @@ def _edited(
         if not path or any(isinstance(s, (*FUNCTIONS, ast.ClassDef)) for s in path):
             continue
         statement = path[-1]
-        if statement.lineno != line or node_position(statement) <= start:
+        if id(statement) in seen or node_position(statement) < start:
             continue
+        seen.add(id(statement))
         if node_position(statement) >= end or _holds(statement, use):
             continue
         edit = _edit(evaluator, statement, name, context.at(scope), key, state, depth)
@@ -255,9 +268,12 @@ def _edited(
 
 
 def _holds(statement: ast.AST, node: ast.AST) -> bool:
-    start, end = node_position(statement), (
-        getattr(statement, "end_lineno", 0) or 0,
-        getattr(statement, "end_col_offset", 0) or 0,
+    start, end = (
+        node_position(statement),
+        (
+            getattr(statement, "end_lineno", 0) or 0,
+            getattr(statement, "end_col_offset", 0) or 0,
+        ),
     )
     return start <= node_position(node) < end
 
@@ -281,8 +297,10 @@ def _edit(
         for target in statement.targets:
             subscript = _subscript_of(target, name)
             if subscript is not None:
-                return (Given((statement.value, context)),) if subscript == key else (
-                    state if isinstance(subscript, str) else _unique((*state, Unknown()))
+                return (
+                    (Given((statement.value, context)),)
+                    if subscript == key
+                    else (state if isinstance(subscript, str) else _unique((*state, Unknown())))
                 )
     if isinstance(statement, ast.Delete):
         for target in statement.targets:
@@ -307,8 +325,8 @@ def _edit(
         if method == "clear":
             return ABSENT
         if method == "update":
-            update = ast.Call(func=ast.Name("dict"), args=arguments, keywords=node.keywords)
-            return _over(_dict_call(evaluator, update, context, key, depth + 1), state)
+            update = _dict_arguments(evaluator, arguments, node.keywords, context, key, depth + 1)
+            return _over(update, state)
         if method in ("get", "pop", "items", "keys", "values", "copy", "__getitem__"):
             return state
         return _unique((*state, Unknown()))  # a method that may change anything
@@ -335,26 +353,27 @@ def _constant(node: ast.expr) -> object:
     return node.value if isinstance(node, ast.Constant) else None
 
 
-def flows_of(state: tuple[Held, ...]) -> list[Flow]:
-    """Every expression the key may hold, the callers' included (for rules that only
+def flows_of(state: tuple[Held, ...], key: str) -> list[Flow]:
+    """Every expression the key may hold, what callers pass included (for rules that only
     need a value: ``preserve_rng_state=False`` passed through ``**kwargs``)."""
     found: list[Flow] = []
     for item in state:
         if isinstance(item, Given):
             found.append(item.flow)
         elif isinstance(item, Passed):
-            found.extend(flows_of(item.otherwise))
+            flow = item.keywords.keyword(key)
+            if flow is not None:
+                found.append(flow)
+            found.extend(flows_of(item.otherwise, key))
     return found
 
 
-__all__ = [
-    "ABSENT",
-    "Absent",
-    "Given",
-    "Held",
-    "Passed",
-    "Unknown",
-    "flows_of",
-    "held",
-    "Scope",
-]
+def may_lack(state: tuple[Held, ...], key: str) -> bool:
+    """Whether the key may be missing (a default then applies)."""
+    for item in state:
+        if isinstance(item, (Absent, Unknown)):
+            return True
+        if isinstance(item, Passed) and item.keywords.keyword(key) is None:
+            if key in item.keywords.taken or may_lack(item.otherwise, key):
+                return True
+    return False

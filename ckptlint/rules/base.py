@@ -59,11 +59,11 @@ from ckptlint.regions.sources import (
 )
 from ckptlint.regions.steps import Loop, loops_around, runs_backward
 from ckptlint.resolution.evaluator import PARTIAL, own_nodes
+from ckptlint.resolution.mappings import ABSENT, Absent, Given, Passed, Unknown, with_default
 from ckptlint.resolution.values import (
     UNKNOWN,
     Argument,
     Arguments,
-    CallKeywords,
     ClassValue,
     Constant,
     Context,
@@ -100,7 +100,6 @@ __all__ = [
     "UNKNOWN",
     "Argument",
     "Arguments",
-    "CallKeywords",
     "ClassValue",
     "Constant",
     "Context",
@@ -117,6 +116,13 @@ __all__ = [
     "Values",
     "VersionRange",
     "known",
+    # what a mapping holds under a key (resolution.mappings)
+    "ABSENT",
+    "Absent",
+    "Given",
+    "Passed",
+    "Unknown",
+    "with_default",
     # regions: sites, their source calls, the sources' names, policies, training steps
     "Site",
     "SourceCall",

@@ -10,12 +10,13 @@ from typing import Literal
 from packaging.version import Version
 
 from ckptlint.rules.base import (
+    ABSENT,
     FUNCTIONS,
     PARTIAL,
+    Absent,
     AddKeyword,
     Argument,
     Arguments,
-    CallKeywords,
     ClassValue,
     Context,
     External,
@@ -24,18 +25,22 @@ from ckptlint.rules.base import (
     Fix,
     Flow,
     FunctionValue,
+    Given,
     Instance,
     Module,
     PartialValue,
+    Passed,
     ProjectAnalysis,
     ReentrantArgument,
     ReplaceText,
     Rule,
     Site,
     SourceCall,
+    Unknown,
     VersionRange,
     callee_label,
     node_position,
+    with_default,
 )
 
 
@@ -254,6 +259,8 @@ def _follow(
             return Decision("none", level, keyword, expression)
         if context is None:
             return Decision("given", level, keyword)
+        if isinstance(expression, ast.Call):
+            return _read_from_mapping(analysis, expression, context, level, keyword, wrappers)
         if isinstance(expression, ast.Attribute):
             found = _stored_by_constructor(analysis, expression, context, wrappers)
             if found is None:
@@ -277,24 +284,6 @@ def _follow(
                 return Decision("omitted", level, keyword)
             return Decision("given", level, keyword)
         expression, context = argument.expression, argument.context
-
-
-def _keywords_parameter(
-    expression: ast.expr, context: Context, wrappers: Sequence[ast.AST]
-) -> tuple[CallKeywords, int] | None:
-    """The keywords a wrapper's ``**kwargs`` parameter holds, and the level of the call that
-    passed them; None when ``expression`` is not such a parameter."""
-    if not isinstance(expression, ast.Name):
-        return None
-    bindings = context.scope.lookup(expression.id, node_position(expression))
-    if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
-        return None
-    owner = bindings[0].scope.node
-    argument = context.argument(bindings[0].node)
-    if argument is None or owner not in wrappers:
-        return None
-    held = [v for v in argument.values if isinstance(v, CallKeywords)]
-    return (held[0], wrappers.index(owner)) if held else None
 
 
 def _stored_by_constructor(
@@ -343,24 +332,74 @@ def _through_spread(
     wrappers: Sequence[ast.AST],
 ) -> Decision:
     """``name`` looked for in what ``**`` spreads into a call: a wrapper's ``**kwargs``
-    holds its callers' keywords; anything else may hold it (unknown)."""
+    holds its callers' keywords, as the wrapper edited them (``setdefault``, ``update``,
+    ``pop``, ``{**kwargs, ...}``); anything else may hold it (unknown)."""
     if not arguments.spread:
         return Decision("unknown", level, name)
     decisions = []
     for expression, context in arguments.spread:
-        held = _keywords_parameter(expression, context, wrappers)
-        if held is None:
-            return Decision("unknown", level, name)
-        keywords, owner = held
-        flow = keywords.keyword(name)
-        if flow is not None:
-            decisions.append(_follow(analysis, flow, owner, name, wrappers))
-        elif name in keywords.taken:
-            return Decision("given", owner, name)  # a named parameter takes it there
-        elif keywords.arguments.double_star:
-            decisions.append(_through_spread(analysis, keywords.arguments, owner, name, wrappers))
-        else:
-            decisions.append(Decision("omitted", owner, name))
+        for held in analysis.held(expression, context, name):
+            decisions.append(_held_decision(analysis, held, level, name, wrappers))
+    return _first_decided(decisions)
+
+
+def _held_decision(
+    analysis: ProjectAnalysis,
+    held: Given | Absent | Passed | Unknown,
+    level: int,
+    name: str,
+    wrappers: Sequence[ast.AST],
+) -> Decision:
+    """Who decides ``name`` when a mapping spread at ``level`` holds ``held`` for it."""
+    if isinstance(held, Given):
+        return _follow(analysis, held.flow, level, name, wrappers)
+    if isinstance(held, Absent):
+        return Decision("omitted", level, name)
+    if isinstance(held, Unknown) or held.owner not in wrappers:
+        return Decision("unknown", level, name)
+    owner = wrappers.index(held.owner)  # the level of the call passing the keywords
+    keywords = held.keywords
+    flow = keywords.keyword(name)
+    if flow is not None:
+        return _follow(analysis, flow, owner, name, wrappers)
+    if name in keywords.taken:
+        return Decision("given", owner, name)  # a named parameter takes it there
+    if keywords.arguments.double_star:
+        caller = _through_spread(analysis, keywords.arguments, owner, name, wrappers)
+    else:
+        caller = Decision("omitted", owner, name)
+    if caller.state != "omitted" or held.otherwise == ABSENT:
+        return caller
+    # Where the callers leave it out, what the wrapper put there itself decides.
+    own = [_held_decision(analysis, h, level, name, wrappers) for h in held.otherwise]
+    return _first_decided([d for d in own if d.state != "omitted"] or [caller])
+
+
+def _read_from_mapping(
+    analysis: ProjectAnalysis,
+    call: ast.Call,
+    context: Context,
+    level: int,
+    keyword: str,
+    wrappers: Sequence[ast.AST],
+) -> Decision:
+    """``kwargs.get("use_reentrant", default)`` (or ``pop``) passed on: what the mapping
+    holds there, the default where it lacks it; any other call decides itself."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in ("get", "pop"):
+        return Decision("given", level, keyword)
+    if not call.args or not isinstance(call.args[0], ast.Constant):
+        return Decision("given", level, keyword)
+    key = call.args[0].value
+    if not isinstance(key, str):
+        return Decision("given", level, keyword)
+    default = (call.args[1], context) if len(call.args) > 1 else None
+    state = with_default(analysis.held(func.value, context, key), default)
+    return _first_decided([_held_decision(analysis, h, level, key, wrappers) for h in state])
+
+
+def _first_decided(decisions: list[Decision]) -> Decision:
+    """A value given, or one that may be, decides; else the outermost call leaving it out."""
     decided = [d for d in decisions if d.state in ("given", "unknown")]
     return decided[0] if decided else min(decisions, key=lambda d: d.level)
 
