@@ -1,4 +1,5 @@
-"""Run the runnable examples of README.md and docs/*.md and compare what they print.
+"""Run the runnable examples of README.md, CONTRIBUTING.md and docs/*.md and compare what
+they print.
 
 A runnable example is a ``console`` block right after the line ``<!-- runnable -->``
 (GitHub shows neither the comment nor anything odd about the block). Each line starting
@@ -37,7 +38,7 @@ from pathlib import Path
 import pathspec
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 GENERATED = {ROOT / "docs" / "rules.md"}  # its examples are the rules' own (--explain)
 COMMAND = "python docs/examples.py --update"
 RUNNABLE = "<!-- runnable -->"

@@ -11,7 +11,7 @@ import pytest
 from ckptlint.rules import ALL_RULES
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def anchors(page: Path) -> set[str]:
