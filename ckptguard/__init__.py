@@ -67,7 +67,8 @@ def _load_intercept():
         import torch  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            "ckptguard needs PyTorch; install it (pip install 'ckptlint[guard]')"
+            "ckptguard needs PyTorch; install it (pip install torch, or "
+            "pip install -e '.[guard]' in a clone of ckptlint)"
         ) from exc
     from ckptguard import _compat
 

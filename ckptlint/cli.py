@@ -50,17 +50,38 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error in one line (and a suggestion) instead of the usage."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        suggestion = _suggestion(message, self._option_string_actions)
-        raise UsageError(message + suggestion)
+        raise UsageError(message + _suggestion(message, self._option_string_actions))
 
 
 def _suggestion(message: str, options: dict) -> str:
-    for word in message.replace(",", " ").split():
-        if word.startswith("-") and word not in options:
+    """The option probably meant, for an option argparse does not know (as ruff's tip)."""
+    prefix = "unrecognized arguments: "
+    if not message.startswith(prefix):
+        return ""
+    for word in message[len(prefix) :].split():
+        if word.startswith("-"):
             close = difflib.get_close_matches(word.split("=")[0], list(options), n=1)
             if close:
                 return f" (did you mean {close[0]}?)"
     return ""
+
+
+OUTPUT_FORMATS = ("text", "json", "github", "sarif")
+# ruff's names for what ckptlint calls text: a ruff user's first guess.
+_RUFF_FORMATS = {"concise": "text", "full": "text"}
+
+
+def _output_format(text: str) -> str:
+    """An output format, or a usage error that lists them all (and the one probably meant)."""
+    if text in OUTPUT_FORMATS:
+        return text
+    close = _RUFF_FORMATS.get(text) or next(
+        iter(difflib.get_close_matches(text, OUTPUT_FORMATS, n=1)), None
+    )
+    hint = f"; did you mean {close}?" if close else ""
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(OUTPUT_FORMATS)}{hint})"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,7 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the fixes as a unified diff instead of writing them",
     )
-    parser.add_argument("--format", choices=("text", "json", "github", "sarif"), default="text")
+    parser.add_argument(
+        "--output-format",
+        "--format",
+        type=_output_format,
+        default="text",
+        metavar="{" + ",".join(OUTPUT_FORMATS) + "}",
+        help="how findings are printed (default: text, ruff's concise format); --format is "
+        "the same option",
+    )
     parser.add_argument(
         "--output-file", "-o", metavar="FILE", help="write the report to FILE instead of stdout"
     )
@@ -143,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--explain", metavar="CODE", help="print what a rule checks, with examples")
     parser.add_argument(
-        "--show-rules", action="store_true", help="list every rule (text or --format json)"
+        "--show-rules", action="store_true", help="list every rule (text or --output-format json)"
     )
     parser.add_argument(
         "--show-settings",
@@ -215,11 +244,10 @@ class FileOutcome:
     """One path's result, with what its fixes did (``--fix``/``--diff``)."""
 
     result: FileResult
-    fixed: int = 0
+    fixed: int = 0  # fixes written (--fix), or shown in ``diff`` (--diff)
     problems: tuple[Problem, ...] = ()
     diff: str = ""
     fixed_bytes: bytes | None = None  # standard input's fixed text (for stdout)
-    hidden_fixes: int = 0  # unsafe fixes left out for want of --unsafe-fixes
 
 
 def run(arguments: argparse.Namespace) -> int:
@@ -231,11 +259,11 @@ def run(arguments: argparse.Namespace) -> int:
         print(report.explain(code), end="")
         return EXIT_CLEAN
     if arguments.show_rules:
-        if arguments.format not in ("text", "json"):
+        if arguments.output_format not in ("text", "json"):
             raise UsageError("--show-rules prints text or json only")
-        sys.stdout.write(report.rule_list(arguments.format))
+        sys.stdout.write(report.rule_list(arguments.output_format))
         return EXIT_CLEAN
-    if arguments.statistics and arguments.format not in ("text", "json"):
+    if arguments.statistics and arguments.output_format not in ("text", "json"):
         raise UsageError("--statistics prints text or json only")
     if arguments.config and arguments.isolated:
         raise UsageError("--config and --isolated cannot be used together")
@@ -283,24 +311,24 @@ def _finish(
     internal_error = any(problem.internal for problem in problems)
     if not outcomes:
         sys.stderr.write("ckptlint: warning: no Python file found under the given path(s)\n")
-    hidden = sum(outcome.hidden_fixes for outcome in outcomes)
+    findings = [(o.result.path, f) for o in outcomes for f in o.result.findings]
+    fixed = sum(outcome.fixed for outcome in outcomes)
 
-    if mode == "diff":
+    if mode == "diff":  # the diffs, then ruff's "Would fix" line, on stdout
         diffs = "".join(outcome.diff for outcome in outcomes)
-        sys.stdout.write(diffs)
-        if hidden and not diffs:
-            sys.stderr.write(report.hidden_fixes_line(hidden))
-        return EXIT_ERROR if internal_error else (EXIT_FINDINGS if diffs else EXIT_CLEAN)
+        if not arguments.quiet:
+            summary = report.diff_summary(
+                findings, unsafe_fixes=arguments.unsafe_fixes, would_fix=fixed
+            )
+            diffs += f"\n{summary}" if diffs and summary else summary
+        report.write(sys.stdout, diffs)
+        return EXIT_ERROR if internal_error else (EXIT_FINDINGS if fixed else EXIT_CLEAN)
     if from_stdin and mode == "fix":
         (outcome,) = outcomes
         sys.stdout.buffer.write(outcome.fixed_bytes or b"")
         sys.stdout.flush()
 
-    findings = [(o.result.path, f) for o in outcomes for f in o.result.findings]
-    fixed = sum(outcome.fixed for outcome in outcomes)
     text = _render(findings, problems, fixed, arguments)
-    if mode == "fix" and hidden and arguments.format == "text" and not arguments.quiet:
-        text += report.hidden_fixes_line(hidden)
     if arguments.output_file:
         try:
             with open(arguments.output_file, "w", encoding="utf-8") as output:
@@ -462,17 +490,21 @@ def _render(
     fixed: int,
     arguments: argparse.Namespace,
 ) -> str:
-    if arguments.statistics:
-        return report.statistics(findings, arguments.format)
-    if arguments.format == "json":
+    unsafe_fixes = arguments.unsafe_fixes
+    if arguments.output_format == "json":
+        if arguments.statistics:
+            return report.statistics(findings, "json", unsafe_fixes=unsafe_fixes)
         return report.as_json(findings, problems)
-    if arguments.format == "github":
+    if arguments.output_format == "github":
         return report.as_github(findings, problems)
-    if arguments.format == "sarif":
+    if arguments.output_format == "sarif":
         return report.as_sarif(findings, problems)
-    text = report.as_text(findings)
+    if arguments.statistics:  # the counts, then the summary, as ruff prints them
+        text = report.statistics(findings, "text", unsafe_fixes=unsafe_fixes)
+    else:
+        text = report.as_text(findings, unsafe_fixes=unsafe_fixes)
     if not arguments.quiet:
-        text += report.text_summary(findings, unsafe_fixes=arguments.unsafe_fixes, fixed=fixed)
+        text += report.text_summary(findings, unsafe_fixes=unsafe_fixes, fixed=fixed)
     return text
 
 
@@ -583,12 +615,11 @@ class _Fixer:
             FileResult(path, fix.findings_before),
             problems=problems,
             fixed_bytes=data if keep else None,
-            hidden_fixes=fix.hidden,
         )
         if fix.after is None:
             return unchanged
         if self.mode == "diff":
-            return replace(unchanged, diff=unified_diff(path, data, fix.after))
+            return replace(unchanged, fixed=fix.applied, diff=unified_diff(path, data, fix.after))
         if write:
             try:
                 write_if_unchanged(path, data, fix.after, roots=self.roots)
@@ -600,5 +631,4 @@ class _Fixer:
             fix.applied,
             problems,
             fixed_bytes=fix.after if keep else None,
-            hidden_fixes=fix.hidden,
         )

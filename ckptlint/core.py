@@ -67,6 +67,10 @@ class Finding:
         if self.fix is not None and self.fixable is None:
             object.__setattr__(self, "fixable", self.fix.applicability)
 
+    def fix_applies(self, unsafe_fixes: bool) -> bool:
+        """Whether ``--fix`` applies this finding's fix with these settings (ruff's ``[*]``)."""
+        return self.fixable == "safe" or (self.fixable == "unsafe" and unsafe_fixes)
+
     def without_fix(self) -> Finding:
         """The finding as it is stored: its fix's applicability, not its edit."""
         return self if self.fix is None else replace(self, fix=None)

@@ -299,7 +299,6 @@ class FileFix:
     findings_after: list[Finding] = field(default_factory=list)
     applied: int = 0
     notes: tuple[Note, ...] = ()  # why fixes were not applied
-    hidden: int = 0  # unsafe fixes left out (no --unsafe-fixes)
 
 
 # The findings of exactly these bytes (with their fixes when asked): the engine's answer for
@@ -310,24 +309,23 @@ Analyse = Callable[[bytes, bool], list[Finding]]
 def fix_source(analyse: Analyse, data: bytes, path: str, *, unsafe: bool) -> FileFix:
     """Lint exactly ``data`` and apply the fixes found on it (the unsafe ones too if asked)."""
     findings = analyse(data, True)
-    hidden = 0 if unsafe else sum(1 for f in findings if f.fixable == "unsafe")
     stored = [f.without_fix() for f in findings]
-    fixable = [f for f in findings if is_applicable(f, unsafe) and f.fix is not None]
+    fixable = [f for f in findings if f.fix_applies(unsafe) and f.fix is not None]
     try:
         text = decode(data)
     except UnreadableSource:
-        return FileFix(data, stored, hidden=hidden)
+        return FileFix(data, stored)
     if not fixable:
-        return FileFix(data, stored, hidden=hidden)
+        return FileFix(data, stored)
     fixed = fix_text(text, fixable)
     notes = [(f.line, f.column, f"{f.code} not fixed: {why}") for f, why in fixed.failed]
     if not fixed.applied:
-        return FileFix(data, stored, notes=tuple(notes), hidden=hidden)
+        return FileFix(data, stored, notes=tuple(notes))
     try:
         after = encode_like(fixed.text, data)
     except FixFailed as failure:
         notes.append((0, 0, f"fixes not applied: {failure}"))
-        return FileFix(data, stored, notes=tuple(notes), hidden=hidden)
+        return FileFix(data, stored, notes=tuple(notes))
     error = compile_error(after, path)
     if error is not None:
         before_error = compile_error(data, path)
@@ -337,13 +335,9 @@ def fix_source(analyse: Analyse, data: bytes, path: str, *, unsafe: bool) -> Fil
             else f"the fixed file would not compile ({error})"
         )
         notes.append((0, 0, f"fixes not applied: {why}"))
-        return FileFix(data, stored, notes=tuple(notes), hidden=hidden)
+        return FileFix(data, stored, notes=tuple(notes))
     remaining = analyse(after, False)
-    return FileFix(data, stored, after, remaining, len(fixed.applied), tuple(notes), hidden)
-
-
-def is_applicable(finding: Finding, unsafe: bool) -> bool:
-    return finding.fixable is not None and (finding.fixable == "safe" or unsafe)
+    return FileFix(data, stored, after, remaining, len(fixed.applied), tuple(notes))
 
 
 def unified_diff(path: str, before: bytes, after: bytes) -> str:

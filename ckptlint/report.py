@@ -89,11 +89,12 @@ def write(stream: TextIO, text: str) -> None:
     stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
 
-def as_text(report: Report) -> str:
-    """``path:line:col: CODE message``; ``[*]`` marks a finding that has an autofix."""
+def as_text(report: Report, *, unsafe_fixes: bool) -> str:
+    """``path:line:col: CODE message``; ``[*]`` marks a finding that ``--fix`` fixes with
+    these settings (an unsafe fix only with ``--unsafe-fixes``), as in ruff."""
     return "".join(
         f"{display_path(path)}:{f.line}:{f.column}: {f.code} "
-        f"{'[*] ' if f.fixable else ''}{f.message}\n"
+        f"{'[*] ' if f.fix_applies(unsafe_fixes) else ''}{f.message}\n"
         for path, f in report
     )
 
@@ -106,26 +107,42 @@ def problem_line(problem: Problem) -> str:
 
 
 def text_summary(report: Report, *, unsafe_fixes: bool, fixed: int) -> str:
-    parts = []
+    """ruff's summary: what was found (and fixed), then what ``--fix`` would fix, the safe
+    and the unsafe fixes counted apart. ``report`` is what remains after the fixes."""
+    if not report and not fixed:
+        return "All checks passed!\n"
+    found = f"Found {_count(len(report) + fixed, 'finding')}"
     if fixed:
-        parts.append(f"Fixed {fixed} finding{'s' if fixed != 1 else ''}.")
-    if report:
-        count = len(report)
-        line = f"Found {count} finding{'s' if count != 1 else ''}."
-        fixable = sum(1 for _, f in report if f.fixable)
-        if fixable:
-            how = "--fix" if unsafe_fixes else "--fix --unsafe-fixes"
-            line += f" [*] {fixable} fixable with `ckptlint {how}`."
-        parts.append(line)
-    else:
-        parts.append("All checks passed!")
-    return "\n".join(parts) + "\n"
+        found += f" ({fixed} fixed, {len(report)} remaining)"
+    lines = [found + "."]
+    applicable = sum(1 for _, f in report if f.fix_applies(unsafe_fixes))
+    unsafe = 0 if unsafe_fixes else sum(1 for _, f in report if f.fixable == "unsafe")
+    unsafe_note = f"{_count(unsafe, 'unsafe fix')} available with `--fix --unsafe-fixes`"
+    if applicable:
+        lines.append(
+            f"[*] {applicable} fixable with `--fix`" + (f" ({unsafe_note})." if unsafe else ".")
+        )
+    elif unsafe:
+        lines.append(unsafe_note + ".")
+    return "".join(f"{line}\n" for line in lines)
 
 
-def hidden_fixes_line(count: int) -> str:
-    """What ``--fix``/``--diff`` left out for want of ``--unsafe-fixes`` (as ruff says it)."""
-    fixes = f"{count} fix{'es' if count != 1 else ''}"
-    return f"{fixes} available with `--unsafe-fixes` (they may change behaviour).\n"
+def diff_summary(report: Report, *, unsafe_fixes: bool, would_fix: int) -> str:
+    """ruff's line after ``--diff``: how many findings the diff fixes, and the unsafe fixes
+    left out for want of ``--unsafe-fixes``; nothing when there is nothing to fix."""
+    unsafe = 0 if unsafe_fixes else sum(1 for _, f in report if f.fixable == "unsafe")
+    left_out = f"{_count(unsafe, 'fix')} available with `--unsafe-fixes`"
+    if would_fix:
+        extra = f" ({_count(unsafe, 'additional fix')} available with `--unsafe-fixes`)"
+        return f"Would fix {_count(would_fix, 'finding')}{extra if unsafe else ''}.\n"
+    return f"No findings would be fixed ({left_out}).\n" if unsafe else ""
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 finding``, ``2 findings``, ``2 fixes``."""
+    if number == 1:
+        return f"{number} {noun}"
+    return f"{number} {noun}{'es' if noun.endswith('x') else 's'}"
 
 
 def as_json(report: Report, problems: Sequence[Problem] = ()) -> str:
@@ -140,6 +157,7 @@ def as_json(report: Report, problems: Sequence[Problem] = ()) -> str:
             "code": f.code,
             "message": f.message,
             "fixable": f.fixable is not None,
+            "fix_applicability": f.fixable,
         }
         for path, f in report
     ]
@@ -153,6 +171,7 @@ def as_json(report: Report, problems: Sequence[Problem] = ()) -> str:
             "code": None,
             "message": f"internal error: {p.message}",
             "fixable": False,
+            "fix_applicability": None,
         }
         for p in problems
         if p.internal
@@ -268,10 +287,12 @@ def _notification(problem: Problem) -> dict:
     }
 
 
-def statistics(report: Report, output_format: str) -> str:
-    """How many findings of each code, most frequent first (like ``ruff --statistics``)."""
+def statistics(report: Report, output_format: str, *, unsafe_fixes: bool) -> str:
+    """How many findings of each code, most frequent first, as ``ruff --statistics``
+    prints them: ``[*]`` where ``--fix`` fixes some with these settings, the column left
+    out when it fixes none."""
     counts = Counter(f.code for _, f in report)
-    fixable = {f.code for _, f in report if f.fixable}
+    applicable = Counter(f.code for _, f in report if f.fix_applies(unsafe_fixes))
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     if output_format == "json":
         entries = [
@@ -279,15 +300,18 @@ def statistics(report: Report, output_format: str) -> str:
                 "code": code,
                 "name": RULES_BY_CODE[code].name,
                 "count": count,
-                "fixable": code in fixable,
+                "fixable": code in applicable,
+                "fixable_count": applicable[code],
             }
             for code, count in rows
         ]
         return json.dumps(entries, indent=2) + "\n"
     width = max((len(str(count)) for count in counts.values()), default=1)
+    marks = dict.fromkeys(counts, "")
+    if applicable:
+        marks = {code: "[*] " if code in applicable else "[ ] " for code in counts}
     return "".join(
-        f"{count:>{width}}\t{code}\t{'[*]' if code in fixable else '[ ]'} "
-        f"{RULES_BY_CODE[code].name}\n"
+        f"{count:>{width}}\t{code}\t{marks[code]}{RULES_BY_CODE[code].name}\n"
         for code, count in rows
     )
 

@@ -34,8 +34,10 @@ def test_exit_codes_and_text_format(project: Path) -> None:
     result = run_cli(cwd=project)
     assert result.returncode == 1
     first = result.stdout.splitlines()[0]
-    assert first.startswith("bad.py:3:5: CKP001 [*] ")
+    assert first.startswith("bad.py:3:5: CKP001 `checkpoint()` ")  # its fix is unsafe: no [*]
     assert "use_reentrant" in first
+    marked = run_cli("--unsafe-fixes", cwd=project).stdout.splitlines()[0]
+    assert marked.startswith("bad.py:3:5: CKP001 [*] `checkpoint()` ")
     assert run_cli("--exit-zero", cwd=project).returncode == 0
 
 
@@ -76,6 +78,7 @@ def test_json_fields(project: Path) -> None:
         "code": "CKP001",
         "message": item["message"],
         "fixable": True,
+        "fix_applicability": "unsafe",
     }
 
 

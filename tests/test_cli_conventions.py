@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,13 +31,12 @@ def tree(project: Path) -> Path:
 def test_only_unsafe_fixes_available_is_said(tree: Path) -> None:
     (tree / "a.py").write_text(MISSING)
     diff = run_cli("--diff", ".", cwd=tree)
-    assert (diff.returncode, diff.stdout) == (0, "")
-    assert diff.stderr == "1 fix available with `--unsafe-fixes` (they may change behaviour).\n"
+    assert (diff.returncode, diff.stderr) == (0, "")
+    assert diff.stdout == "No findings would be fixed (1 fix available with `--unsafe-fixes`).\n"
     fix = run_cli("--fix", ".", cwd=tree)
     assert fix.returncode == 1
     assert fix.stdout.endswith(
-        "Found 1 finding. [*] 1 fixable with `ckptlint --fix --unsafe-fixes`.\n"
-        "1 fix available with `--unsafe-fixes` (they may change behaviour).\n"
+        "Found 1 finding.\n1 unsafe fix available with `--fix --unsafe-fixes`.\n"
     )
     assert (tree / "a.py").read_text() == MISSING
 
@@ -118,6 +118,50 @@ def test_a_bad_flag_is_one_line_with_a_suggestion(tree: Path) -> None:
     assert result.returncode == 2
     assert result.stderr == (
         "ckptlint: error: unrecognized arguments: --selct (did you mean --select?)\n"
+    )
+
+
+def test_output_format_is_ruffs_name_and_format_the_same_option(tree: Path) -> None:
+    (tree / "a.py").write_text(MISSING)
+    as_json = run_cli("--output-format", "json", ".", cwd=tree)
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)[0]["code"] == "CKP001"
+    assert run_cli("--output-format=json", ".", cwd=tree).stdout == as_json.stdout
+    assert run_cli("--format", "json", ".", cwd=tree).stdout == as_json.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            ["--format", "junit", "."],
+            "argument --output-format/--format: invalid choice: 'junit' "
+            "(choose from text, json, github, sarif)",
+        ),
+        (
+            ["--output-format", "sarf", "."],
+            "argument --output-format/--format: invalid choice: 'sarf' "
+            "(choose from text, json, github, sarif; did you mean sarif?)",
+        ),
+        (
+            ["--output-format", "concise", "."],
+            "argument --output-format/--format: invalid choice: 'concise' "
+            "(choose from text, json, github, sarif; did you mean text?)",
+        ),
+        (
+            ["--output-formt", "json", "."],
+            "unrecognized arguments: --output-formt (did you mean --output-format?)",
+        ),
+        (["--output-format"], "argument --output-format/--format: expected one argument"),
+    ],
+    ids=["invalid", "close", "ruff's name", "misspelt option", "no value"],
+)
+def test_a_usage_error_says_what_was_meant(tree: Path, arguments: list[str], message: str) -> None:
+    (tree / "a.py").write_text(MISSING)
+    result = run_cli(*arguments, cwd=tree)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2,
+        "",
+        f"ckptlint: error: {message}\n",
     )
 
 

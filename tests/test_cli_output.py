@@ -106,14 +106,21 @@ def test_statistics(project: Path) -> None:
     result = run_cli("--statistics", cwd=project)
     assert result.returncode == 1
     tiny = RULES_BY_CODE["CKP101"].name
-    assert result.stdout == f"3\tCKP001\t[*] missing-use-reentrant\n1\tCKP101\t[ ] {tiny}\n"
+    summary = "Found 4 findings.\n3 unsafe fixes available with `--fix --unsafe-fixes`.\n"
+    assert result.stdout == f"3\tCKP001\tmissing-use-reentrant\n1\tCKP101\t{tiny}\n{summary}"
+    unsafe = run_cli("--statistics", "--unsafe-fixes", "--quiet", cwd=project)
+    assert unsafe.stdout == f"3\tCKP001\t[*] missing-use-reentrant\n1\tCKP101\t[ ] {tiny}\n"
     as_json = json.loads(run_cli("--statistics", "--format", "json", cwd=project).stdout)
     assert as_json[0] == {
         "code": "CKP001",
         "name": "missing-use-reentrant",
         "count": 3,
-        "fixable": True,
+        "fixable": False,
+        "fixable_count": 0,
     }
+    arguments = ("--statistics", "--unsafe-fixes", "--format", "json")
+    as_json = json.loads(run_cli(*arguments, cwd=project).stdout)
+    assert (as_json[0]["fixable"], as_json[0]["fixable_count"]) == (True, 3)
     assert run_cli("--statistics", "--format", "sarif", cwd=project).returncode == 2
 
 

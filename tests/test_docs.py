@@ -11,7 +11,7 @@ import pytest
 from ckptlint.rules import ALL_RULES
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def anchors(page: Path) -> set[str]:
@@ -39,3 +39,16 @@ def test_the_readme_lists_every_rule_and_stays_short() -> None:
     readme = (ROOT / "README.md").read_text()
     assert [rule.code for rule in ALL_RULES if rule.code not in readme] == []
     assert len(readme.splitlines()) <= 250
+
+
+def test_install_lines_work_from_a_clone() -> None:
+    """No release is published: a line installing ckptlint by its name fails for everyone
+    who copies it; from a clone it is ``pip install -e '.[extra]'``."""
+    sources = [*PAGES, ROOT / "ckptguard" / "__init__.py"]
+    by_name = re.compile(r"pip install\s+(-U\s+)?['\"]?ckptlint\b")
+    assert [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sources
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if by_name.search(line)
+    ] == []

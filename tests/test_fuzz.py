@@ -546,15 +546,16 @@ def check_tree(files: list[tuple[bytes, str]], huge: int, to_file: bool) -> None
         # Text and GitHub output: one line per finding, its name the exact bytes.
         text = report_in(tree, "text", names, to_file).splitlines()
         github = report_in(tree, "github", names, to_file).splitlines()
-        summary = text.pop()
+        summary = text[len(found) :]
+        del text[len(found) :]
         assert (
-            summary.startswith(f"Found {len(found)} finding")
+            summary[0].startswith(f"Found {len(found)} finding")
             if found
-            else (summary == "All checks passed!")
+            else (summary == ["All checks passed!"])
         )
         assert len(text) == len(github) == len(found)
         for entry, line, annotation in zip(found, text, github, strict=True):
-            mark = "[*] " if entry["fixable"] else ""
+            mark = "[*] " if entry["fix_applicability"] == "safe" else ""  # no --unsafe-fixes
             suffix = f":{entry['line']}:{entry['column']}: {entry['code']} {mark}{entry['message']}"
             assert line.endswith(suffix), (line, suffix)
             assert unquote_name(line[: -len(suffix)]) == os.fsencode(entry["path"])

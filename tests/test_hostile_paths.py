@@ -305,9 +305,9 @@ class TestEveryNameInEveryFormat:
     def test_text(self, project: Path, odd_names: list[str], to_file: bool) -> None:
         lines = self.report(project, odd_names, "text", to_file).splitlines()
         assert lines == [
-            *(f"{shown}:3:5: CKP001 [*] {CKP001}" for shown in ODD_NAMES.values()),
-            f"Found {len(ODD_NAMES)} findings. [*] {len(ODD_NAMES)} fixable with "
-            "`ckptlint --fix --unsafe-fixes`.",
+            *(f"{shown}:3:5: CKP001 {CKP001}" for shown in ODD_NAMES.values()),
+            f"Found {len(ODD_NAMES)} findings.",
+            f"{len(ODD_NAMES)} unsafe fixes available with `--fix --unsafe-fixes`.",
         ]
 
     def test_json(self, project: Path, odd_names: list[str], to_file: bool) -> None:
