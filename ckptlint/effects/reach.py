@@ -329,7 +329,7 @@ class ReachAnalysis:
                     what = f"`.{callee.attr}()`"
                     facts.draws.append(RandomDraw(what, Location(module, node.lineno)))
                 mutation = _mutation(node, scope, module)
-                if mutation is not None:
+                if mutation is not None and not _is_memo_call(node):
                     writes.append((mutation, scope))
             elif isinstance(node, _ASSIGNING):
                 writes.extend((w, scope) for w in _assignment_writes(node, scope, module))
@@ -431,10 +431,14 @@ _ASSIGNING = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)
 
 
 def _mutation(call: ast.Call, scope: Scope, module: Module) -> GlobalWrite | None:
-    """The module-level object a call mutates (``CACHE.append(...)``), if any."""
+    """The module-level object a call mutates (``CACHE.append(...)``, also what
+    ``CACHE.setdefault(k, []).append(...)`` appends to), if any."""
     callee = call.func
     if isinstance(callee, ast.Attribute) and callee.attr in MUTATING_METHODS:
-        root = root_name(callee.value)
+        receiver = callee.value
+        if _is_memo_call(receiver):
+            receiver = receiver.func.value  # type: ignore[union-attr]
+        root = root_name(receiver)
         if root is not None and module_data(root.id, scope, node_position(root)):
             return GlobalWrite(module, root.id, Location(module, call.lineno), "mutates")
     return None
@@ -522,20 +526,86 @@ def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
             stack.extend(ast.iter_child_nodes(node))
 
 
+def _is_memo_call(node: ast.AST) -> bool:
+    """``CACHE.setdefault(key, value)``: writes only a key that is missing, so running it
+    again writes nothing."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "setdefault"
+    )
+
+
 def guarded_by_test_of(body: Body, write: GlobalWrite, scope: Scope) -> bool:
     """A write after a test of the same global, or of a ``global`` the function keeps as a
     "loaded" flag (``if KERNEL is None:``, ``if key not in CACHE:``, ``if _loaded != impl:``,
-    an early ``return`` when set already): a lazy initialisation or a memo, which a second
-    run leaves as it was."""
+    an early ``return`` when set already), or of what was looked up in it (``m =
+    CACHE.get(key)`` ... ``if m is None:``), or in the ``except`` of a ``try`` that reads it
+    (``try: return CACHE[key] except KeyError: CACHE[key] = ...``): a lazy initialisation or
+    a memo, which a second run leaves as it was."""
     sentinels = {write.name, *scope.global_names}
-    for node in own_nodes(body):
+    nodes = own_nodes(body)
+    looked_up = {
+        node.targets[0].id
+        for node in nodes
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and _looks_up(node.value, write.name)
+        and node.lineno < write.where.line
+    }
+    for node in nodes:
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
             test = node.test
-            if (test.end_lineno or test.lineno) < write.where.line and any(
-                isinstance(n, ast.Name) and n.id in sentinels for n in ast.walk(test)
+            if (test.end_lineno or test.lineno) >= write.where.line:
+                continue
+            if any(isinstance(n, ast.Name) and n.id in sentinels for n in ast.walk(test)):
+                return True
+            if _tests_presence(test, looked_up):
+                return True
+        elif isinstance(node, ast.Try) and _in_a_handler(node, write.where.line):
+            if any(
+                isinstance(n, ast.Name) and n.id == write.name
+                for statement in node.body
+                for n in ast.walk(statement)
             ):
                 return True
     return False
+
+
+def _looks_up(value: ast.expr, name: str) -> bool:
+    """``NAME.get(key)`` or ``NAME.get(key, None)``: None when the key is missing."""
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "get"
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == name
+        and not value.keywords
+        and (len(value.args) == 1 or (len(value.args) == 2 and _is_none(value.args[1])))
+    )
+
+
+def _tests_presence(test: ast.expr, names: set[str]) -> bool:
+    """``m is None``, ``m is not None``, ``not m`` or ``m`` for one of ``names``: whether
+    the lookup found the key (a test of its value, ``m < 10``, decides more)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        if isinstance(test.ops[0], (ast.Is, ast.IsNot)) and _is_none(test.comparators[0]):
+            test = test.left
+    return isinstance(test, ast.Name) and test.id in names
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _in_a_handler(node: ast.Try, line: int) -> bool:
+    return any(
+        handler.lineno <= line <= (handler.end_lineno or handler.lineno)
+        for handler in node.handlers
+    )
 
 
 def _opt_in_parameters(arguments: ast.arguments) -> dict[str, OptIn]:
