@@ -437,7 +437,7 @@ def _mutation(call: ast.Call, scope: Scope, module: Module) -> GlobalWrite | Non
     if isinstance(callee, ast.Attribute) and callee.attr in MUTATING_METHODS:
         receiver = callee.value
         if _is_memo_call(receiver):
-            receiver = receiver.func.value  # type: ignore[union-attr]
+            receiver = receiver.func.value  # type: ignore[attr-defined]
         root = root_name(receiver)
         if root is not None and module_data(root.id, scope, node_position(root)):
             return GlobalWrite(module, root.id, Location(module, call.lineno), "mutates")
