@@ -19,6 +19,7 @@ from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Body, Scope, node
 from ckptlint.resolution.evaluator import Evaluator, children_run_here, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
+    ClassValue,
     Context,
     Elements,
     External,
@@ -66,9 +67,19 @@ class Location:
 
 @dataclass(frozen=True)
 class GlobalRead:
-    module: Module  # the module the global belongs to
+    """A read of module-level state: a module global (``name``), or a class attribute
+    (``name`` is ``Class.attribute``) of a class of ``module``."""
+
+    module: Module  # the module the global (or the class) belongs to
     name: str
     where: Location
+    # Read through a name imported from ``module`` (``from cfg import TABLE``): the import
+    # bound the object once, so only a change of its content reaches the reader.
+    imported: bool = False
+
+    @property
+    def what(self) -> str:
+        return "class attribute" if "." in self.name else "module global"
 
 
 @dataclass(frozen=True)
@@ -313,10 +324,16 @@ class ReachAnalysis:
         switched: list[tuple[int, int, OptIn]] = []
         for node, scope in self.nodes_with_scopes(statements, context.scope, module):
             if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Load) and module_data(
-                    node.id, scope, node_position(node)
-                ):
-                    facts.reads.append(GlobalRead(module, node.id, Location(module, node.lineno)))
+                if isinstance(node.ctx, ast.Load):
+                    position = node_position(node)
+                    location = Location(module, node.lineno)
+                    if module_data(node.id, scope, position):
+                        facts.reads.append(GlobalRead(module, node.id, location))
+                    else:
+                        imported = self._imported_data(node.id, scope, position, module)
+                        if imported is not None:
+                            owner, name = imported
+                            facts.reads.append(GlobalRead(owner, name, location, imported=True))
             elif isinstance(node, ast.Attribute):
                 if isinstance(node.ctx, ast.Load):
                     where = context.at(scope) if scope is not context.scope else context
@@ -351,7 +368,8 @@ class ReachAnalysis:
     def _module_attribute_reads(
         self, node: ast.Attribute, context: Context
     ) -> Iterator[GlobalRead]:
-        """``config.SCALE`` where ``config`` is a module of the project."""
+        """``config.SCALE`` where ``config`` is a module of the project, and ``Config.scale``
+        where ``Config`` is a class of the project whose body assigns ``scale``."""
         if not isinstance(node.value, (ast.Name, ast.Attribute)):
             return
         for owner in self.evaluator.evaluate(node.value, context):
@@ -361,6 +379,40 @@ class ReachAnalysis:
                 if bindings and all(_is_data(b.node) for b in bindings):
                     where = Location(context.module, node.lineno)
                     yield GlobalRead(target, node.attr, where)
+            elif isinstance(owner, ClassValue) and _at_module_level(owner):
+                bindings = self.evaluator.scope_of(owner).bindings.get(node.attr, [])
+                if bindings and all(_is_data(b.node) for b in bindings):
+                    where = Location(context.module, node.lineno)
+                    name = f"{owner.node.name}.{node.attr}"
+                    yield GlobalRead(owner.module, name, where)
+
+    def _imported_data(
+        self, name: str, scope: Scope, position: tuple[int, int], module: Module
+    ) -> tuple[Module, str] | None:
+        """The project module whose module-level data ``name`` is, and its name there, when
+        ``name`` is bound here only by ``from <module> import <its name>`` (followed through
+        re-exports)."""
+        bindings = scope.lookup(name, position)
+        if len(bindings) != 1 or bindings[0].scope.kind != "module":
+            return None
+        project = self.evaluator.project
+        binding, importer = bindings[0], module
+        for _ in range(_MAX_REEXPORTS):
+            target = binding.imported
+            if target is None or target.name is None:
+                return None
+            absolute = importer.resolve_import(target.level, target.module)
+            owner = None if absolute is None else project.module_named(absolute)
+            if owner is None:
+                return None
+            found = owner.scopes.module.bindings.get(target.name, [])
+            if len(found) == 1 and found[0].imported is not None:
+                binding, importer = found[0], owner
+                continue
+            if found and all(_is_data(b.node) for b in found):
+                return owner, target.name
+            return None
+        return None
 
     def nodes_with_scopes(
         self, statements: Body, scope: Scope, module: Module
@@ -414,6 +466,14 @@ class ReachAnalysis:
 # and scope kept so that their ids are never reused while an entry lives.
 _Walk = tuple[tuple[ast.AST, Scope], ...]
 _NODES_WITH_SCOPES: dict[tuple[int, int], tuple[Body, Scope, _Walk]] = {}
+
+
+# Imports followed from a reader to the module that assigns the global.
+_MAX_REEXPORTS = 4
+
+
+def _at_module_level(cls: ClassValue) -> bool:
+    return cls.context.scope.kind == "module"
 
 
 def module_data(name: str, scope: Scope, position: tuple[int, int]) -> bool:
