@@ -60,12 +60,12 @@ def header_lines(source: str) -> set[int]:
 
 
 def changed_outside_headers(before: str, after: str) -> list[int]:
-    """Lines of ``before`` that were changed or removed although no header holds them, and
-    lines added anywhere but next to a changed header line."""
+    """Lines of ``before`` changed or removed outside every header, and the lines after
+    which lines were inserted outside every header."""
     headers = header_lines(before)
     outside = []
     matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(), False)
-    for tag, start, end, new_start, new_end in matcher.get_opcodes():
+    for tag, start, end, _, _ in matcher.get_opcodes():
         if tag == "equal":
             continue
         touched = range(start + 1, end + 1) if end > start else range(start, start + 1)
