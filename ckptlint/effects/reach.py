@@ -496,7 +496,7 @@ def _mutation(call: ast.Call, scope: Scope, module: Module) -> GlobalWrite | Non
     callee = call.func
     if isinstance(callee, ast.Attribute) and callee.attr in MUTATING_METHODS:
         receiver = callee.value
-        if _is_memo_call(receiver):
+        if _is_setdefault(receiver):
             receiver = receiver.func.value  # type: ignore[attr-defined]
         root = root_name(receiver)
         if root is not None and module_data(root.id, scope, node_position(root)):
@@ -586,14 +586,35 @@ def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
             stack.extend(ast.iter_child_nodes(node))
 
 
-def _is_memo_call(node: ast.AST) -> bool:
-    """``CACHE.setdefault(key, value)``: writes only a key that is missing, so running it
-    again writes nothing."""
+def _is_setdefault(node: ast.AST) -> bool:
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == "setdefault"
     )
+
+
+def _is_memo_call(node: ast.AST) -> bool:
+    """``CACHE.setdefault(key, build(key))``: writes only a key that is missing, so running
+    it again writes nothing. Not with an empty container as the value (``setdefault(key,
+    [])``): that entry is made to be filled, by each run."""
+    if not _is_setdefault(node):
+        return False
+    value = node.args[1] if len(node.args) > 1 else None  # type: ignore[attr-defined]
+    if isinstance(value, (ast.List, ast.Dict, ast.Set)):
+        return False
+    return not (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, (ast.Name, ast.Attribute))
+        and _callee_name(value.func) in _EMPTY_CONTAINERS
+    )
+
+
+_EMPTY_CONTAINERS = frozenset("list dict set defaultdict OrderedDict deque".split())
+
+
+def _callee_name(expression: ast.Name | ast.Attribute) -> str:
+    return expression.id if isinstance(expression, ast.Name) else expression.attr
 
 
 def guarded_by_test_of(body: Body, write: GlobalWrite, scope: Scope) -> bool:

@@ -32,7 +32,8 @@ class GlobalSideEffect(Rule):
     initialisation that the second run leaves as it was, and is not reported; so are the
     other memo forms: a lookup and a write when it found nothing (`m = CACHE.get(key)`,
     then `if m is None: CACHE[key] = build(key)`), `CACHE.setdefault(key, build(key))`
-    and `try: return CACHE[key]` with the write in its `except KeyError:`. (A memo is no
+    (not with an empty container as the value: that entry is there to be filled) and
+    `try: return CACHE[key]` with the write in its `except KeyError:`. (A memo is no
     side effect that changes gradients: the forward fills the entry, the recompute finds
     it and writes nothing, and both compute with the same value as long as it is built
     from the key alone. What is appended to the entry, `CACHE.setdefault(key,
