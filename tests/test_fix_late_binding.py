@@ -160,6 +160,20 @@ def test_the_bert_closure_over_past_key_value(project: Path) -> None:
     assert lint(fixed) == []
 
 
+def test_a_lambda_fixed_inside_a_call_that_ckp001_fixes_too(project: Path) -> None:
+    path = project / "model.py"
+    path.write_text(
+        in_forward("for layer in self.layers:\n    x = checkpoint(lambda h: layer(h), x)\n")
+    )
+    result = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Fixed 2 findings." in result.stdout
+    assert path.read_text() == in_forward(
+        "for layer in self.layers:\n"
+        "    x = checkpoint(lambda h, layer=layer: layer(h), x, use_reentrant=False)\n"
+    )
+
+
 def test_without_unsafe_fixes_the_file_is_left_as_it_is(project: Path) -> None:
     path = project / "model.py"
     path.write_text(BERT)
