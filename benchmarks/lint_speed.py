@@ -65,7 +65,7 @@ def linked_trees(folders: list[Path]) -> list[Path]:
     for folder in folders:
         target = WORK / folder.name
         if not target.exists():
-            subprocess.run(["cp", "-al", str(folder), str(target)], check=True)
+            subprocess.run(["cp", "-al", str(folder.resolve()), str(target)], check=True)
         linked.append(target)
     return linked
 

@@ -1,63 +1,48 @@
-"""Every semantic finding (CKP1xx/2xx/3xx) on real model trees, and what those rules cost.
+"""Every semantic finding (CKP1xx/2xx/3xx) on the 15 pinned trees, and what those rules cost.
 
-Runs ``ckptlint`` on transformers 4.34.1 and 5.24.0, diffusers and timm, prints each
-finding for review, then times ``--select CKP001`` against all rules on transformers
-4.34.1 (same process count, median of several runs) and prints the ratio.
+Runs ``ckptlint`` on each tree of ``benchmarks/trees.py`` (hard-linked outside the
+git-ignored cache, as lint_speed.py does), prints each finding for review, then times
+``--select CKP001`` against all rules on transformers 4.34.1 (same process count, median
+of several interleaved runs) and prints the ratio.
 
-Trees are taken from ``/tmp/trees`` when present, else downloaded as source distributions
-with ``pip download --no-deps --no-binary :all:`` into ``benchmarks/.cache`` and extracted.
+``--against CHECKOUT`` also runs another checkout's ckptlint (an earlier commit in a ``git
+worktree``, or an extracted ``git archive``) on the same trees and prints, per tree, the
+findings only one of them reports: what a change to the rules added and removed.
 
-    python benchmarks/rule_precision.py [--runs 5] [--jobs 2]
+    python benchmarks/rule_precision.py [--runs 5] [--jobs 2] [--against CHECKOUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
-PACKAGES = {
-    "transformers-4.34.1": "transformers==4.34.1",
-    "transformers-5.24.0": "transformers==5.24.0",
-    "diffusers-0.42.1": "diffusers==0.42.1",
-    "timm-1.0.31": "timm==1.0.31",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import trees  # noqa: E402
+from lint_speed import linked_trees  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 TIMED_TREE = "transformers-4.34.1"
-PREINSTALLED = Path("/tmp/trees")
-CACHE = Path(__file__).resolve().parent / ".cache"
 SEMANTIC_CODES = "CKP1,CKP2,CKP3"
 
 
-def tree(name: str) -> Path:
-    """The extracted source tree of a package, downloading it on first use."""
-    for folder in (PREINSTALLED / name, CACHE / name):
-        if folder.is_dir():
-            return folder
-    CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-        + ["--dest", str(CACHE), PACKAGES[name]],
-        check=True,
-    )
-    archive = next(CACHE.glob(f"{name}.tar.gz"))
-    with tarfile.open(archive) as opened:
-        if hasattr(tarfile, "data_filter"):  # Python 3.10.12+: refuse paths leaving CACHE
-            opened.extractall(CACHE, filter="data")
-        else:
-            opened.extractall(CACHE)  # an sdist from the package index
-    return CACHE / name
-
-
-def ckptlint(path: Path, select: str, jobs: int, output_format: str = "text") -> str:
-    command = [sys.executable, "-m", "ckptlint", str(path), "--select", select]
+def ckptlint(
+    path: Path, select: str, jobs: int, output_format: str = "text", checkout: Path = ROOT
+) -> str:
+    command = [sys.executable, "-m", "ckptlint", path.name, "--select", select, "--no-cache"]
     command += ["--jobs", str(jobs), "--exit-zero", "--format", output_format]
-    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    environment = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run(
+        command, cwd=path.parent, env=environment, capture_output=True, text=True, check=True
+    )
+    return done.stdout
 
 
 def seconds(path: Path, select: str, jobs: int) -> tuple[float, float]:
@@ -71,25 +56,51 @@ def seconds(path: Path, select: str, jobs: int) -> tuple[float, float]:
     return wall, cpu
 
 
+Key = tuple[str, int, int, str, str]
+
+
+def keyed(findings: list[dict], root: Path) -> dict[Key, dict]:
+    return {
+        (
+            str(Path(f["path"]).relative_to(root.name)),
+            f["line"],
+            f["column"],
+            f["code"],
+            f["message"],
+        ): f
+        for f in findings
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--against", type=Path, help="another checkout to compare findings with")
     arguments = parser.parse_args()
 
+    folders = linked_trees(trees.all_trees())
     total = 0
-    for name in PACKAGES:
-        root = tree(name)
-        findings = json.loads(ckptlint(root, SEMANTIC_CODES, arguments.jobs, "json"))
+    for root in folders:
+        output = ckptlint(root, SEMANTIC_CODES, arguments.jobs, "json")
+        findings = keyed(json.loads(output), root)
         total += len(findings)
-        print(f"== {name}: {len(findings)} semantic findings")
-        for finding in findings:
-            relative = Path(finding["path"]).relative_to(root)
-            print(f"{relative}:{finding['line']}:{finding['column']}: {finding['code']}")
-            print(f"    {finding['message']}")
+        counts = {}
+        for key in findings:
+            counts[key[3]] = counts.get(key[3], 0) + 1
+        summary = ", ".join(f"{code} {n}" for code, n in sorted(counts.items()))
+        print(f"== {root.name}: {len(findings)} semantic findings ({summary or 'none'})")
+        for path, line, column, code, message in findings:
+            print(f"{path}:{line}:{column}: {code}\n    {message}")
+        if arguments.against is not None:
+            output = ckptlint(root, SEMANTIC_CODES, arguments.jobs, "json", arguments.against)
+            other = keyed(json.loads(output), root)
+            for sign, keys in (("+", findings.keys() - other), ("-", other.keys() - findings)):
+                for path, line, column, code, message in sorted(keys):
+                    print(f"{sign} {path}:{line}:{column}: {code}\n    {message}")
     print(f"== {total} semantic findings in all")
 
-    timed = tree(TIMED_TREE)
+    timed = next(root for root in folders if root.name == TIMED_TREE)
     ckptlint(timed, "CKP", arguments.jobs)  # warm the file cache
     runs: dict[str, list[tuple[float, float]]] = {"CKP001": [], "CKP": []}
     for _ in range(arguments.runs):  # interleaved, so that machine noise hits both alike

@@ -36,13 +36,26 @@ class ReplaceText:
 
 
 @dataclass(frozen=True)
+class BindNames:
+    """Edit: give the ``def`` or ``lambda`` spanning (line, column) up to (end_line,
+    end_column) a parameter ``name=name`` for each of ``names``, so that each is bound to
+    its value when the function is made (columns as in ReplaceText)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Fix:
     """A fix and whether applying it can change behaviour ("unsafe", as in ruff).
 
     An AddKeyword edit applies to the call the finding spans (its start and end).
     """
 
-    edit: AddKeyword | ReplaceText
+    edit: AddKeyword | ReplaceText | BindNames
     applicability: Applicability
 
 

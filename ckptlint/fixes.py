@@ -27,7 +27,7 @@ from itertools import accumulate
 
 import libcst as cst
 
-from ckptlint.core import AddKeyword, Finding, ReplaceText
+from ckptlint.core import AddKeyword, BindNames, Finding, ReplaceText
 from ckptlint.report import display_path
 from ckptlint.source import UnreadableSource, decode, special_kind, split_lines
 
@@ -52,7 +52,7 @@ class _Edit:
     findings: list[Finding]
     start: int  # offsets into the text; updated as nested edits change the text
     end: int
-    edit: AddKeyword | ReplaceText
+    edit: AddKeyword | ReplaceText | BindNames
 
 
 def fix_text(text: str, findings: Sequence[Finding]) -> FixedText:
@@ -68,7 +68,8 @@ def fix_text(text: str, findings: Sequence[Finding]) -> FixedText:
         except FixFailed as error:
             failed.append((finding, str(error)))
             continue
-        key = (start, end, finding.fix.edit if isinstance(finding.fix.edit, ReplaceText) else 0)
+        edit = finding.fix.edit
+        key = (start, end, edit if isinstance(edit, (ReplaceText, BindNames)) else 0)
         if key in edits:  # one change fixes several findings (a partial used twice)
             edits[key].findings.append(finding)
         else:
@@ -167,7 +168,9 @@ def _nested_groups(edits: list[_Edit], failed: list[tuple[Finding, str]]) -> lis
     return groups
 
 
-def _apply(edit: AddKeyword | ReplaceText, code: str, holes: list[tuple[int, int]]) -> str:
+def _apply(
+    edit: AddKeyword | ReplaceText | BindNames, code: str, holes: list[tuple[int, int]]
+) -> str:
     """The new text of ``code``; ``holes`` are spans already fixed, kept as they are."""
     if isinstance(edit, ReplaceText):
         return edit.text
@@ -178,7 +181,10 @@ def _apply(edit: AddKeyword | ReplaceText, code: str, holes: list[tuple[int, int
             raise FixFailed("the call spells a name ckptlint uses internally")
         kept.append((placeholder, code[start:end]))
         code = code[:start] + placeholder + code[end:]
-    new = add_keyword_to_call(code, edit.keyword, edit.value)
+    if isinstance(edit, BindNames):
+        new = bind_names_in_function(code, edit.names)
+    else:
+        new = add_keyword_to_call(code, edit.keyword, edit.value)
     for placeholder, original in kept:
         if new.count(placeholder) != 1:
             raise FixFailed("libcst changed a call fixed inside this one")
@@ -206,6 +212,127 @@ def add_keyword_to_call(code: str, keyword: str, value: str) -> str:
     if len(names) != len(set(names)):
         raise FixFailed(f"the fixed call would repeat the keyword `{keyword}`")
     return new
+
+
+def bind_names_in_function(code: str, names: Sequence[str]) -> str:
+    """The source of the ``def`` or ``lambda`` ``code`` with a parameter ``name=name`` for
+    each of ``names``: the value each name has where the function is made becomes its
+    default, what the function then reads instead of the variable of its closure. After a
+    ``*args`` or keyword-only parameters the new ones are keyword-only; otherwise they come
+    after the positional ones (before a ``**kwargs``)."""
+    try:
+        if code.startswith("lambda"):
+            function: cst.CSTNode = cst.parse_expression(code)
+            module = cst.parse_module("")
+        else:
+            module = cst.parse_module(code if code.endswith("\n") else code + "\n")
+            function = module.body[0] if len(module.body) == 1 else None  # type: ignore[assignment]
+    except cst.ParserSyntaxError as error:
+        raise FixFailed(f"libcst cannot parse the function: {error.message}") from None
+    if not isinstance(function, (cst.Lambda, cst.FunctionDef)):
+        raise FixFailed("no def or lambda found where the region is made")
+    if module.code_for_node(function).rstrip("\n") != code.rstrip("\n"):
+        raise FixFailed("the function's text does not read back as it was")
+    parameters = function.params
+    taken = {
+        p.name.value
+        for p in (
+            *parameters.posonly_params,
+            *parameters.params,
+            *parameters.kwonly_params,
+            *[s for s in (parameters.star_arg, parameters.star_kwarg) if isinstance(s, cst.Param)],
+        )
+    }
+    if taken.intersection(names):
+        raise FixFailed(
+            f"the function already has a parameter named {sorted(taken & set(names))[0]}"
+        )
+    no_space = cst.SimpleWhitespace("")
+    added = [
+        cst.Param(
+            name=cst.Name(name),
+            default=cst.Name(name),
+            equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space),
+        )
+        for name in names
+    ]
+    opening = getattr(function, "whitespace_before_params", None)
+    if isinstance(parameters.star_arg, (cst.Param, cst.ParamStar)) or parameters.kwonly_params:
+        if not parameters.kwonly_params and isinstance(parameters.star_arg, cst.Param):
+            parameters = parameters.with_changes(star_arg=_ensure_comma(parameters.star_arg))
+        kwonly = _appended(list(parameters.kwonly_params), added, opening)
+        parameters = parameters.with_changes(kwonly_params=kwonly)
+    else:
+        if not parameters.params and isinstance(parameters.posonly_ind, cst.ParamSlash):
+            slash = parameters.posonly_ind
+            if not isinstance(slash.comma, cst.Comma):
+                slash = slash.with_changes(
+                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                )
+            parameters = parameters.with_changes(posonly_ind=slash)
+        parameters = parameters.with_changes(
+            params=_appended(list(parameters.params), added, opening)
+        )
+    if parameters.star_kwarg is not None:
+        field = "kwonly_params" if parameters.kwonly_params else "params"
+        listed = list(getattr(parameters, field))
+        listed[-1] = _ensure_comma(listed[-1])
+        parameters = parameters.with_changes(**{field: listed})
+    changed = function.with_changes(params=parameters)
+    if (
+        isinstance(changed, cst.Lambda)
+        and isinstance(changed.whitespace_after_lambda, cst.SimpleWhitespace)
+        and not changed.whitespace_after_lambda.value
+    ):
+        changed = changed.with_changes(whitespace_after_lambda=cst.SimpleWhitespace(" "))
+    new = module.code_for_node(changed)
+    if not code.endswith("\n"):
+        new = new.rstrip("\n")
+    try:
+        ast.parse(new if not new.startswith("lambda") else f"({new})")
+    except SyntaxError as error:
+        raise FixFailed(f"the fixed function would not be valid Python ({error.msg})") from None
+    return new
+
+
+def _ensure_comma(parameter: cst.Param) -> cst.Param:
+    if isinstance(parameter.comma, cst.Comma):
+        return parameter
+    return parameter.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+
+
+def _appended(
+    existing: list[cst.Param], added: list[cst.Param], opening: object
+) -> list[cst.Param]:
+    """``existing`` followed by ``added`` in the layout the list has: one parameter a line
+    when the last one ends with a comma and a line break (the closing parenthesis on a line
+    of its own), else on the same line."""
+    if not existing:
+        return added
+    last = existing[-1]
+    comma = last.comma
+    if isinstance(comma, cst.Comma) and isinstance(
+        comma.whitespace_after, cst.ParenthesizedWhitespace
+    ):
+        between = opening
+        if len(existing) > 1 and isinstance(existing[-2].comma, cst.Comma):
+            between = existing[-2].comma.whitespace_after
+        if isinstance(between, cst.ParenthesizedWhitespace):
+            separator = cst.Comma(whitespace_after=between)
+            existing[-1] = last.with_changes(comma=separator)
+            added = [a.with_changes(comma=separator) for a in added[:-1]] + [
+                added[-1].with_changes(comma=comma)
+            ]
+            return [*existing, *added]
+    closing = last.whitespace_after_param
+    if not isinstance(comma, cst.Comma) and isinstance(closing, cst.ParenthesizedWhitespace):
+        existing[-1] = _ensure_comma(last).with_changes(
+            whitespace_after_param=cst.SimpleWhitespace("")
+        )
+        added[-1] = added[-1].with_changes(whitespace_after_param=closing)
+        return [*existing, *added]
+    existing[-1] = _ensure_comma(last)
+    return [*existing, *added]
 
 
 def add_keyword(call: cst.Call, keyword: str, value: str) -> cst.Call:

@@ -31,6 +31,22 @@ SEQUENTIAL_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList"}
 MAPPING_CONTAINERS = frozenset({"torch.nn.ModuleDict"})
 CONTAINERS = SEQUENTIAL_CONTAINERS | MAPPING_CONTAINERS
 
+# Functions that reparametrize a module's weight in place and return that same module
+# (``weight_norm(nn.Conv2d(...))`` is the conv, with a hook or parametrization added).
+_PARAMETRIZE = "torch.nn.utils.parametrize.register_parametrization"
+RETURNS_ITS_MODULE = frozenset(
+    {
+        "torch.nn.utils.weight_norm",
+        "torch.nn.utils.weight_norm.weight_norm",
+        "torch.nn.utils.spectral_norm",
+        "torch.nn.utils.spectral_norm.spectral_norm",
+        "torch.nn.utils.parametrizations.weight_norm",
+        "torch.nn.utils.parametrizations.spectral_norm",
+        "torch.nn.utils.parametrizations.orthogonal",
+        _PARAMETRIZE,
+    }
+)
+
 # Modules that hold parameters (a region of an activation has none to reduce).
 PARAMETER_MODULES = frozenset(
     "Linear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d"

@@ -123,9 +123,7 @@ def _callee(choose: Chooser, modules: Sequence[str]) -> str:
     return name
 
 
-def _statement(
-    choose: Chooser, modules: Sequence[str], names: list[str], depth: int
-) -> list[str]:
+def _statement(choose: Chooser, modules: Sequence[str], names: list[str], depth: int) -> list[str]:
     """One statement of a function body; ``names`` are the names bound so far (parameters
     first), extended with what the statement binds."""
     f = _callee(choose, modules)
@@ -185,7 +183,11 @@ def _statement(
 def _function(choose: Chooser, modules: Sequence[str], method: bool = False) -> list[str]:
     name = choose(NAMES)
     parameters = choose(
-        (["region", "analysis"], ["region", "analysis", "*args", "**kwargs"], ["x", "flag=None", "**kwargs"])
+        (
+            ["region", "analysis"],
+            ["region", "analysis", "*args", "**kwargs"],
+            ["x", "flag=None", "**kwargs"],
+        )
     )
     if method:
         parameters = ["self", *parameters]

@@ -18,6 +18,7 @@ from torch.utils.checkpoint import (  # noqa: E402
     create_selective_checkpoint_contexts,
 )
 
+from ckptlint.rules.missing_use_reentrant import REGION_KEYWORDS_ERROR  # noqa: E402
 from ckptlint.rules.rejected_options import REENTRANT_ERROR  # noqa: E402
 
 MM = torch.ops.aten.mm
@@ -121,3 +122,23 @@ def test_which_releases_call_the_policy_again_in_the_recompute() -> None:
     major, minor = (int(part) for part in torch.__version__.split(".")[:2])
     assert calls[False] > 0
     assert (calls[True] == 0) == ((major, minor) >= (2, 13))
+
+
+def test_the_reentrant_variant_rejects_keywords_for_the_region() -> None:
+    """CKP001's message for ``checkpoint(fn, x, mask=m)``: torch's own error, raised with
+    ``use_reentrant`` left out, None or True, never by the non-reentrant variant."""
+    x, mask = torch.randn(2, 4, requires_grad=True), torch.randn(2, 4)
+
+    def region(h: torch.Tensor, mask: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return (h * mask * scale).tanh()
+
+    for options in ({}, {"use_reentrant": None}, {"use_reentrant": True}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # use_reentrant left out
+            with pytest.raises(ValueError) as raised:
+                checkpoint(region, x, mask=mask, scale=2.0, **options)
+        assert f"{type(raised.value).__name__}: {raised.value}" == (
+            REGION_KEYWORDS_ERROR + "mask,scale"
+        )
+    out = checkpoint(region, x, mask=mask, scale=2.0, use_reentrant=False)
+    assert torch.equal(out, region(x, mask, 2.0))

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import lint, run_ckptlint
+from tests.conftest import lint, messages_of, run_ckptlint
 
 SEMANTIC = ("CKP101", "CKP201", "CKP202", "CKP203", "CKP301")
 
@@ -49,6 +49,46 @@ def forward(x):
     assert "(line 10)" in finding.message  # where the region reads it
     assert "changed at line 7" in finding.message
     assert "functools.partial" in finding.message  # what to write instead
+
+
+def test_mutable_state_of_another_module_is_named_with_the_place_that_changes_it(
+    tmp_path: Path,
+) -> None:
+    """A class attribute and an imported registry, each changed by a training loop in a
+    third module: the message says what is read, where, and the file and line of the write."""
+    files = {
+        "pyproject.toml": "[tool.ckptlint]\n",
+        "pkg/__init__.py": "",
+        "pkg/config.py": "class Config:\n    scale = 1.0\n\nREGISTRY = {}\n",
+        "pkg/model.py": """\
+            from torch.utils.checkpoint import checkpoint
+
+            from .config import REGISTRY, Config
+
+            def block(x):
+                return REGISTRY["act"](x) * Config.scale
+
+            def forward(x):
+                return checkpoint(block, x, use_reentrant=False)
+            """,
+        "pkg/train.py": """\
+            from .config import REGISTRY, Config
+
+            def step(model, x, i):
+                loss = model(x).sum()
+                Config.scale = 1.0 / (i + 1)
+                REGISTRY["act"] = lambda h: h * i
+                loss.backward()
+            """,
+    }
+    train = tmp_path / "pkg" / "train.py"
+    messages = sorted(messages_of(tmp_path, files, select=("CKP201",)))
+    assert [m.split(": the recompute")[0] for m in messages] == [
+        "`checkpoint()` region reads class attribute `Config.scale` (line 6), which is changed"
+        f" at {train}:5",
+        f"`checkpoint()` region reads module global `REGISTRY` (line 6), which is changed at"
+        f" {train}:6",
+    ]
 
 
 def test_late_binding_message_names_variable_and_loop() -> None:

@@ -31,7 +31,7 @@ from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, node_position, statements_at
 from ckptlint.project.search import ATTRIBUTE_WRITES, CONTENT_WRITES, NAMES
 from ckptlint.resolution.evaluator import Evaluator
-from ckptlint.resolution.values import UNKNOWN, Context, ModuleValue
+from ckptlint.resolution.values import UNKNOWN, ClassValue, Context, ModuleValue
 from ckptlint.torch_catalogue import MUTATING_METHODS
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -60,6 +60,8 @@ class ChangeFinder:
         return self.evaluator.solver.ask(key, self._changes_of, module, name, fallback=[])
 
     def _changes_of(self, module: Module, name: str) -> list[GlobalWrite]:
+        if "." in name:
+            return list(self._class_attribute_changes(module, *name.split(".")))
         found = list(self._changes_in_own_module(module, name))
         for other in self._other_modules(module, ATTRIBUTE_WRITES, name):
             found.extend(self._changes_through_attribute(other, module, name))
@@ -102,8 +104,8 @@ class ChangeFinder:
             statement, functions, scope = located
             context = Context(other, scope)
             writes = [
-                target
-                for target in self._written_attributes(statement)
+                (target, rebinds)
+                for target, rebinds in self._written_attributes(statement)
                 if target.attr == name
                 and any(
                     isinstance(v, ModuleValue) and v.module is owner
@@ -111,7 +113,51 @@ class ChangeFinder:
                 )
             ]
             if writes and not self.runs_at_setup_only(other, functions, 0):
-                yield GlobalWrite(owner, name, Location(other, statement.lineno), "assigns")
+                how = "assigns" if any(rebinds for _, rebinds in writes) else "mutates"
+                yield GlobalWrite(owner, name, Location(other, statement.lineno), how)
+
+    def _class_attribute_changes(
+        self, module: Module, class_name: str, attribute: str
+    ) -> Iterator[GlobalWrite]:
+        """``Config.scale = ...`` (also ``Config.table[k] = ...``, ``Config.items.append()``)
+        in a function of any module, where ``Config`` is the class ``class_name`` of
+        ``module``, and ``cls.scale = ...`` in a classmethod of that class."""
+        classes = [
+            b.node
+            for b in module.scopes.module.bindings.get(class_name, [])
+            if isinstance(b.node, ast.ClassDef)
+        ]
+        if len(classes) != 1:
+            return
+        cls = classes[0]
+        name = f"{class_name}.{attribute}"
+        others = list(self._other_modules(module, ATTRIBUTE_WRITES, attribute))
+        for other in [module, *others]:
+            if f".{attribute}" not in other.text:
+                continue
+            for line in other.lines_naming(attribute):
+                if f".{attribute}" not in other.lines[line - 1]:
+                    continue
+                located = self._statement_in_function(other, line)
+                if located is None:
+                    continue
+                statement, functions, scope = located
+                context = Context(other, scope)
+                writes = [
+                    rebinds
+                    for target, rebinds in self._written_attributes(statement)
+                    if target.attr == attribute
+                    and (
+                        _is_class_parameter(target.value, functions[-1], cls)
+                        or any(
+                            isinstance(v, ClassValue) and _same_class(v, module, cls)
+                            for v in self.evaluator.evaluate(target.value, context)
+                        )
+                    )
+                ]
+                if writes and not self.runs_at_setup_only(other, functions, 0):
+                    how = "assigns" if any(writes) else "mutates"
+                    yield GlobalWrite(module, name, Location(other, statement.lineno), how)
 
     def _changes_through_import(
         self, other: Module, owner: Module, name: str
@@ -160,12 +206,15 @@ class ChangeFinder:
                 if other is not None:
                     yield other
 
-    def _written_attributes(self, statement: ast.stmt) -> Iterator[ast.Attribute]:
+    def _written_attributes(self, statement: ast.stmt) -> Iterator[tuple[ast.Attribute, bool]]:
+        """The attributes a statement writes, each with whether it rebinds it (``x.A = v``)
+        rather than changing its content (``x.A[k] = v``, ``x.A.append(v)``)."""
         for target in assigned_targets(statement):
+            rebinds = True
             while isinstance(target, ast.Subscript):
-                target = target.value
+                target, rebinds = target.value, False
             if isinstance(target, ast.Attribute):
-                yield target
+                yield target, rebinds
         for node in header_nodes(statement):
             if (
                 isinstance(node, ast.Call)
@@ -173,7 +222,7 @@ class ChangeFinder:
                 and node.func.attr in MUTATING_METHODS
                 and isinstance(node.func.value, ast.Attribute)
             ):
-                yield node.func.value
+                yield node.func.value, False
 
     def _statement_in_function(
         self, module: Module, line: int
@@ -235,6 +284,22 @@ class ChangeFinder:
                 if other.resolve_import(target.level, target.module) == module.name:
                     return True
         return False
+
+
+def _same_class(value: ClassValue, module: Module, cls: ast.ClassDef) -> bool:
+    return value.module.path == module.path and value.node.lineno == cls.lineno
+
+
+def _is_class_parameter(expression: ast.expr, function: Function, cls: ast.ClassDef) -> bool:
+    """``cls`` in ``cls.scale = ...`` inside a ``@classmethod`` defined in ``cls``'s body."""
+    if not isinstance(expression, ast.Name) or not any(
+        isinstance(d, ast.Name) and d.id == "classmethod" for d in function.decorator_list
+    ):
+        return False
+    parameters = [*function.args.posonlyargs, *function.args.args]
+    if not parameters or parameters[0].arg != expression.id:
+        return False
+    return any(statement is function for statement in cls.body)
 
 
 def _content_writes(statement: ast.stmt) -> Iterator[ast.Name]:

@@ -19,6 +19,7 @@ from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Body, Scope, node
 from ckptlint.resolution.evaluator import Evaluator, children_run_here, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
+    ClassValue,
     Context,
     Elements,
     External,
@@ -66,9 +67,19 @@ class Location:
 
 @dataclass(frozen=True)
 class GlobalRead:
-    module: Module  # the module the global belongs to
+    """A read of module-level state: a module global (``name``), or a class attribute
+    (``name`` is ``Class.attribute``) of a class of ``module``."""
+
+    module: Module  # the module the global (or the class) belongs to
     name: str
     where: Location
+    # Read through a name imported from ``module`` (``from cfg import TABLE``): the import
+    # bound the object once, so only a change of its content reaches the reader.
+    imported: bool = False
+
+    @property
+    def what(self) -> str:
+        return "class attribute" if "." in self.name else "module global"
 
 
 @dataclass(frozen=True)
@@ -316,10 +327,16 @@ class ReachAnalysis:
         switched: list[tuple[int, int, OptIn]] = []
         for node, scope in self.nodes_with_scopes(statements, context.scope, module):
             if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Load) and module_data(
-                    node.id, scope, node_position(node)
-                ):
-                    facts.reads.append(GlobalRead(module, node.id, Location(module, node.lineno)))
+                if isinstance(node.ctx, ast.Load):
+                    position = node_position(node)
+                    location = Location(module, node.lineno)
+                    if module_data(node.id, scope, position):
+                        facts.reads.append(GlobalRead(module, node.id, location))
+                    else:
+                        imported = self._imported_data(node.id, scope, position, module)
+                        if imported is not None:
+                            owner, name = imported
+                            facts.reads.append(GlobalRead(owner, name, location, imported=True))
             elif isinstance(node, ast.Attribute):
                 if isinstance(node.ctx, ast.Load):
                     where = context.at(scope) if scope is not context.scope else context
@@ -332,7 +349,7 @@ class ReachAnalysis:
                     what = f"`.{callee.attr}()`"
                     facts.draws.append(RandomDraw(what, Location(module, node.lineno)))
                 mutation = _mutation(node, scope, module)
-                if mutation is not None:
+                if mutation is not None and not _is_memo_call(node):
                     writes.append((mutation, scope))
             elif isinstance(node, _ASSIGNING):
                 writes.extend((w, scope) for w in _assignment_writes(node, scope, module))
@@ -354,7 +371,8 @@ class ReachAnalysis:
     def _module_attribute_reads(
         self, node: ast.Attribute, context: Context
     ) -> Iterator[GlobalRead]:
-        """``config.SCALE`` where ``config`` is a module of the project."""
+        """``config.SCALE`` where ``config`` is a module of the project, and ``Config.scale``
+        where ``Config`` is a class of the project whose body assigns ``scale``."""
         if not isinstance(node.value, (ast.Name, ast.Attribute)):
             return
         for owner in self.evaluator.evaluate(node.value, context):
@@ -364,6 +382,40 @@ class ReachAnalysis:
                 if bindings and all(_is_data(b.node) for b in bindings):
                     where = Location(context.module, node.lineno)
                     yield GlobalRead(target, node.attr, where)
+            elif isinstance(owner, ClassValue) and _at_module_level(owner):
+                bindings = self.evaluator.scope_of(owner).bindings.get(node.attr, [])
+                if bindings and all(_is_data(b.node) for b in bindings):
+                    where = Location(context.module, node.lineno)
+                    name = f"{owner.node.name}.{node.attr}"
+                    yield GlobalRead(owner.module, name, where)
+
+    def _imported_data(
+        self, name: str, scope: Scope, position: tuple[int, int], module: Module
+    ) -> tuple[Module, str] | None:
+        """The project module whose module-level data ``name`` is, and its name there, when
+        ``name`` is bound here only by ``from <module> import <its name>`` (followed through
+        re-exports)."""
+        bindings = scope.lookup(name, position)
+        if len(bindings) != 1 or bindings[0].scope.kind != "module":
+            return None
+        project = self.evaluator.project
+        binding, importer = bindings[0], module
+        for _ in range(_MAX_REEXPORTS):
+            target = binding.imported
+            if target is None or target.name is None:
+                return None
+            absolute = importer.resolve_import(target.level, target.module)
+            owner = None if absolute is None else project.module_named(absolute)
+            if owner is None:
+                return None
+            found = owner.scopes.module.bindings.get(target.name, [])
+            if len(found) == 1 and found[0].imported is not None:
+                binding, importer = found[0], owner
+                continue
+            if found and all(_is_data(b.node) for b in found):
+                return owner, target.name
+            return None
+        return None
 
     def nodes_with_scopes(
         self, statements: Body, scope: Scope, module: Module
@@ -419,6 +471,14 @@ _Walk = tuple[tuple[ast.AST, Scope], ...]
 _NODES_WITH_SCOPES: dict[tuple[int, int], tuple[Body, Scope, _Walk]] = {}
 
 
+# Imports followed from a reader to the module that assigns the global.
+_MAX_REEXPORTS = 4
+
+
+def _at_module_level(cls: ClassValue) -> bool:
+    return cls.context.scope.kind == "module"
+
+
 def module_data(name: str, scope: Scope, position: tuple[int, int]) -> bool:
     """Whether ``name`` refers only to module-level assignments (not imports, functions or
     classes): a global whose value can change."""
@@ -434,10 +494,14 @@ _ASSIGNING = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)
 
 
 def _mutation(call: ast.Call, scope: Scope, module: Module) -> GlobalWrite | None:
-    """The module-level object a call mutates (``CACHE.append(...)``), if any."""
+    """The module-level object a call mutates (``CACHE.append(...)``, also what
+    ``CACHE.setdefault(k, []).append(...)`` appends to), if any."""
     callee = call.func
     if isinstance(callee, ast.Attribute) and callee.attr in MUTATING_METHODS:
-        root = root_name(callee.value)
+        receiver = callee.value
+        if _is_setdefault(receiver):
+            receiver = receiver.func.value  # type: ignore[attr-defined]
+        root = root_name(receiver)
         if root is not None and module_data(root.id, scope, node_position(root)):
             return GlobalWrite(module, root.id, Location(module, call.lineno), "mutates")
     return None
@@ -525,20 +589,107 @@ def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
             stack.extend(ast.iter_child_nodes(node))
 
 
+def _is_setdefault(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "setdefault"
+    )
+
+
+def _is_memo_call(node: ast.AST) -> bool:
+    """``CACHE.setdefault(key, build(key))``: writes only a key that is missing, so running
+    it again writes nothing. Not with an empty container as the value (``setdefault(key,
+    [])``): that entry is made to be filled, by each run."""
+    if not _is_setdefault(node):
+        return False
+    value = node.args[1] if len(node.args) > 1 else None  # type: ignore[attr-defined]
+    if isinstance(value, (ast.List, ast.Dict, ast.Set)):
+        return False
+    return not (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, (ast.Name, ast.Attribute))
+        and _callee_name(value.func) in _EMPTY_CONTAINERS
+    )
+
+
+_EMPTY_CONTAINERS = frozenset("list dict set defaultdict OrderedDict deque".split())
+
+
+def _callee_name(expression: ast.Name | ast.Attribute) -> str:
+    return expression.id if isinstance(expression, ast.Name) else expression.attr
+
+
 def guarded_by_test_of(body: Body, write: GlobalWrite, scope: Scope) -> bool:
     """A write after a test of the same global, or of a ``global`` the function keeps as a
     "loaded" flag (``if KERNEL is None:``, ``if key not in CACHE:``, ``if _loaded != impl:``,
-    an early ``return`` when set already): a lazy initialisation or a memo, which a second
-    run leaves as it was."""
+    an early ``return`` when set already), or of what was looked up in it (``m =
+    CACHE.get(key)`` ... ``if m is None:``), or in the ``except`` of a ``try`` that reads it
+    (``try: return CACHE[key] except KeyError: CACHE[key] = ...``): a lazy initialisation or
+    a memo, which a second run leaves as it was."""
     sentinels = {write.name, *scope.global_names}
-    for node in own_nodes(body):
+    nodes = own_nodes(body)
+    looked_up = {
+        node.targets[0].id
+        for node in nodes
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and _looks_up(node.value, write.name)
+        and node.lineno < write.where.line
+    }
+    for node in nodes:
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
             test = node.test
-            if (test.end_lineno or test.lineno) < write.where.line and any(
-                isinstance(n, ast.Name) and n.id in sentinels for n in ast.walk(test)
+            if (test.end_lineno or test.lineno) >= write.where.line:
+                continue
+            if any(isinstance(n, ast.Name) and n.id in sentinels for n in ast.walk(test)):
+                return True
+            if _tests_presence(test, looked_up):
+                return True
+        elif isinstance(node, ast.Try) and _in_a_handler(node, write.where.line):
+            if any(
+                isinstance(n, ast.Name) and n.id == write.name
+                for statement in node.body
+                for n in ast.walk(statement)
             ):
                 return True
     return False
+
+
+def _looks_up(value: ast.expr, name: str) -> bool:
+    """``NAME.get(key)`` or ``NAME.get(key, None)``: None when the key is missing."""
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "get"
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == name
+        and not value.keywords
+        and (len(value.args) == 1 or (len(value.args) == 2 and _is_none(value.args[1])))
+    )
+
+
+def _tests_presence(test: ast.expr, names: set[str]) -> bool:
+    """``m is None``, ``m is not None``, ``not m`` or ``m`` for one of ``names``: whether
+    the lookup found the key (a test of its value, ``m < 10``, decides more)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        if isinstance(test.ops[0], (ast.Is, ast.IsNot)) and _is_none(test.comparators[0]):
+            test = test.left
+    return isinstance(test, ast.Name) and test.id in names
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _in_a_handler(node: ast.Try, line: int) -> bool:
+    return any(
+        handler.lineno <= line <= (handler.end_lineno or handler.lineno)
+        for handler in node.handlers
+    )
 
 
 def _opt_in_parameters(arguments: ast.arguments) -> dict[str, OptIn]:

@@ -80,6 +80,7 @@ from ckptlint.resolution.versions import (
 from ckptlint.torch_catalogue import (
     CONTAINERS,
     MAPPING_CONTAINERS,
+    RETURNS_ITS_MODULE,
     SEQUENTIAL_CONTAINERS,
     canonical,
 )
@@ -947,6 +948,8 @@ class Evaluator:
             yield from self._parsed_version(self.evaluate(first, context))
         elif name in DISTRIBUTION_VERSIONS and _constant(first) == "torch":
             yield External(TORCH_VERSION)
+        elif name in RETURNS_ITS_MODULE and first is not None:  # ``weight_norm(conv)``
+            yield from self.evaluate(first, context)
         elif name in ("builtins.staticmethod", "builtins.classmethod") and first is not None:
             yield from self.evaluate(first, context)
         elif name == "builtins.getattr" and len(arguments) >= 2:

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from ckptlint.analysis import ProjectAnalysis
-from ckptlint.core import AddKeyword, Applicability, Finding, Fix, ReplaceText
+from ckptlint.core import AddKeyword, Applicability, BindNames, Finding, Fix, ReplaceText
 from ckptlint.effects.reach import (
     GlobalWrite,
     Location,
@@ -161,6 +161,7 @@ __all__ = [
     "short_name",
     # what a rule returns
     "AddKeyword",
+    "BindNames",
     "Finding",
     "Fix",
     "ReplaceText",

@@ -29,7 +29,15 @@ class GlobalSideEffect(Rule):
     region source (for transformers' `GradientCheckpointingLayer` subclasses, at their
     `def forward`). A write after a test of the same global, or of a "loaded" flag the
     function keeps (`if key not in CACHE:`, `if KERNEL is None:`), is a memo or a lazy
-    initialisation that the second run leaves as it was, and is not reported; a write
+    initialisation that the second run leaves as it was, and is not reported; so are the
+    other memo forms: a lookup and a write when it found nothing (`m = CACHE.get(key)`,
+    then `if m is None: CACHE[key] = build(key)`), `CACHE.setdefault(key, build(key))`
+    (not with an empty container as the value: that entry is there to be filled) and
+    `try: return CACHE[key]` with the write in its `except KeyError:`. (A memo is no
+    side effect that changes gradients: the forward fills the entry, the recompute finds
+    it and writes nothing, and both compute with the same value as long as it is built
+    from the key alone. What is appended to the entry, `CACHE.setdefault(key,
+    []).append(h)`, is written by each run and is reported.) A write
     behind a switch that defaults to off (`if force_reset:` with `force_reset=False`) is
     reported only where the region's call passes the switch; neither are
     writes deep inside what the region calls (a framework's trackers and caches made on

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ckptlint.rules.base import (
     COMPREHENSIONS,
+    FUNCTIONS,
     MUTATING_METHODS,
     Binding,
+    BindNames,
+    Context,
     FileContext,
     Finding,
+    Fix,
     FunctionValue,
     Loop,
     PartialValue,
@@ -33,6 +37,7 @@ class ClosureRead:
     read_line: int
     loop_line: int
     changed_line: int | None = None  # an in-place change (``kwargs[k] = v``), not a rebinding
+    owner: Scope | None = field(default=None, compare=False)  # the function binding the name
 
 
 class LateBinding(Rule):
@@ -47,6 +52,16 @@ class LateBinding(Rule):
     Bind the value when the region is made: a default argument (`lambda x, i=i: ...`),
     `functools.partial(f, i)`, a factory function's parameter (`make_forward(layer)`), or
     pass it as an input of the checkpoint.
+
+    The fix (unsafe: it changes the function's signature) does the first: each late-bound
+    name becomes a parameter `name=name` of the def or lambda (keyword-only after a
+    `*args`), so the value the function is made with, the one the forward reads, is what
+    the recompute reads too. It is offered where the function is made anew for the call:
+    a lambda in the call, a def made by a factory the call calls (transformers'
+    `create_custom_forward(layer_module)` closing over `past_key_value`), or a def made
+    earlier in the same iteration with no rebinding of the names in between. A def made
+    once before the loop, or an object changed in place (a copy would keep only what a
+    shallow copy keeps), gets no fix: rewrite those by hand.
 
     The same holds for an object the loop changes in place: a dict the region reads
     (`**kwargs`) that the loop updates with each layer's value (`kwargs["window"] = w`) is
@@ -67,6 +82,7 @@ class LateBinding(Rule):
     """
 
     code = "CKP202"
+    FIX = "unsafe"
     GUARD = (
         "At run time, `ckptguard.enable()` raises `CheckpointMismatchError` (kind `closure`) "
         "naming the closure variable and its two values when the loop moved on before the "
@@ -102,9 +118,9 @@ def forward(self, x):
                     continue
                 found = late_bindings(function, site.node, analysis)
                 if found:
-                    yield context.finding(
-                        site.node, self.code, _message(site.subject, function, found)
-                    )
+                    message = _message(site.subject, function, found)
+                    fix = _binding_fix(context, site.node, site.context, function, found, analysis)
+                    yield context.finding(site.node, self.code, message, fix)
                     break
 
 
@@ -144,6 +160,88 @@ def _message(subject: str, function: FunctionValue, found: list[ClosureRead]) ->
         + consequence.format(state="values")
         + f"; bind them when making the region ({', '.join(binds)} default arguments,"
         " functools.partial) or pass them as checkpoint inputs"
+    )
+
+
+def _binding_fix(
+    context: FileContext,
+    call: ast.Call,
+    where: Context,
+    function: FunctionValue,
+    found: list[ClosureRead],
+    analysis: ProjectAnalysis,
+) -> Fix | None:
+    """Bind each late-bound name where the region is made: a parameter ``name=name`` of the
+    def or lambda, whose default is the value the forward then reads. Offered only where
+    the function is made for this call (in it, by a factory called in it, or in the same
+    iteration before it, with no rebinding of the names in between); not for a change in
+    place (a copy would keep only what a shallow copy keeps). Unsafe: it changes the
+    function's signature."""
+    if any(read.changed_line is not None or read.owner is None for read in found):
+        return None
+    node = function.node
+    if not _made_for(call, where, function, found, analysis):
+        return None
+    end_line = node.end_lineno or node.lineno
+    edit = BindNames(
+        node.lineno,
+        context.character_column(node.lineno, node.col_offset),
+        end_line,
+        context.character_column(end_line, node.end_col_offset or 0),
+        tuple(read.name for read in found),
+    )
+    return Fix(edit, "unsafe")
+
+
+def _made_for(
+    call: ast.Call,
+    where: Context,
+    function: FunctionValue,
+    found: list[ClosureRead],
+    analysis: ProjectAnalysis,
+) -> bool:
+    """Whether the def or lambda is made anew for this call, after the last rebinding of
+    every name it reads late: written in the call, made by a factory the call calls, or
+    made before it in the loop's body with no rebinding between."""
+    node = function.node
+    if _within(node, call):
+        return True
+    maker = function.context.scope.node
+    if isinstance(maker, FUNCTIONS) and not _owns(found, maker):
+        for inner in ast.walk(call):
+            if isinstance(inner, ast.Call) and inner is not call:
+                callees = analysis.evaluate(inner.func, where)
+                if any(isinstance(v, FunctionValue) and v.node is maker for v in callees):
+                    return True
+    made = (node.lineno, node.col_offset)
+    if made >= (call.lineno, call.col_offset):
+        return False
+    for read in found:
+        owner = read.owner
+        assert owner is not None
+        loops = [loop for loop in loops_around(owner.node, call) if loop.lineno == read.loop_line]
+        if not loops or not _within(node, loops[0]):
+            return False
+        between = [
+            binding
+            for binding in owner.bindings.get(read.name, [])
+            if made < binding.position < (call.lineno, call.col_offset)
+        ]
+        if between:
+            return False
+    return True
+
+
+def _owns(found: list[ClosureRead], node: ast.AST) -> bool:
+    return any(read.owner is not None and read.owner.node is node for read in found)
+
+
+def _within(inner: ast.AST, outer: ast.AST) -> bool:
+    start = (inner.lineno, inner.col_offset)  # type: ignore[attr-defined]
+    end = (inner.end_lineno, inner.end_col_offset)  # type: ignore[attr-defined]
+    return (outer.lineno, outer.col_offset) <= start and end <= (  # type: ignore[attr-defined]
+        outer.end_lineno,  # type: ignore[attr-defined]
+        outer.end_col_offset,  # type: ignore[attr-defined]
     )
 
 
@@ -191,12 +289,12 @@ def late_bindings(
             continue
         loop = _rebinding_loop(owner, node.id, call)
         if loop is not None:
-            found[node.id] = ClosureRead(node.id, node.lineno, loop.lineno)
+            found[node.id] = ClosureRead(node.id, node.lineno, loop.lineno, owner=owner)
             continue
         changed = _changing_loop(owner, node.id, _part_read(node, parents), call)
         if changed is not None:
             loop, line = changed
-            found[node.id] = ClosureRead(node.id, node.lineno, loop.lineno, line)
+            found[node.id] = ClosureRead(node.id, node.lineno, loop.lineno, line, owner)
     return list(found.values())
 
 

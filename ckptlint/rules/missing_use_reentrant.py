@@ -11,6 +11,7 @@ from packaging.version import Version
 
 from ckptlint.rules.base import (
     ABSENT,
+    CHECKPOINT,
     FUNCTIONS,
     PARTIAL,
     Absent,
@@ -61,6 +62,13 @@ class MissingUseReentrant(Rule):
     `use_reentrant=None` is the same as leaving it out (torch warns and picks the default),
     so it is reported too; the fix replaces `None` with `False`, where the `None` is written
     (in the call, or in the `functools.partial` it goes through).
+
+    A call that also passes keyword arguments for the region (`checkpoint(fn, x,
+    mask=m)`) does not run at all: torch's reentrant variant takes no keywords for the
+    function and raises `ValueError: Unexpected keyword arguments: mask` at the first
+    forward (torch 2.13, also with `use_reentrant=None` or `True`). The finding says so;
+    its fix makes the call run, since the non-reentrant variant passes those keywords on
+    to the function.
 
     Calls passing `**kwargs` are not reported (the keyword may be inside), nor are
     `checkpoint_sequential` calls whose 4th positional argument (`use_reentrant`) is
@@ -170,6 +178,18 @@ def forward(self, x):
                 f"{what} without `{keyword}`{via}; pass `{keyword}=False` (recommended)"
                 f" or `{keyword}=True` explicitly"
             )
+        crash = _region_keywords(context.analysis, path)
+        if crash:
+            given = (
+                f"with `{keyword}=None`" if decision.written is not None else f"without `{keyword}`"
+            )
+            message = (
+                f"{what} {given}{via} and with keyword arguments for the region"
+                f" ({', '.join(f'`{k}`' for k in crash)}): torch takes its reentrant variant,"
+                f" which raises `{REGION_KEYWORDS_ERROR}{','.join(crash)}`"
+                f" at the first forward, so this call never runs; pass `{keyword}=False`,"
+                " whose variant passes the keywords on to the region"
+            )
         oldest = torch.lower()
         since = path.source.reentrant_since
         if since is not None and oldest is not None and oldest < Version(since):
@@ -179,6 +199,37 @@ def forward(self, x):
             )
             return context.finding(call, self.code, message)
         return context.finding(call, self.code, message, Fix(edit, "unsafe"))
+
+
+# What torch's reentrant ``checkpoint`` raises for keywords meant for the region (2.13; the
+# names follow, joined by commas). tests/test_rule_claims.py checks it on the installed torch.
+REGION_KEYWORDS_ERROR = "ValueError: Unexpected keyword arguments: "
+# Keywords torch's ``checkpoint`` takes itself; any other goes to the region, which only the
+# non-reentrant variant accepts (``preserve_rng_state`` is popped before the check).
+_CHECKPOINT_KEYWORDS = frozenset(
+    "use_reentrant preserve_rng_state context_fn determinism_check debug early_stop".split()
+)
+
+
+def _region_keywords(analysis: ProjectAnalysis, path: SourceCall) -> list[str]:
+    """The keywords ``checkpoint`` receives for the region, in the order written (also those
+    a wrapper's ``**kwargs`` hands on); only for torch's ``checkpoint`` itself
+    (``checkpoint_sequential`` rejects any in both variants)."""
+    if path.source.names[0] != CHECKPOINT:
+        return []
+    wrappers = [wrapper.node for wrapper in path.wrappers]
+    names = list(path.arguments.keywords)
+    spreads = list(path.arguments.spread)
+    for _ in range(64):  # callers spread into callers: followed this far
+        if not spreads:
+            break
+        expression, context = spreads.pop(0)
+        for held in analysis.held(expression, context, ""):
+            if isinstance(held, Passed) and held.owner in wrappers:
+                keywords = held.keywords
+                names.extend(k for k in keywords.arguments.keywords if k not in keywords.taken)
+                spreads.extend(keywords.arguments.spread)
+    return [name for name in dict.fromkeys(names) if name not in _CHECKPOINT_KEYWORDS]
 
 
 def _decided_here(

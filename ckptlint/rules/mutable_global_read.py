@@ -26,11 +26,19 @@ class MutableGlobalRead(Rule):
     (`functools.partial(block, scale=SCALE)`), so both runs see the same value.
 
     Every region source counts (torch's checkpoint, checkpoint_wrapper, transformers'
-    layers, timm, Megatron, DeepSpeed, your own wrappers...). The globals searched are
-    those the region's own code reads, and the code it calls directly, in any module of
-    the tree (`SCALE`, `config.SCALE` of an imported module). A change is a statement in
-    a function of the global's module, or of another module naming it as `module.NAME`,
-    that rebinds or mutates it.
+    layers, timm, Megatron, DeepSpeed, your own wrappers...). The state searched is what
+    the region's own code reads, and the code it calls directly, in any module of the
+    tree: a global (`SCALE`), a module's attribute (`config.SCALE`, also `import
+    pkg.cfg as cfg`), a name imported from another module (`from .registry import
+    ACTIVATIONS`), and a class attribute used as configuration (`Config.scale`, assigned
+    in the class body). A change is a statement in a function of any module that rebinds
+    or mutates it, and the message gives its file and line: `global X; X = ...` in the
+    global's module, `cfg.X = ...` elsewhere, `Config.scale = ...` or `cls.scale *= ...`
+    in a classmethod, and for a container used as a registry an item written
+    (`REGISTRY[name] = fn`), `setdefault`, `update`, or a `register(name, fn)`-style
+    function that writes it and runs after set-up. A name imported with `from ... import
+    X` keeps the object it was bound to: for it only changes of that object's content
+    count (`cfg.X = ...` elsewhere rebinds the module's name, not the importer's).
 
     Not reported, because they are set-up, not run-time changes: constants bound once,
     imports, functions and classes; module-level statements (they run at import); a
@@ -96,12 +104,15 @@ def forward(x):
                 key = (read.module.path, read.name)
                 if key in reported:
                     continue
-                change = _change_outside(reach, analysis.changes_of(read.module, read.name))
+                changes = analysis.changes_of(read.module, read.name)
+                if read.imported:  # the import bound the object: only its content changes
+                    changes = [c for c in changes if c.how == "mutates"]
+                change = _change_outside(reach, changes)
                 if change is None:
                     continue
                 reported.add(key)
                 message = (
-                    f"{site.subject} reads module global `{read.name}`"
+                    f"{site.subject} reads {read.what} `{read.name}`"
                     f" ({read.where.describe(here)}), which is changed at"
                     f" {change.where.describe(here)}: the recompute in backward may see another"
                     " value than the forward did, so gradients are silently wrong; pass"

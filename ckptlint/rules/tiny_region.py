@@ -59,7 +59,10 @@ class TinyRegion(Rule):
     Call the op directly, or checkpoint a larger block that contains it (a whole layer).
 
     Reported for torch modules (`nn.GELU()`, including modules assigned in `__init__` and
-    elements of an `nn.ModuleList` built from one constructor), torch functions
+    elements of an `nn.ModuleList` built from one constructor, and a module behind a
+    reparametrization: `weight_norm`, `spectral_norm`, `nn.utils.parametrizations.*` and
+    `nn.utils.parametrize.register_parametrization` return the module they are given, still
+    one conv or linear, its weight computed from others), torch functions
     (`torch.relu`, `F.gelu`), `functools.partial` of those, and lambdas, functions and
     methods whose body is one such op applied to their parameters, through every region
     source that takes a function or a module (also a module that
