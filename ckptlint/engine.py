@@ -582,6 +582,15 @@ class Engine:
             and not (0 < f.line <= len(lines) and is_suppressed(lines[f.line - 1], f.code))
         ]
 
+    @property
+    def work(self) -> int:
+        """How many answers this engine's analysis of the files on disk computed (reused
+        ones not counted): the measure of work a test can bound without a clock."""
+        disk = self._disk
+        if disk is None or disk._analyser is None:
+            return 0
+        return disk._analyser.analysis.solver.computed
+
     def analysis(self) -> tuple[list[str], ProjectAnalysis]:
         """The files discovery analysed, and one analysis of the project for the words it
         ended with (benchmarks read sites, regions and reaches from it)."""

@@ -1,0 +1,241 @@
+"""The analysis always ends, answers the same in any order, and one file's failure is that
+file's finding (docs/analysis-semantics.md, "What the analysis promises").
+
+- Generated packages (tests/generated_projects.py: mutual recursion through parameters and
+  attributes, names that collide, star-import cycles, partials, decorators, edited
+  ``**kwargs``) each end within a fixed amount of work, counted in answers computed (no
+  clock), with no internal error: 500 in the default run, 10,000 under ``-m slow``.
+- Every file of a package, linted one at a time after the others in a random order by one
+  engine (whose analysis is shared), gets the findings the whole-tree run gives it.
+- A region that is too deeply nested to analyse, a body that does not parse and a chain of
+  lookups past the analysis's limit each stay the finding of their own file: another file's
+  finding is still reported and the run exits 1, not 2.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckptlint.config import Settings
+from ckptlint.engine import Engine
+from tests.conftest import run_cli
+from tests.generated_projects import hypothesis_chooser, project
+
+# Answers a generated package may take: 10x the most any of 2,000 seeds took (about 9,000);
+# a package that loops, or whose contexts multiply, takes millions.
+WORK_BUDGET = 100_000
+# Only a hang outlives this: a generated package takes well under a second.
+HANG_SECONDS = 120
+
+
+@contextmanager
+def hang_guard(seconds: int) -> Iterator[None]:
+    """Fail (rather than block the suite) if the block runs for ``seconds``."""
+
+    def hung(*_: object) -> None:
+        raise AssertionError(f"the analysis did not end within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def write(root: Path, files: dict[str, str]) -> list[str]:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return sorted(str(root / relative) for relative in files)
+
+
+def findings_of(engine: Engine, paths: list[str]) -> dict[str, list[tuple[int, int, str, str]]]:
+    found = {}
+    for result in engine.lint(paths):
+        assert result.internal_error is None, (result.path, result.internal_error)
+        found[result.path] = [(f.line, f.column, f.code, f.message) for f in result.findings]
+    return found
+
+
+def check_generated(files: dict[str, str], order: list[int]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        paths = write(root, files)
+        saved = os.getcwd()
+        os.chdir(root)
+        try:
+            with hang_guard(HANG_SECONDS):
+                whole = Engine(Settings(root=root), paths, jobs=1)
+                reference = findings_of(whole, paths)
+                assert whole.work <= WORK_BUDGET, f"{whole.work} answers"
+                one_by_one = Engine(Settings(root=root), paths, jobs=1)
+                for index in order:
+                    path = paths[index % len(paths)]
+                    assert findings_of(one_by_one, [path])[path] == reference[path], path
+        finally:
+            os.chdir(saved)
+
+
+GENERATED = settings(
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@GENERATED
+@given(data=st.data(), order=st.lists(st.integers(0, 100), min_size=1, max_size=8))
+def test_generated_packages_end_and_answer_the_same_in_any_order(
+    data: st.DataObject, order: list[int]
+) -> None:
+    check_generated(project(hypothesis_chooser(data)), order)
+
+
+@pytest.mark.slow
+@settings(GENERATED, max_examples=10_000)
+@given(data=st.data(), order=st.lists(st.integers(0, 100), min_size=1, max_size=8))
+def test_campaign_generated_packages_end_and_answer_the_same_in_any_order(
+    data: st.DataObject, order: list[int]
+) -> None:
+    check_generated(project(hypothesis_chooser(data)), order)
+
+
+def test_the_nine_lines_of_issue_32_end() -> None:
+    """A region calling a function that recurses through its parameter's attributes and a
+    second function: each level made a new context, and the lookups multiplied."""
+    files = {
+        "wrap.py": (
+            "from torch.utils.checkpoint import checkpoint\n\n"
+            "def forward(x, layer):\n"
+            "    return checkpoint(layer, x, use_reentrant=False)\n"
+        ),
+        "other.py": (
+            "def first(region, analysis):\n"
+            "    if region.kind:\n"
+            "        return first(region.inner, analysis)\n"
+            '    forward = analysis.member(region, "forward")\n'
+            "    return second(forward, analysis)\n\n\n"
+            "def second(function, analysis):\n"
+            "    return first(analysis.evaluate(function), analysis)\n"
+        ),
+    }
+    check_generated(files, [0, 1])
+
+
+def test_the_generator_is_not_vacuous() -> None:
+    """Its packages reach regions through their wrappers and decorators: across a few
+    seeds they give findings of several rules."""
+    from tests.generated_projects import random_chooser
+
+    codes: set[str] = set()
+    for seed in range(40):
+        files = project(random_chooser(seed))
+        with tempfile.TemporaryDirectory() as folder:
+            root = Path(folder)
+            paths = write(root, files)
+            saved = os.getcwd()
+            os.chdir(root)
+            try:
+                found = findings_of(Engine(Settings(root=root), paths, jobs=1), paths)
+            finally:
+                os.chdir(saved)
+        codes.update(code for items in found.values() for _, _, code, _ in items)
+    assert {"CKP001", "CKP201", "CKP202", "CKP203"} <= codes, codes
+
+
+# -- one file's failure is that file's finding ------------------------------------------------
+KNOWN = (
+    "from torch.utils.checkpoint import checkpoint\n\n\n"
+    "def forward(self, x):\n"
+    "    return checkpoint(self.block, x)\n"
+)
+
+
+def lint_folder(root: Path, files: dict[str, str]) -> tuple[int, dict[str, list[str]]]:
+    write(root, files)
+    (root / ".git").mkdir()
+    result = run_cli("--output-format", "json", "--no-cache", ".", cwd=root)
+    import json
+
+    found: dict[str, list[str]] = {}
+    for item in json.loads(result.stdout):
+        found.setdefault(item["path"], []).append(
+            f"{item['line']}:{item['code']}:{item['message']}"
+        )
+    assert "internal error" not in result.stderr, result.stderr
+    return result.returncode, found
+
+
+def test_a_region_too_deep_to_analyse_is_its_files_finding(tmp_path: Path) -> None:
+    terms = " + ".join(["x"] * 3000)
+    deep = (
+        "from torch.utils.checkpoint import checkpoint\n\n\n"
+        f"def region(x):\n    return {terms}\n\n\n"
+        "def forward(x):\n    return checkpoint(region, x, use_reentrant=False)\n"
+    )
+    code, found = lint_folder(tmp_path, {"deep.py": deep, "known.py": KNOWN})
+    assert code == 1
+    assert [f.split(":")[:2] for f in found["known.py"]] == [["5", "CKP001"]]
+    (deep_finding,) = found["deep.py"]
+    assert deep_finding.split(":")[1] == "CKP901" and "too deeply nested" in deep_finding
+
+
+def test_a_body_that_does_not_parse_is_its_files_finding_only(tmp_path: Path) -> None:
+    """Modules that star-import each other, two with an invalid expression in a function
+    body that the others' analysis reads lazily: those two get CKP901 at the error, the
+    rest their own findings (once every file got an internal error)."""
+    broken = (
+        "from torch.utils.checkpoint import checkpoint\n"
+        "from pkg.{other} import *\n\n\n"
+        "def helper_{name}(region):\n"
+        "    x = {{'k': 1.region}}['k']\n"
+        "    return region\n"
+    )
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/a.py": broken.format(other="b", name="a"),
+        "pkg/b.py": broken.format(other="c", name="b"),
+        "pkg/c.py": (
+            "from torch.utils.checkpoint import checkpoint\n"
+            "from pkg.a import *\n\n\n"
+            "def forward(self, x):\n"
+            "    return checkpoint(helper_a(self.block), x)\n"
+        ),
+    }
+    code, found = lint_folder(tmp_path, files)
+    assert code == 1
+    for name in ("pkg/a.py", "pkg/b.py"):
+        (finding,) = found[name]
+        assert finding.startswith("6:CKP901:syntax error"), finding
+    assert [f.split(":")[:2] for f in found["pkg/c.py"]] == [["6", "CKP001"]]
+
+
+def test_a_chain_past_the_lookup_limit_is_its_files_finding(tmp_path: Path) -> None:
+    """A region read through 150 assignments in a row: the lookup gives up (a CKP901 saying
+    so, at the region's file) and the other file's finding stays."""
+    chain = "".join(f"f{i} = f{i - 1}\n" for i in range(1, 150))
+    long_chain = (
+        "from torch.utils.checkpoint import checkpoint\n"
+        "import torch.nn as nn\n\n"
+        "f0 = nn.Dropout(0.5)\n"
+        f"{chain}\n\n"
+        "def forward(x):\n"
+        "    return checkpoint(f149, x, use_reentrant=False, preserve_rng_state=False)\n"
+    )
+    code, found = lint_folder(tmp_path, {"chain.py": long_chain, "known.py": KNOWN})
+    assert code == 1
+    assert [f.split(":")[:2] for f in found["known.py"]] == [["5", "CKP001"]]
+    assert all(f.split(":")[1] == "CKP901" for f in found["chain.py"]), found["chain.py"]
+    assert any("too deeply nested to analyse" in f for f in found["chain.py"])
