@@ -7,25 +7,32 @@ below enabled. Inside a layer the longest matching prefix decides, and ``ignore`
 (flake8's rule). So ``--select CKP101`` reports CKP101 even when the configuration ignores
 it, while ``--ignore CKP9`` adds to the configuration's ``ignore``.
 
-Paths in ``exclude`` and ``per-file-ignores`` are gitignore-style patterns (``pathspec``),
-relative to the folder of the pyproject.toml that holds them.
+Paths in ``exclude`` and ``per-file-ignores`` are gitignore patterns (``ckptlint.patterns``:
+git's rules, in time linear in the path), relative to the folder of the pyproject.toml that
+holds them.
+
+A repository's configuration is untrusted input: every list is bounded (``MAX_ITEMS``
+entries, ``MAX_TEXT`` characters each), a table nested past what the TOML reader can follow
+is a configuration error, and ``max-file-size`` can lower the ceiling on what is read
+(``MAX_FILE_SIZE_CEILING``) but not raise it: only the command line can.
 """
 
 from __future__ import annotations
 
 import configparser
 import os
+import reprlib
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 
-import pathspec
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ckptlint.patterns import Patterns, compiled
 from ckptlint.rules import RULES_BY_CODE
 from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, read_bytes
 
@@ -44,6 +51,12 @@ KNOWN_KEYS = {
     "max-file-size",
     "target-torch",
 }
+
+
+# Bounds on what a configuration may hold: far above any real project's (ruff's own
+# configuration lists a few dozen patterns), far below what would make a run crawl.
+MAX_ITEMS = 10_000
+MAX_TEXT = 4096
 
 
 class ConfigError(Exception):
@@ -75,6 +88,9 @@ class Settings:
     command_line: RuleSelection = RuleSelection()
     root: Path = field(default_factory=Path.cwd)
     config_file: Path | None = None
+    # The configuration's max-file-size was over the ceiling (what to tell the user), unless
+    # the command line set it.
+    held_to_ceiling: str | None = None
 
     @property
     def analysis_identity(self) -> object:
@@ -100,18 +116,26 @@ class Settings:
     def is_ignored_in(self, code: str, path: str) -> bool:
         if not self.per_file_ignores:
             return False
-        relative = str(self.relative(path))
-        return any(
-            code.startswith(prefixes)
-            for spec, prefixes in self._per_file_specs
-            if spec.match_file(relative)
-        )
+        prefixes = self._ignored_by_path.get(path)
+        if prefixes is None:
+            relative = self._matched_path(path)
+            prefixes = self._ignored_by_path[path] = tuple(
+                prefix
+                for patterns, codes in self._per_file_patterns
+                if patterns.excludes(relative, is_folder=False)
+                for prefix in codes
+            )
+        return code.startswith(prefixes)
 
-    def is_excluded(self, path: str, *, is_folder: bool = False) -> bool:
+    def is_excluded(self, path: str, *, is_folder: bool = False, walked: bool = False) -> bool:
+        """Whether ``exclude`` leaves the path out. ``walked``: found in a folder walk, so
+        the folders above it were asked already (only the path itself is matched)."""
         if not self.exclude:
             return False
-        relative = str(self.relative(path))
-        return self._exclude_spec.match_file(relative + "/" if is_folder else relative)
+        relative = self._matched_path(path)
+        if walked:
+            return bool(self._exclude_patterns.verdict(relative, is_folder=is_folder))
+        return self._exclude_patterns.excludes(relative, is_folder=is_folder)
 
     def relative(self, path: str) -> PurePosixPath:
         absolute = Path(path).absolute()
@@ -120,16 +144,29 @@ class Settings:
         except ValueError:
             return PurePosixPath(absolute.as_posix())
 
-    @cached_property
-    def _exclude_spec(self) -> pathspec.PathSpec:
-        return pathspec.GitIgnoreSpec.from_lines(self.exclude)
+    def _matched_path(self, path: str) -> str:
+        """The path as patterns see it: relative to the root (a path outside it, from the
+        top of the file system)."""
+        return str(self.relative(path)).lstrip("/")
 
     @cached_property
-    def _per_file_specs(self) -> list[tuple[pathspec.PathSpec, tuple[str, ...]]]:
-        return [
-            (pathspec.GitIgnoreSpec.from_lines([pattern]), prefixes)
-            for pattern, prefixes in self.per_file_ignores
-        ]
+    def _exclude_patterns(self) -> Patterns:
+        return compiled(self.exclude)
+
+    @cached_property
+    def _per_file_patterns(self) -> list[tuple[Patterns, tuple[str, ...]]]:
+        """One matcher for each list of codes: a path is ignored for them when any of its
+        patterns matches it (a ``!`` pattern, which excludes nothing, matches no path)."""
+        by_codes: dict[tuple[str, ...], list[str]] = {}
+        for pattern, prefixes in self.per_file_ignores:
+            if not pattern.startswith("!"):
+                by_codes.setdefault(prefixes, []).append(pattern)
+        return [(compiled(tuple(patterns)), codes) for codes, patterns in by_codes.items()]
+
+    @cached_property
+    def _ignored_by_path(self) -> dict[str, tuple[str, ...]]:
+        """The code prefixes per-file-ignores ignores in each path asked about so far."""
+        return {}
 
 
 def _longest_prefix(prefixes: Iterable[str], code: str) -> int:
@@ -152,9 +189,21 @@ def _is_file(path: Path) -> bool:
 
 def _read_toml(path: Path) -> dict:
     try:
-        return tomllib.loads(read_bytes(str(path)).decode("utf-8"))
-    except (CannotRead, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        text = read_bytes(str(path)).decode("utf-8")
+    except (CannotRead, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read configuration: {error}") from None
+    return _parse_toml(text, str(path))
+
+
+def _parse_toml(text: str, where: str) -> dict:
+    """``tomllib.loads``, every failure (nesting too deep for its reader included) a
+    ConfigError naming ``where``."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{where}: cannot read configuration: {error}") from None
+    except (RecursionError, MemoryError):
+        raise ConfigError(f"{where}: cannot read configuration: nested too deeply") from None
 
 
 @dataclass(frozen=True)
@@ -259,7 +308,7 @@ def load_settings(root: ProjectRoot) -> Settings:
         table, where = content, str(pyproject)
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown option(s): {', '.join(unknown)}")
+        raise ConfigError(f"{where}: unknown option(s): {_listed(unknown)}")
     settings = Settings(root=pyproject.parent, config_file=pyproject)
     if "select" in table:
         settings = replace(settings, select=_codes(table["select"], f"{where} select"))
@@ -275,21 +324,31 @@ def load_settings(root: ProjectRoot) -> Settings:
     if "respect-gitignore" in table:
         value = table["respect-gitignore"]
         if not isinstance(value, bool):
-            raise ConfigError(f"{where} respect-gitignore: expected true or false, got {value!r}")
+            raise ConfigError(
+                f"{where} respect-gitignore: expected true or false, got {_shown(value)}"
+            )
         settings = replace(settings, respect_gitignore=value)
     if "max-file-size" in table:
         value = table["max-file-size"]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(
-                f"{where} max-file-size: expected a positive number of bytes, got {value!r}"
+                f"{where} max-file-size: expected a positive number of bytes, got {_shown(value)}"
             )
-        settings = replace(settings, max_file_size=value)
+        if value > DEFAULT_MAX_FILE_SIZE:
+            note = (
+                f"{where} max-file-size: {value} bytes is over the ceiling of "
+                f"{DEFAULT_MAX_FILE_SIZE} that only the command line (--max-file-size) can "
+                "raise; the ceiling applies"
+            )
+            settings = replace(settings, held_to_ceiling=note)
+        settings = replace(settings, max_file_size=min(value, DEFAULT_MAX_FILE_SIZE))
     if "target-torch" in table:
         target = table["target-torch"]
         version = _version(target) if isinstance(target, str) else None
         if version is None:
             raise ConfigError(
-                f'{where} target-torch: expected a torch version such as "2.1", got {target!r}'
+                f'{where} target-torch: expected a torch version such as "2.1", '
+                f"got {_shown(target)}"
             )
         settings = replace(settings, target_torch=version)
     else:
@@ -298,10 +357,11 @@ def load_settings(root: ProjectRoot) -> Settings:
         ignores = table["per-file-ignores"]
         if not isinstance(ignores, dict):
             raise ConfigError(f"{where} per-file-ignores: expected a table of pattern = [codes]")
+        _bounded(list(ignores), f"{where} per-file-ignores")
         settings = replace(
             settings,
             per_file_ignores=tuple(
-                (pattern, _codes(codes, f"{where} per-file-ignores {pattern!r}"))
+                (pattern, _codes(codes, f"{where} per-file-ignores {_shown(pattern)}"))
                 for pattern, codes in ignores.items()
             ),
         )
@@ -416,23 +476,26 @@ def _sources(value: object, where: str) -> tuple[str | ExtraSource, ...]:
     if isinstance(value, (str, dict)):
         value = [value]
     if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected a list of names or tables, got {value!r}")
+        raise ConfigError(f"{where}: expected a list of names or tables, got {_shown(value)}")
     found: list[str | ExtraSource] = []
-    for item in value:
+    for item in _bounded(value, where):
         if isinstance(item, str):
             found.append(item)
             continue
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise ConfigError(f"{where}: expected a name or a table with a name, got {item!r}")
+            raise ConfigError(
+                f"{where}: expected a name or a table with a name, got {_shown(item)}"
+            )
+        name = _shown(_bounded_text(item["name"], where))
         unknown = sorted(set(item) - {"name", "kind", "region"})
         kind = item.get("kind", "function")
         region = item.get("region", 0)
         if unknown:
-            raise ConfigError(f"{where} {item['name']!r}: unknown key(s): {', '.join(unknown)}")
+            raise ConfigError(f"{where} {name}: unknown key(s): {_listed(unknown)}")
         if kind not in SOURCE_KINDS:
-            raise ConfigError(f"{where} {item['name']!r}: kind must be one of {SOURCE_KINDS}")
+            raise ConfigError(f"{where} {name}: kind must be one of {SOURCE_KINDS}")
         if not isinstance(region, int) or isinstance(region, bool) or region < 0:
-            raise ConfigError(f"{where} {item['name']!r}: region must be a position (0, 1, ...)")
+            raise ConfigError(f"{where} {name}: region must be a position (0, 1, ...)")
         found.append(ExtraSource(item["name"], kind, region))
     return tuple(found)
 
@@ -441,8 +504,47 @@ def _strings(value: object, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
-    return tuple(value)
+        raise ConfigError(f"{where}: expected a list of strings, got {_shown(value)}")
+    return tuple(_bounded(value, where))
+
+
+def _bounded(items: list, where: str) -> list:
+    """``items``, when there are at most MAX_ITEMS of them and each string is at most
+    MAX_TEXT characters long; else a ConfigError naming the key."""
+    if len(items) > MAX_ITEMS:
+        raise ConfigError(
+            f"{where}: {len(items)} entries, more than the {MAX_ITEMS} a configuration may hold"
+        )
+    for item in items:
+        if isinstance(item, str):
+            _bounded_text(item, where)
+    return items
+
+
+def _bounded_text(text: str, where: str) -> str:
+    if len(text) > MAX_TEXT:
+        raise ConfigError(
+            f"{where}: an entry of {len(text)} characters ({_shown(text)}), more than the "
+            f"{MAX_TEXT} a configuration entry may hold"
+        )
+    return text
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel = 2
+_SHORT.maxstring = 60
+_SHORT.maxother = 60
+
+
+def _shown(value: object) -> str:
+    """A value as an error message quotes it: short, however large or deep it is."""
+    return _SHORT.repr(value)
+
+
+def _listed(names: list[str]) -> str:
+    """Names as an error message lists them: the first few."""
+    shown = ", ".join(name[:60] for name in names[:10])
+    return shown + (f" (and {len(names) - 10} more)" if len(names) > 10 else "")
 
 
 def _codes(value: object, where: str) -> tuple[str, ...]:
@@ -462,7 +564,8 @@ def checked_codes(codes: Iterable[str], where: str) -> tuple[str, ...]:
             raise ConfigError(f"{where}: empty rule code")
         if not any(known.startswith(code) for known in RULES_BY_CODE):
             raise ConfigError(
-                f"{where}: unknown rule code or prefix {code!r} (known: {', '.join(RULES_BY_CODE)})"
+                f"{where}: unknown rule code or prefix {_shown(code)} "
+                f"(known: {', '.join(RULES_BY_CODE)})"
             )
         result.append(code)
     return tuple(result)
