@@ -35,7 +35,7 @@ from ckptlint.engine import Engine, FileResult
 from ckptlint.project import cache
 from ckptlint.report import Problem
 from ckptlint.rules import RULES_BY_CODE
-from ckptlint.source import CannotRead, read_bytes
+from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, FileTooLarge, read_bytes
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = "-"
@@ -164,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker processes (default: one per CPU for large projects; never more than the "
         "CPUs or the files)",
     )
+    parser.add_argument(
+        "--max-file-size",
+        type=_positive_int,
+        metavar="BYTES",
+        help="read files of up to BYTES bytes (default and the most a configuration may set: "
+        f"{DEFAULT_MAX_FILE_SIZE}); a larger file is CKP901",
+    )
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     parser.add_argument(
         "--cache-dir",
@@ -260,8 +267,9 @@ def run(arguments: argparse.Namespace) -> int:
     if from_stdin:
         (project,) = projects
         outcomes = [_lint_stdin(project, arguments, mode)]
+        project.warn()
     else:
-        files_of = {id(p): discover(p.paths, p.settings) for p in projects}
+        files_of = {id(p): discover(p.paths, p.settings, p.notes) for p in projects}
         if arguments.show_files:
             for project in projects:
                 for file in files_of[id(project)]:
@@ -329,7 +337,17 @@ class _Project:
     root: ProjectRoot
     settings: Settings
     paths: list[str]
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the user should know, once
+
+    def __post_init__(self) -> None:
+        if self.settings.held_to_ceiling is not None:
+            self.notes.append(self.settings.held_to_ceiling)
+
+    def warn(self) -> None:
+        """Print the notes gathered so far, each once."""
+        for note in dict.fromkeys(self.notes):
+            report.write(sys.stderr, f"ckptlint: warning: {note}\n")
+        self.notes.clear()
 
     def engine(self, arguments: argparse.Namespace, named: Sequence[str]) -> Engine:
         """An engine that knows every file of the project and the files named (the walk of
@@ -338,14 +356,20 @@ class _Project:
         if any(os.path.abspath(p) == root for p in self.paths):
             known: list[str] = []
         else:
-            known = [f.path for f in discover([str(root)], self.settings) if not f.error]
+            found = discover([str(root)], self.settings, self.notes)
+            known = [f.path for f in found if not f.error]
         return Engine(self.settings, [*known, *named], self.store(arguments), arguments.jobs)
 
     def store(self, arguments: argparse.Namespace) -> cache.Store | None:
+        """The project's cache; None with ``--no-cache``, or (with a note saying why) when
+        it cannot be used."""
         if arguments.no_cache:
             return None
-        opened = cache.Store.open(self.cache_folder(arguments), self.analysis_key)
-        return opened if isinstance(opened, cache.Store) else None
+        opened = cache.Store.open(self.cache_folder(arguments), self.analysis_key, self.notes)
+        if isinstance(opened, cache.Store):
+            return opened
+        self.notes.append(f"cache not used: {opened}")
+        return None
 
     def cache_folder(self, arguments: argparse.Namespace) -> Path:
         if arguments.cache_dir:
@@ -434,21 +458,29 @@ def _settings(arguments: argparse.Namespace, root: ProjectRoot) -> Settings:
         ignore=parse_code_list(arguments.ignore, "--ignore"),
     )
     settings = replace(settings, command_line=command_line)
+    if arguments.max_file_size is not None:  # the user's explicit choice: no ceiling
+        settings = replace(settings, max_file_size=arguments.max_file_size, held_to_ceiling=None)
     if arguments.respect_gitignore is not None:
         settings = replace(settings, respect_gitignore=arguments.respect_gitignore)
     return settings
 
 
 def _clean(arguments: argparse.Namespace, paths: list[str]) -> int:
-    """``ckptlint clean [PATH ...]``: delete the cache of each path's project."""
+    """``ckptlint clean [PATH ...]``: delete the cache of each path's project (what ckptlint
+    wrote there: anything else is left alone, and named)."""
     for root, _ in _by_root(arguments, paths):
         folder = (
             Path(arguments.cache_dir).absolute()
             if arguments.cache_dir
             else root.folder / cache.FOLDER
         )
-        if cache.clean(folder):
+        cleaned = cache.clean(folder)
+        if cleaned.removed:
             print(f"Removed {folder}")
+        elif cleaned.is_cache:
+            for item in cleaned.left_alone:
+                report.write(sys.stderr, f"ckptlint: warning: left alone: {item}\n")
+            print(f"Removed what ckptlint wrote in {folder}")
         elif os.path.lexists(folder):
             print(
                 f"ckptlint: warning: {folder} is not a ckptlint cache; left alone", file=sys.stderr
@@ -490,8 +522,8 @@ def _lint_project(
     except Exception as error:  # a bug of ours in the run itself: name it, lose nothing else
         message = f"{type(error).__name__}: {error}"
         results = [FileResult(path, [], internal_error=message) for path in accessible]
-    for note in engine.notes:
-        report.write(sys.stderr, f"ckptlint: warning: {note}\n")
+    project.notes.extend(engine.notes)
+    project.warn()
     for result in results:
         outcomes[result.path] = _outcome(result)
     if mode != "lint":
@@ -504,11 +536,14 @@ def _lint_project(
 
 def _inaccessible(file: SourceFile, settings: Settings) -> FileResult:
     """The CKP902 of a path that cannot be linted (missing, an unreadable folder)."""
-    code = "CKP902"
-    if not settings.is_selected(code) or settings.is_ignored_in(code, file.path):
-        return FileResult(file.path, [])
-    finding = Finding(1, 1, code, file.error or "cannot be accessed", end_line=1, end_column=1)
-    return FileResult(file.path, [finding])
+    return _whole_file(file.path, "CKP902", file.error or "cannot be accessed", settings)
+
+
+def _whole_file(path: str, code: str, message: str, settings: Settings) -> FileResult:
+    """A finding about a whole file the engine never sees, at its first line."""
+    if not settings.is_selected(code) or settings.is_ignored_in(code, path):
+        return FileResult(path, [])
+    return FileResult(path, [Finding(1, 1, code, message, end_line=1, end_column=1)])
 
 
 def _outcome(result: FileResult) -> FileOutcome:
@@ -520,11 +555,19 @@ def _outcome(result: FileResult) -> FileOutcome:
 
 
 def _lint_stdin(project: _Project, arguments: argparse.Namespace, mode: str) -> FileOutcome:
-    """Standard input, linted (and fixed, without writing any file) as the file it names."""
-    data = sys.stdin.buffer.read()
+    """Standard input, linted (and fixed, without writing any file) as the file it names;
+    read up to ``max-file-size`` bytes, as a file is."""
+    limit = project.settings.max_file_size
+    data = sys.stdin.buffer.read(limit + 1)
     path = arguments.stdin_filename or STDIN
+    too_large = len(data) > limit
+    if too_large and mode == "fix":
+        data += sys.stdin.buffer.read()  # handed back unchanged: all of it
     if arguments.stdin_filename and project.settings.is_excluded(path):
         return FileOutcome(FileResult(path, []), fixed_bytes=data)
+    if too_large:
+        result = _whole_file(path, "CKP901", str(FileTooLarge(limit)), project.settings)
+        return FileOutcome(result, fixed_bytes=data if mode == "fix" else None)
     engine = project.engine(arguments, [path])
     if mode == "lint":
         (result,) = engine.lint([path], {path: data})
