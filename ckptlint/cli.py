@@ -26,8 +26,8 @@ from ckptlint.config import (
     RuleSelection,
     Settings,
     load_settings,
-    loose_root,
     parse_code_list,
+    parse_override,
 )
 from ckptlint.core import Finding
 from ckptlint.discovery import SourceFile, discover
@@ -133,8 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--config",
-        metavar="FILE",
-        help="read [tool.ckptlint] from this pyproject.toml instead of the nearest one",
+        action="append",
+        default=[],
+        metavar="FILE|KEY=VALUE",
+        help="read the settings from FILE (a pyproject.toml's [tool.ckptlint], or another "
+        "TOML file's top level) instead of the nearest pyproject.toml; or set one setting, "
+        "as TOML (--config \"ignore = ['CKP101']\"), over every file's. Repeatable (one "
+        "FILE at most). It never moves the project root",
     )
     parser.add_argument(
         "--isolated",
@@ -244,8 +249,9 @@ def run(arguments: argparse.Namespace) -> int:
         return EXIT_CLEAN
     if arguments.statistics and arguments.format not in ("text", "json"):
         raise UsageError("--statistics prints text or json only")
-    if arguments.config and arguments.isolated:
-        raise UsageError("--config and --isolated cannot be used together")
+    _read_config_arguments(arguments)
+    if arguments.config_file and arguments.isolated:
+        raise UsageError("--config FILE and --isolated cannot be used together")
     if arguments.paths[:1] == [CLEAN]:
         return _clean(arguments, arguments.paths[1:] or ["."])
 
@@ -269,7 +275,7 @@ def run(arguments: argparse.Namespace) -> int:
         outcomes = [_lint_stdin(project, arguments, mode)]
         project.warn()
     else:
-        files_of = {id(p): discover(p.paths, p.settings, p.notes) for p in projects}
+        files_of = _files_of(projects)
         if arguments.show_files:
             for project in projects:
                 for file in files_of[id(project)]:
@@ -389,15 +395,19 @@ class _Project:
             opened = cache.Store.open(self.cache_folder(arguments), self.analysis_key)
             cache_state = str(opened.part) if isinstance(opened, cache.Store) else f"off: {opened}"
         how = {
-            "pyproject": f"the folder of {self.root.pyproject} ([tool.ckptlint])",
-            "git": "the git work tree (no pyproject.toml with [tool.ckptlint] above the paths)",
-            "paths": "the working folder, or the common folder of paths outside it (no "
-            "[tool.ckptlint], no git work tree)",
-        }[self.root.reason]
+            "git": "the nearest folder holding a git work tree",
+            "package": "the top of the package (no pyproject.toml, setup.py, setup.cfg or git "
+            "work tree above the paths)",
+            "folder": "the folder named (no pyproject.toml, setup.py, setup.cfg, git work tree "
+            "or package above the paths)",
+        }.get(self.root.reason, f"the nearest folder holding {self.root.reason}")
+        overrides = [text for text, _ in arguments.config_overrides]
         rows = [
             ("paths", " ".join(self.paths)),
             ("project root", f"{self.root.folder}  ({how})"),
             ("configuration", str(settings.config_file or "none")),
+            ("configuration overrides", "; ".join(overrides) or "none"),
+            ("patterns relative to", str(settings.root)),
             ("select", ", ".join(settings.select)),
             ("ignore", ", ".join(settings.ignore) or "none"),
             ("command line select", _codes(settings.command_line.select)),
@@ -414,6 +424,8 @@ class _Project:
                 ", ".join(map(str, settings.extend_checkpoint_functions)) or "none",
             ),
             ("respect-gitignore", str(settings.respect_gitignore).lower()),
+            ("max-file-size", f"{settings.max_file_size} bytes"),
+            ("target-torch", settings.target_torch or "not set (no torch requirement found)"),
             ("cache", cache_state),
             ("jobs", str(arguments.jobs or "one per CPU for large projects")),
         ]
@@ -425,33 +437,78 @@ def _codes(codes: tuple[str, ...] | None) -> str:
     return "not given" if not codes else ", ".join(codes)
 
 
+def _files_of(projects: list[_Project]) -> dict[int, list[SourceFile]]:
+    """Each project's files to lint; a file also reached from an earlier project (a
+    project nested in another named one) is linted there only."""
+    seen: set[str] = set()
+    files_of = {}
+    for project in projects:
+        files = discover(project.paths, project.settings, project.notes)
+        kept = []
+        for file in files:
+            real = file.path if file.error else os.path.realpath(file.path)
+            if real not in seen:
+                seen.add(real)
+                kept.append(file)
+        files_of[id(project)] = kept
+    return files_of
+
+
+def _read_config_arguments(arguments: argparse.Namespace) -> None:
+    """Each ``--config``: a file that exists, else one TOML ``KEY = VALUE`` pair, as in
+    ruff (``arguments.config_file``, ``arguments.config_overrides``)."""
+    files: list[Path] = []
+    overrides: list[tuple[str, dict[str, object]]] = []
+    for text in arguments.config:
+        path = Path(text).expanduser()
+        if path.is_file():
+            files.append(path.absolute())
+            continue
+        table = parse_override(text)
+        if table is None and "=" not in text:
+            raise UsageError(f"--config {text}: no such file")
+        if table is None:
+            raise UsageError(
+                f"--config {text}: not one setting as TOML (KEY = VALUE, such as "
+                "\"ignore = ['CKP101']\")"
+            )
+        overrides.append((text, table))
+    if len(files) > 1:
+        raise UsageError("--config: one configuration file at most (and any KEY = VALUE)")
+    arguments.config_file = files[0] if files else None
+    arguments.config_overrides = overrides
+
+
 def _by_root(
     arguments: argparse.Namespace, paths: list[str]
 ) -> list[tuple[ProjectRoot, list[str]]]:
-    """The named paths grouped by project, in the order first named."""
-    if arguments.config:
-        config = Path(arguments.config)
-        if not config.is_file():
-            raise UsageError(f"--config {arguments.config}: no such file")
-        root = ProjectRoot(config.absolute().parent, "pyproject", config.absolute())
-        return [(root, paths)]
-    groups: dict[Path, tuple[ProjectRoot, list[str]]] = {}
-    loose: list[str] = []
+    """The named paths grouped by project (each its own root, settings and cache), in the
+    order first named."""
     finder = RootFinder(isolated=arguments.isolated)
-    for path in paths:
-        found = finder.root(Path(path))
-        if found is None:
-            loose.append(path)
-        else:
-            groups.setdefault(found.folder, (found, []))[1].append(path)
-    if loose:
-        root = loose_root([Path(p) for p in loose])
-        groups.setdefault(root.folder, (root, []))[1].extend(loose)
+    found = [finder.root(Path(path)) for path in paths]
+    roots = list(dict.fromkeys(found))
+
+    def project_of(root: ProjectRoot) -> ProjectRoot:
+        """A root found for want of any project marker (a package's top, a folder) inside
+        the root of another named path is part of that project."""
+        while root.reason in ("package", "folder"):
+            enclosing = [other for other in roots if other.folder in root.folder.parents]
+            if not enclosing:
+                break
+            root = max(enclosing, key=lambda other: len(other.folder.parts))
+        return root
+
+    groups: dict[ProjectRoot, tuple[ProjectRoot, list[str]]] = {}
+    for path, root in zip(paths, found, strict=True):
+        project = project_of(root)
+        groups.setdefault(project, (project, []))[1].append(path)
     return list(groups.values())
 
 
 def _settings(arguments: argparse.Namespace, root: ProjectRoot) -> Settings:
-    settings = Settings(root=root.folder) if arguments.isolated else load_settings(root)
+    settings = load_settings(
+        root, config=arguments.config_file, overrides=arguments.config_overrides
+    )
     command_line = RuleSelection(
         select=parse_code_list(arguments.select, "--select") if arguments.select else None,
         extend_select=parse_code_list(arguments.extend_select, "--extend-select"),

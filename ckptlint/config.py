@@ -20,7 +20,6 @@ is a configuration error, and ``max-file-size`` can lower the ceiling on what is
 from __future__ import annotations
 
 import configparser
-import os
 import reprlib
 import sys
 from collections.abc import Callable, Iterable
@@ -209,17 +208,24 @@ def _parse_toml(text: str, where: str) -> dict:
 @dataclass(frozen=True)
 class ProjectRoot:
     """The folder a run treats as the project: every Python file under it is known to the
-    analysis, whichever of them a run reports on. ``reason`` says how it was found."""
+    analysis, whichever of them a run reports on. ``reason`` says how it was found;
+    ``pyproject`` is where its settings come from (None: the defaults)."""
 
     folder: Path
-    reason: str  # "pyproject", "git" or "paths"
+    reason: str  # a marker file's name, "git", "package" or "folder"
     pyproject: Path | None = None
 
 
-def project_root(path: Path, *, isolated: bool = False) -> ProjectRoot | None:
-    """The folder of the nearest pyproject.toml with [tool.ckptlint] at or above ``path``
-    (unless ``isolated``), else the git work tree holding it; None when there is neither
-    (the caller takes the common folder of such paths)."""
+# What makes a folder a project's, as Python packaging finds one (and a git work tree).
+MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
+def project_root(path: Path, *, isolated: bool = False) -> ProjectRoot:
+    """The project of ``path``: the nearest folder at or above it that holds
+    pyproject.toml (with or without [tool.ckptlint]), setup.py, setup.cfg or a git work
+    tree; else the top of its package (the ``__init__.py`` chain), else its folder. Never a
+    folder above those because it is the working folder. Settings come from the nearest
+    pyproject.toml with [tool.ckptlint] at or above the path (none when ``isolated``)."""
     return RootFinder(isolated=isolated).root(path)
 
 
@@ -231,17 +237,23 @@ class RootFinder:
     def __init__(self, *, isolated: bool = False) -> None:
         self.isolated = isolated
         self._pyprojects: dict[Path, Path | None] = {}
-        self._git_trees: dict[Path, Path | None] = {}
+        self._projects: dict[Path, Path | None] = {}
 
-    def root(self, path: Path) -> ProjectRoot | None:
+    def root(self, path: Path) -> ProjectRoot:
         start = path.absolute()
         folder = start if _is_folder(start) else start.parent
+        pyproject = None
         if not self.isolated:
             pyproject = _nearest(folder, self._pyprojects, _configuring_pyproject)
-            if pyproject is not None:
-                return ProjectRoot(pyproject.parent, "pyproject", pyproject)
-        tree = _nearest(folder, self._git_trees, _git_tree)
-        return ProjectRoot(tree, "git") if tree is not None else None
+        marked = _nearest(folder, self._projects, _marked_project)
+        if marked is not None:
+            reason = next((m for m in MARKERS if _is_file(marked / m)), "git")
+            return ProjectRoot(marked, reason, pyproject)
+        top = folder
+        while _is_file(top / "__init__.py") and _is_file(top.parent / "__init__.py"):
+            top = top.parent
+        reason = "package" if _is_file(top / "__init__.py") else "folder"
+        return ProjectRoot(top, reason, pyproject)
 
 
 def _nearest(
@@ -271,19 +283,10 @@ def _configuring_pyproject(folder: Path) -> Path | None:
     return None
 
 
-def _git_tree(folder: Path) -> Path | None:
-    return folder if _exists(folder / ".git") else None
-
-
-def loose_root(paths: list[Path]) -> ProjectRoot:
-    """The root of paths outside any project: the working folder when they all lie inside
-    it (so ``ckptlint model.py`` and ``ckptlint .`` know the same files), else their common
-    folder."""
-    here = Path.cwd()
-    folders = [p.absolute() if _is_folder(p) else p.absolute().parent for p in paths]
-    if all(folder == here or here in folder.parents for folder in folders):
-        return ProjectRoot(here, "paths")
-    return ProjectRoot(Path(os.path.commonpath(folders)), "paths")
+def _marked_project(folder: Path) -> Path | None:
+    if any(_is_file(folder / marker) for marker in MARKERS) or _exists(folder / ".git"):
+        return folder
+    return None
 
 
 def _exists(path: Path) -> bool:
@@ -293,23 +296,60 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def load_settings(root: ProjectRoot) -> Settings:
-    """The settings of a project: its [tool.ckptlint] table, when it has one."""
-    pyproject = root.pyproject
-    if pyproject is None:
+def parse_override(text: str) -> dict[str, object] | None:
+    """``--config "ignore = ['CKP101']"``: one TOML ``KEY = VALUE`` pair (a dotted key
+    allowed, as in ruff), as a table; None when ``text`` is not TOML (a file name)."""
+    try:
+        table = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError, MemoryError):
+        return None
+    if len(table) != 1 or text.lstrip().startswith("["):  # one pair, not a [table]
+        return None
+    return table
+
+
+def load_settings(
+    root: ProjectRoot,
+    *,
+    config: Path | None = None,
+    overrides: Iterable[tuple[str, dict[str, object]]] = (),
+) -> Settings:
+    """The settings of a project: the [tool.ckptlint] table of its ``pyproject``, or
+    ``config`` instead (``--config FILE``: a pyproject.toml's [tool.ckptlint], or another
+    TOML file's top level), then each of ``overrides`` (``--config KEY=VALUE``, with the
+    text given) on top. Patterns are relative to the folder of the pyproject.toml holding
+    them; those of ``config`` and ``overrides``, to the project root (as if they were
+    written in a pyproject.toml there)."""
+    source = config or root.pyproject
+    settings = Settings(root=root.folder)
+    if source is not None:
+        content = _read_toml(source)
+        if source.name == "pyproject.toml":
+            table = content.get("tool", {}).get("ckptlint", {})
+            where = f"{source}: [tool.ckptlint]"
+        else:  # a file of ckptlint's own (``--config ckptlint.toml``): its top level
+            table, where = content, str(source)
+        base = source.parent if config is None else root.folder
+        settings = _apply(replace(settings, root=base, config_file=source), table, where)
+    for text, table in overrides:
+        settings = _apply(settings, table, f"--config {text!r}", trusted=True)
+    if settings.target_torch is None:
         metadata = _project_folder(root.folder)
         target = None if metadata is None else declared_torch(metadata)
-        return Settings(root=root.folder, target_torch=target)
-    content = _read_toml(pyproject)
-    if pyproject.name == "pyproject.toml":
-        table = content.get("tool", {}).get("ckptlint", {})
-        where = f"{pyproject}: [tool.ckptlint]"
-    else:  # a file of ckptlint's own (``--config ckptlint.toml``): its top level
-        table, where = content, str(pyproject)
+        if target is None and source is not None:
+            target = declared_torch(source.parent)
+        settings = replace(settings, target_torch=target)
+    return settings
+
+
+def _apply(settings: Settings, table: dict, where: str, *, trusted: bool = False) -> Settings:
+    """``settings`` with the keys of one configuration ``table`` set. A repository's file
+    cannot raise max-file-size past the ceiling; what the user types (``trusted``) can."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table, got {_shown(table)}")
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown option(s): {_listed(unknown)}")
-    settings = Settings(root=pyproject.parent, config_file=pyproject)
     if "select" in table:
         settings = replace(settings, select=_codes(table["select"], f"{where} select"))
     if "ignore" in table:
@@ -334,14 +374,15 @@ def load_settings(root: ProjectRoot) -> Settings:
             raise ConfigError(
                 f"{where} max-file-size: expected a positive number of bytes, got {_shown(value)}"
             )
-        if value > DEFAULT_MAX_FILE_SIZE:
-            note = (
+        held = None
+        if value > DEFAULT_MAX_FILE_SIZE and not trusted:
+            held = (
                 f"{where} max-file-size: {value} bytes is over the ceiling of "
                 f"{DEFAULT_MAX_FILE_SIZE} that only the command line (--max-file-size) can "
                 "raise; the ceiling applies"
             )
-            settings = replace(settings, held_to_ceiling=note)
-        settings = replace(settings, max_file_size=min(value, DEFAULT_MAX_FILE_SIZE))
+            value = DEFAULT_MAX_FILE_SIZE
+        settings = replace(settings, max_file_size=value, held_to_ceiling=held)
     if "target-torch" in table:
         target = table["target-torch"]
         version = _version(target) if isinstance(target, str) else None
@@ -351,8 +392,6 @@ def load_settings(root: ProjectRoot) -> Settings:
                 f"got {_shown(target)}"
             )
         settings = replace(settings, target_torch=version)
-    else:
-        settings = replace(settings, target_torch=declared_torch(pyproject.parent))
     if "per-file-ignores" in table:
         ignores = table["per-file-ignores"]
         if not isinstance(ignores, dict):
