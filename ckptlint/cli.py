@@ -440,6 +440,9 @@ def _codes(codes: tuple[str, ...] | None) -> str:
 def _files_of(projects: list[_Project]) -> dict[int, list[SourceFile]]:
     """Each project's files to lint; a file also reached from an earlier project (a
     project nested in another named one) is linted there only."""
+    if len(projects) == 1:
+        (project,) = projects
+        return {id(project): discover(project.paths, project.settings, project.notes)}
     seen: set[str] = set()
     files_of = {}
     for project in projects:

@@ -132,6 +132,8 @@ class Settings:
         if not self.exclude:
             return False
         relative = self._matched_path(path)
+        if relative in ("", "."):  # the root itself is never excluded
+            return False
         if walked:
             return bool(self._exclude_patterns.verdict(relative, is_folder=is_folder))
         return self._exclude_patterns.excludes(relative, is_folder=is_folder)

@@ -167,3 +167,15 @@ def test_exclude_and_per_file_ignores_follow_the_same_rules(project: Path) -> No
     )
     result = run_cli("--no-cache", "--format", "json", ".", cwd=project)
     assert json.loads(result.stdout) == []
+
+
+def test_the_root_named_as_dot_is_never_excluded(project: Path) -> None:
+    """``.*`` (hidden files) matches the name ``.``: the project itself stays linted."""
+    (project / "m.py").write_text("import torch.utils.checkpoint as cp\ncp.checkpoint(f, x)\n")
+    (project / ".hidden").mkdir()
+    (project / ".hidden" / "h.py").write_text(
+        "import torch.utils.checkpoint as cp\ncp.checkpoint(f, x)\n"
+    )
+    (project / "pyproject.toml").write_text('[tool.ckptlint]\nexclude = [".*"]\n')
+    result = run_cli("--no-cache", "--format", "json", ".", cwd=project)
+    assert [item["path"] for item in json.loads(result.stdout)] == ["m.py"]
