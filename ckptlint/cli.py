@@ -26,8 +26,8 @@ from ckptlint.config import (
     RuleSelection,
     Settings,
     load_settings,
-    loose_root,
     parse_code_list,
+    parse_override,
 )
 from ckptlint.core import Finding
 from ckptlint.discovery import SourceFile, discover
@@ -35,7 +35,7 @@ from ckptlint.engine import Engine, FileResult
 from ckptlint.project import cache
 from ckptlint.report import Problem
 from ckptlint.rules import RULES_BY_CODE
-from ckptlint.source import CannotRead, read_bytes
+from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, FileTooLarge, read_bytes
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = "-"
@@ -162,8 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--config",
-        metavar="FILE",
-        help="read [tool.ckptlint] from this pyproject.toml instead of the nearest one",
+        action="append",
+        default=[],
+        metavar="FILE|KEY=VALUE",
+        help="read the settings from FILE (a pyproject.toml's [tool.ckptlint], or another "
+        "TOML file's top level) instead of the nearest pyproject.toml; or set one setting, "
+        "as TOML (--config \"ignore = ['CKP101']\"), over every file's. Repeatable (one "
+        "FILE at most). It never moves the project root",
     )
     parser.add_argument(
         "--isolated",
@@ -192,6 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes (default: one per CPU for large projects; never more than the "
         "CPUs or the files)",
+    )
+    parser.add_argument(
+        "--max-file-size",
+        type=_positive_int,
+        metavar="BYTES",
+        help="read files of up to BYTES bytes (default and the most a configuration may set: "
+        f"{DEFAULT_MAX_FILE_SIZE}); a larger file is CKP901",
     )
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     parser.add_argument(
@@ -265,8 +277,9 @@ def run(arguments: argparse.Namespace) -> int:
         return EXIT_CLEAN
     if arguments.statistics and arguments.output_format not in ("text", "json"):
         raise UsageError("--statistics prints text or json only")
-    if arguments.config and arguments.isolated:
-        raise UsageError("--config and --isolated cannot be used together")
+    _read_config_arguments(arguments)
+    if arguments.config_file and arguments.isolated:
+        raise UsageError("--config FILE and --isolated cannot be used together")
     if arguments.paths[:1] == [CLEAN]:
         return _clean(arguments, arguments.paths[1:] or ["."])
 
@@ -288,8 +301,9 @@ def run(arguments: argparse.Namespace) -> int:
     if from_stdin:
         (project,) = projects
         outcomes = [_lint_stdin(project, arguments, mode)]
+        project.warn()
     else:
-        files_of = {id(p): discover(p.paths, p.settings) for p in projects}
+        files_of = _files_of(projects)
         if arguments.show_files:
             for project in projects:
                 for file in files_of[id(project)]:
@@ -357,7 +371,17 @@ class _Project:
     root: ProjectRoot
     settings: Settings
     paths: list[str]
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the user should know, once
+
+    def __post_init__(self) -> None:
+        if self.settings.held_to_ceiling is not None:
+            self.notes.append(self.settings.held_to_ceiling)
+
+    def warn(self) -> None:
+        """Print the notes gathered so far, each once."""
+        for note in dict.fromkeys(self.notes):
+            report.write(sys.stderr, f"ckptlint: warning: {note}\n")
+        self.notes.clear()
 
     def engine(self, arguments: argparse.Namespace, named: Sequence[str]) -> Engine:
         """An engine that knows every file of the project and the files named (the walk of
@@ -366,14 +390,20 @@ class _Project:
         if any(os.path.abspath(p) == root for p in self.paths):
             known: list[str] = []
         else:
-            known = [f.path for f in discover([str(root)], self.settings) if not f.error]
+            found = discover([str(root)], self.settings, self.notes)
+            known = [f.path for f in found if not f.error]
         return Engine(self.settings, [*known, *named], self.store(arguments), arguments.jobs)
 
     def store(self, arguments: argparse.Namespace) -> cache.Store | None:
+        """The project's cache; None with ``--no-cache``, or (with a note saying why) when
+        it cannot be used."""
         if arguments.no_cache:
             return None
-        opened = cache.Store.open(self.cache_folder(arguments), self.analysis_key)
-        return opened if isinstance(opened, cache.Store) else None
+        opened = cache.Store.open(self.cache_folder(arguments), self.analysis_key, self.notes)
+        if isinstance(opened, cache.Store):
+            return opened
+        self.notes.append(f"cache not used: {opened}")
+        return None
 
     def cache_folder(self, arguments: argparse.Namespace) -> Path:
         if arguments.cache_dir:
@@ -393,15 +423,19 @@ class _Project:
             opened = cache.Store.open(self.cache_folder(arguments), self.analysis_key)
             cache_state = str(opened.part) if isinstance(opened, cache.Store) else f"off: {opened}"
         how = {
-            "pyproject": f"the folder of {self.root.pyproject} ([tool.ckptlint])",
-            "git": "the git work tree (no pyproject.toml with [tool.ckptlint] above the paths)",
-            "paths": "the working folder, or the common folder of paths outside it (no "
-            "[tool.ckptlint], no git work tree)",
-        }[self.root.reason]
+            "git": "the nearest folder holding a git work tree",
+            "package": "the top of the package (no pyproject.toml, setup.py, setup.cfg or git "
+            "work tree above the paths)",
+            "folder": "the folder named (no pyproject.toml, setup.py, setup.cfg, git work tree "
+            "or package above the paths)",
+        }.get(self.root.reason, f"the nearest folder holding {self.root.reason}")
+        overrides = [text for text, _ in arguments.config_overrides]
         rows = [
             ("paths", " ".join(self.paths)),
             ("project root", f"{self.root.folder}  ({how})"),
             ("configuration", str(settings.config_file or "none")),
+            ("configuration overrides", "; ".join(overrides) or "none"),
+            ("patterns relative to", str(settings.root)),
             ("select", ", ".join(settings.select)),
             ("ignore", ", ".join(settings.ignore) or "none"),
             ("command line select", _codes(settings.command_line.select)),
@@ -418,6 +452,8 @@ class _Project:
                 ", ".join(map(str, settings.extend_checkpoint_functions)) or "none",
             ),
             ("respect-gitignore", str(settings.respect_gitignore).lower()),
+            ("max-file-size", f"{settings.max_file_size} bytes"),
+            ("target-torch", settings.target_torch or "not set (no torch requirement found)"),
             ("cache", cache_state),
             ("jobs", str(arguments.jobs or "one per CPU for large projects")),
         ]
@@ -429,54 +465,110 @@ def _codes(codes: tuple[str, ...] | None) -> str:
     return "not given" if not codes else ", ".join(codes)
 
 
+def _files_of(projects: list[_Project]) -> dict[int, list[SourceFile]]:
+    """Each project's files to lint; a file also reached from an earlier project (a
+    project nested in another named one) is linted there only."""
+    if len(projects) == 1:
+        (project,) = projects
+        return {id(project): discover(project.paths, project.settings, project.notes)}
+    seen: set[str] = set()
+    files_of = {}
+    for project in projects:
+        files = discover(project.paths, project.settings, project.notes)
+        kept = []
+        for file in files:
+            real = file.path if file.error else os.path.realpath(file.path)
+            if real not in seen:
+                seen.add(real)
+                kept.append(file)
+        files_of[id(project)] = kept
+    return files_of
+
+
+def _read_config_arguments(arguments: argparse.Namespace) -> None:
+    """Each ``--config``: a file that exists, else one TOML ``KEY = VALUE`` pair, as in
+    ruff (``arguments.config_file``, ``arguments.config_overrides``)."""
+    files: list[Path] = []
+    overrides: list[tuple[str, dict[str, object]]] = []
+    for text in arguments.config:
+        path = Path(text).expanduser()
+        if path.is_file():
+            files.append(path.absolute())
+            continue
+        table = parse_override(text)
+        if table is None and "=" not in text:
+            raise UsageError(f"--config {text}: no such file")
+        if table is None:
+            raise UsageError(
+                f"--config {text}: not one setting as TOML (KEY = VALUE, such as "
+                "\"ignore = ['CKP101']\")"
+            )
+        overrides.append((text, table))
+    if len(files) > 1:
+        raise UsageError("--config: one configuration file at most (and any KEY = VALUE)")
+    arguments.config_file = files[0] if files else None
+    arguments.config_overrides = overrides
+
+
 def _by_root(
     arguments: argparse.Namespace, paths: list[str]
 ) -> list[tuple[ProjectRoot, list[str]]]:
-    """The named paths grouped by project, in the order first named."""
-    if arguments.config:
-        config = Path(arguments.config)
-        if not config.is_file():
-            raise UsageError(f"--config {arguments.config}: no such file")
-        root = ProjectRoot(config.absolute().parent, "pyproject", config.absolute())
-        return [(root, paths)]
-    groups: dict[Path, tuple[ProjectRoot, list[str]]] = {}
-    loose: list[str] = []
+    """The named paths grouped by project (each its own root, settings and cache), in the
+    order first named."""
     finder = RootFinder(isolated=arguments.isolated)
-    for path in paths:
-        found = finder.root(Path(path))
-        if found is None:
-            loose.append(path)
-        else:
-            groups.setdefault(found.folder, (found, []))[1].append(path)
-    if loose:
-        root = loose_root([Path(p) for p in loose])
-        groups.setdefault(root.folder, (root, []))[1].extend(loose)
+    found = [finder.root(Path(path)) for path in paths]
+    roots = list(dict.fromkeys(found))
+
+    def project_of(root: ProjectRoot) -> ProjectRoot:
+        """A root found for want of any project marker (a package's top, a folder) inside
+        the root of another named path is part of that project."""
+        while root.reason in ("package", "folder"):
+            enclosing = [other for other in roots if other.folder in root.folder.parents]
+            if not enclosing:
+                break
+            root = max(enclosing, key=lambda other: len(other.folder.parts))
+        return root
+
+    groups: dict[ProjectRoot, tuple[ProjectRoot, list[str]]] = {}
+    for path, root in zip(paths, found, strict=True):
+        project = project_of(root)
+        groups.setdefault(project, (project, []))[1].append(path)
     return list(groups.values())
 
 
 def _settings(arguments: argparse.Namespace, root: ProjectRoot) -> Settings:
-    settings = Settings(root=root.folder) if arguments.isolated else load_settings(root)
+    settings = load_settings(
+        root, config=arguments.config_file, overrides=arguments.config_overrides
+    )
     command_line = RuleSelection(
         select=parse_code_list(arguments.select, "--select") if arguments.select else None,
         extend_select=parse_code_list(arguments.extend_select, "--extend-select"),
         ignore=parse_code_list(arguments.ignore, "--ignore"),
     )
     settings = replace(settings, command_line=command_line)
+    if arguments.max_file_size is not None:  # the user's explicit choice: no ceiling
+        settings = replace(settings, max_file_size=arguments.max_file_size, held_to_ceiling=None)
     if arguments.respect_gitignore is not None:
         settings = replace(settings, respect_gitignore=arguments.respect_gitignore)
     return settings
 
 
 def _clean(arguments: argparse.Namespace, paths: list[str]) -> int:
-    """``ckptlint clean [PATH ...]``: delete the cache of each path's project."""
+    """``ckptlint clean [PATH ...]``: delete the cache of each path's project (what ckptlint
+    wrote there: anything else is left alone, and named)."""
     for root, _ in _by_root(arguments, paths):
         folder = (
             Path(arguments.cache_dir).absolute()
             if arguments.cache_dir
             else root.folder / cache.FOLDER
         )
-        if cache.clean(folder):
+        cleaned = cache.clean(folder)
+        if cleaned.removed:
             print(f"Removed {folder}")
+        elif cleaned.is_cache:
+            for item in cleaned.left_alone:
+                report.write(sys.stderr, f"ckptlint: warning: left alone: {item}\n")
+            print(f"Removed what ckptlint wrote in {folder}")
         elif os.path.lexists(folder):
             print(
                 f"ckptlint: warning: {folder} is not a ckptlint cache; left alone", file=sys.stderr
@@ -522,8 +614,8 @@ def _lint_project(
     except Exception as error:  # a bug of ours in the run itself: name it, lose nothing else
         message = f"{type(error).__name__}: {error}"
         results = [FileResult(path, [], internal_error=message) for path in accessible]
-    for note in engine.notes:
-        report.write(sys.stderr, f"ckptlint: warning: {note}\n")
+    project.notes.extend(engine.notes)
+    project.warn()
     for result in results:
         outcomes[result.path] = _outcome(result)
     if mode != "lint":
@@ -536,11 +628,14 @@ def _lint_project(
 
 def _inaccessible(file: SourceFile, settings: Settings) -> FileResult:
     """The CKP902 of a path that cannot be linted (missing, an unreadable folder)."""
-    code = "CKP902"
-    if not settings.is_selected(code) or settings.is_ignored_in(code, file.path):
-        return FileResult(file.path, [])
-    finding = Finding(1, 1, code, file.error or "cannot be accessed", end_line=1, end_column=1)
-    return FileResult(file.path, [finding])
+    return _whole_file(file.path, "CKP902", file.error or "cannot be accessed", settings)
+
+
+def _whole_file(path: str, code: str, message: str, settings: Settings) -> FileResult:
+    """A finding about a whole file the engine never sees, at its first line."""
+    if not settings.is_selected(code) or settings.is_ignored_in(code, path):
+        return FileResult(path, [])
+    return FileResult(path, [Finding(1, 1, code, message, end_line=1, end_column=1)])
 
 
 def _outcome(result: FileResult) -> FileOutcome:
@@ -552,11 +647,19 @@ def _outcome(result: FileResult) -> FileOutcome:
 
 
 def _lint_stdin(project: _Project, arguments: argparse.Namespace, mode: str) -> FileOutcome:
-    """Standard input, linted (and fixed, without writing any file) as the file it names."""
-    data = sys.stdin.buffer.read()
+    """Standard input, linted (and fixed, without writing any file) as the file it names;
+    read up to ``max-file-size`` bytes, as a file is."""
+    limit = project.settings.max_file_size
+    data = sys.stdin.buffer.read(limit + 1)
     path = arguments.stdin_filename or STDIN
+    too_large = len(data) > limit
+    if too_large and mode == "fix":
+        data += sys.stdin.buffer.read()  # handed back unchanged: all of it
     if arguments.stdin_filename and project.settings.is_excluded(path):
         return FileOutcome(FileResult(path, []), fixed_bytes=data)
+    if too_large:
+        result = _whole_file(path, "CKP901", str(FileTooLarge(limit)), project.settings)
+        return FileOutcome(result, fixed_bytes=data if mode == "fix" else None)
     engine = project.engine(arguments, [path])
     if mode == "lint":
         (result,) = engine.lint([path], {path: data})

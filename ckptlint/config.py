@@ -7,25 +7,31 @@ below enabled. Inside a layer the longest matching prefix decides, and ``ignore`
 (flake8's rule). So ``--select CKP101`` reports CKP101 even when the configuration ignores
 it, while ``--ignore CKP9`` adds to the configuration's ``ignore``.
 
-Paths in ``exclude`` and ``per-file-ignores`` are gitignore-style patterns (``pathspec``),
-relative to the folder of the pyproject.toml that holds them.
+Paths in ``exclude`` and ``per-file-ignores`` are gitignore patterns (``ckptlint.patterns``:
+git's rules, in time linear in the path), relative to the folder of the pyproject.toml that
+holds them.
+
+A repository's configuration is untrusted input: every list is bounded (``MAX_ITEMS``
+entries, ``MAX_TEXT`` characters each), a table nested past what the TOML reader can follow
+is a configuration error, and ``max-file-size`` can lower the ceiling on what is read
+(``MAX_FILE_SIZE_CEILING``) but not raise it: only the command line can.
 """
 
 from __future__ import annotations
 
 import configparser
-import os
+import reprlib
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 
-import pathspec
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ckptlint.patterns import Patterns, compiled
 from ckptlint.rules import RULES_BY_CODE
 from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, read_bytes
 
@@ -44,6 +50,12 @@ KNOWN_KEYS = {
     "max-file-size",
     "target-torch",
 }
+
+
+# Bounds on what a configuration may hold: far above any real project's (ruff's own
+# configuration lists a few dozen patterns), far below what would make a run crawl.
+MAX_ITEMS = 10_000
+MAX_TEXT = 4096
 
 
 class ConfigError(Exception):
@@ -75,6 +87,9 @@ class Settings:
     command_line: RuleSelection = RuleSelection()
     root: Path = field(default_factory=Path.cwd)
     config_file: Path | None = None
+    # The configuration's max-file-size was over the ceiling (what to tell the user), unless
+    # the command line set it.
+    held_to_ceiling: str | None = None
 
     @property
     def analysis_identity(self) -> object:
@@ -100,18 +115,28 @@ class Settings:
     def is_ignored_in(self, code: str, path: str) -> bool:
         if not self.per_file_ignores:
             return False
-        relative = str(self.relative(path))
-        return any(
-            code.startswith(prefixes)
-            for spec, prefixes in self._per_file_specs
-            if spec.match_file(relative)
-        )
+        prefixes = self._ignored_by_path.get(path)
+        if prefixes is None:
+            relative = self._matched_path(path)
+            prefixes = self._ignored_by_path[path] = tuple(
+                prefix
+                for patterns, codes in self._per_file_patterns
+                if patterns.excludes(relative, is_folder=False)
+                for prefix in codes
+            )
+        return code.startswith(prefixes)
 
-    def is_excluded(self, path: str, *, is_folder: bool = False) -> bool:
+    def is_excluded(self, path: str, *, is_folder: bool = False, walked: bool = False) -> bool:
+        """Whether ``exclude`` leaves the path out. ``walked``: found in a folder walk, so
+        the folders above it were asked already (only the path itself is matched)."""
         if not self.exclude:
             return False
-        relative = str(self.relative(path))
-        return self._exclude_spec.match_file(relative + "/" if is_folder else relative)
+        relative = self._matched_path(path)
+        if relative in ("", "."):  # the root itself is never excluded
+            return False
+        if walked:
+            return bool(self._exclude_patterns.verdict(relative, is_folder=is_folder))
+        return self._exclude_patterns.excludes(relative, is_folder=is_folder)
 
     def relative(self, path: str) -> PurePosixPath:
         absolute = Path(path).absolute()
@@ -120,16 +145,29 @@ class Settings:
         except ValueError:
             return PurePosixPath(absolute.as_posix())
 
-    @cached_property
-    def _exclude_spec(self) -> pathspec.PathSpec:
-        return pathspec.GitIgnoreSpec.from_lines(self.exclude)
+    def _matched_path(self, path: str) -> str:
+        """The path as patterns see it: relative to the root (a path outside it, from the
+        top of the file system)."""
+        return str(self.relative(path)).lstrip("/")
 
     @cached_property
-    def _per_file_specs(self) -> list[tuple[pathspec.PathSpec, tuple[str, ...]]]:
-        return [
-            (pathspec.GitIgnoreSpec.from_lines([pattern]), prefixes)
-            for pattern, prefixes in self.per_file_ignores
-        ]
+    def _exclude_patterns(self) -> Patterns:
+        return compiled(self.exclude)
+
+    @cached_property
+    def _per_file_patterns(self) -> list[tuple[Patterns, tuple[str, ...]]]:
+        """One matcher for each list of codes: a path is ignored for them when any of its
+        patterns matches it (a ``!`` pattern, which excludes nothing, matches no path)."""
+        by_codes: dict[tuple[str, ...], list[str]] = {}
+        for pattern, prefixes in self.per_file_ignores:
+            if not pattern.startswith("!"):
+                by_codes.setdefault(prefixes, []).append(pattern)
+        return [(compiled(tuple(patterns)), codes) for codes, patterns in by_codes.items()]
+
+    @cached_property
+    def _ignored_by_path(self) -> dict[str, tuple[str, ...]]:
+        """The code prefixes per-file-ignores ignores in each path asked about so far."""
+        return {}
 
 
 def _longest_prefix(prefixes: Iterable[str], code: str) -> int:
@@ -152,25 +190,44 @@ def _is_file(path: Path) -> bool:
 
 def _read_toml(path: Path) -> dict:
     try:
-        return tomllib.loads(read_bytes(str(path)).decode("utf-8"))
-    except (CannotRead, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        text = read_bytes(str(path)).decode("utf-8")
+    except (CannotRead, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read configuration: {error}") from None
+    return _parse_toml(text, str(path))
+
+
+def _parse_toml(text: str, where: str) -> dict:
+    """``tomllib.loads``, every failure (nesting too deep for its reader included) a
+    ConfigError naming ``where``."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{where}: cannot read configuration: {error}") from None
+    except (RecursionError, MemoryError):
+        raise ConfigError(f"{where}: cannot read configuration: nested too deeply") from None
 
 
 @dataclass(frozen=True)
 class ProjectRoot:
     """The folder a run treats as the project: every Python file under it is known to the
-    analysis, whichever of them a run reports on. ``reason`` says how it was found."""
+    analysis, whichever of them a run reports on. ``reason`` says how it was found;
+    ``pyproject`` is where its settings come from (None: the defaults)."""
 
     folder: Path
-    reason: str  # "pyproject", "git" or "paths"
+    reason: str  # a marker file's name, "git", "package" or "folder"
     pyproject: Path | None = None
 
 
-def project_root(path: Path, *, isolated: bool = False) -> ProjectRoot | None:
-    """The folder of the nearest pyproject.toml with [tool.ckptlint] at or above ``path``
-    (unless ``isolated``), else the git work tree holding it; None when there is neither
-    (the caller takes the common folder of such paths)."""
+# What makes a folder a project's, as Python packaging finds one (and a git work tree).
+MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
+def project_root(path: Path, *, isolated: bool = False) -> ProjectRoot:
+    """The project of ``path``: the nearest folder at or above it that holds
+    pyproject.toml (with or without [tool.ckptlint]), setup.py, setup.cfg or a git work
+    tree; else the top of its package (the ``__init__.py`` chain), else its folder. Never a
+    folder above those because it is the working folder. Settings come from the nearest
+    pyproject.toml with [tool.ckptlint] at or above the path (none when ``isolated``)."""
     return RootFinder(isolated=isolated).root(path)
 
 
@@ -182,17 +239,23 @@ class RootFinder:
     def __init__(self, *, isolated: bool = False) -> None:
         self.isolated = isolated
         self._pyprojects: dict[Path, Path | None] = {}
-        self._git_trees: dict[Path, Path | None] = {}
+        self._projects: dict[Path, Path | None] = {}
 
-    def root(self, path: Path) -> ProjectRoot | None:
+    def root(self, path: Path) -> ProjectRoot:
         start = path.absolute()
         folder = start if _is_folder(start) else start.parent
+        pyproject = None
         if not self.isolated:
             pyproject = _nearest(folder, self._pyprojects, _configuring_pyproject)
-            if pyproject is not None:
-                return ProjectRoot(pyproject.parent, "pyproject", pyproject)
-        tree = _nearest(folder, self._git_trees, _git_tree)
-        return ProjectRoot(tree, "git") if tree is not None else None
+        marked = _nearest(folder, self._projects, _marked_project)
+        if marked is not None:
+            reason = next((m for m in MARKERS if _is_file(marked / m)), "git")
+            return ProjectRoot(marked, reason, pyproject)
+        top = folder
+        while _is_file(top / "__init__.py") and _is_file(top.parent / "__init__.py"):
+            top = top.parent
+        reason = "package" if _is_file(top / "__init__.py") else "folder"
+        return ProjectRoot(top, reason, pyproject)
 
 
 def _nearest(
@@ -222,19 +285,10 @@ def _configuring_pyproject(folder: Path) -> Path | None:
     return None
 
 
-def _git_tree(folder: Path) -> Path | None:
-    return folder if _exists(folder / ".git") else None
-
-
-def loose_root(paths: list[Path]) -> ProjectRoot:
-    """The root of paths outside any project: the working folder when they all lie inside
-    it (so ``ckptlint model.py`` and ``ckptlint .`` know the same files), else their common
-    folder."""
-    here = Path.cwd()
-    folders = [p.absolute() if _is_folder(p) else p.absolute().parent for p in paths]
-    if all(folder == here or here in folder.parents for folder in folders):
-        return ProjectRoot(here, "paths")
-    return ProjectRoot(Path(os.path.commonpath(folders)), "paths")
+def _marked_project(folder: Path) -> Path | None:
+    if any(_is_file(folder / marker) for marker in MARKERS) or _exists(folder / ".git"):
+        return folder
+    return None
 
 
 def _exists(path: Path) -> bool:
@@ -244,23 +298,60 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def load_settings(root: ProjectRoot) -> Settings:
-    """The settings of a project: its [tool.ckptlint] table, when it has one."""
-    pyproject = root.pyproject
-    if pyproject is None:
+def parse_override(text: str) -> dict[str, object] | None:
+    """``--config "ignore = ['CKP101']"``: one TOML ``KEY = VALUE`` pair (a dotted key
+    allowed, as in ruff), as a table; None when ``text`` is not TOML (a file name)."""
+    try:
+        table = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError, MemoryError):
+        return None
+    if len(table) != 1 or text.lstrip().startswith("["):  # one pair, not a [table]
+        return None
+    return table
+
+
+def load_settings(
+    root: ProjectRoot,
+    *,
+    config: Path | None = None,
+    overrides: Iterable[tuple[str, dict[str, object]]] = (),
+) -> Settings:
+    """The settings of a project: the [tool.ckptlint] table of its ``pyproject``, or
+    ``config`` instead (``--config FILE``: a pyproject.toml's [tool.ckptlint], or another
+    TOML file's top level), then each of ``overrides`` (``--config KEY=VALUE``, with the
+    text given) on top. Patterns are relative to the folder of the pyproject.toml holding
+    them; those of ``config`` and ``overrides``, to the project root (as if they were
+    written in a pyproject.toml there)."""
+    source = config or root.pyproject
+    settings = Settings(root=root.folder)
+    if source is not None:
+        content = _read_toml(source)
+        if source.name == "pyproject.toml":
+            table = content.get("tool", {}).get("ckptlint", {})
+            where = f"{source}: [tool.ckptlint]"
+        else:  # a file of ckptlint's own (``--config ckptlint.toml``): its top level
+            table, where = content, str(source)
+        base = source.parent if config is None else root.folder
+        settings = _apply(replace(settings, root=base, config_file=source), table, where)
+    for text, table in overrides:
+        settings = _apply(settings, table, f"--config {text!r}", trusted=True)
+    if settings.target_torch is None:
         metadata = _project_folder(root.folder)
         target = None if metadata is None else declared_torch(metadata)
-        return Settings(root=root.folder, target_torch=target)
-    content = _read_toml(pyproject)
-    if pyproject.name == "pyproject.toml":
-        table = content.get("tool", {}).get("ckptlint", {})
-        where = f"{pyproject}: [tool.ckptlint]"
-    else:  # a file of ckptlint's own (``--config ckptlint.toml``): its top level
-        table, where = content, str(pyproject)
+        if target is None and source is not None:
+            target = declared_torch(source.parent)
+        settings = replace(settings, target_torch=target)
+    return settings
+
+
+def _apply(settings: Settings, table: dict, where: str, *, trusted: bool = False) -> Settings:
+    """``settings`` with the keys of one configuration ``table`` set. A repository's file
+    cannot raise max-file-size past the ceiling; what the user types (``trusted``) can."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table, got {_shown(table)}")
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown option(s): {', '.join(unknown)}")
-    settings = Settings(root=pyproject.parent, config_file=pyproject)
+        raise ConfigError(f"{where}: unknown option(s): {_listed(unknown)}")
     if "select" in table:
         settings = replace(settings, select=_codes(table["select"], f"{where} select"))
     if "ignore" in table:
@@ -275,33 +366,43 @@ def load_settings(root: ProjectRoot) -> Settings:
     if "respect-gitignore" in table:
         value = table["respect-gitignore"]
         if not isinstance(value, bool):
-            raise ConfigError(f"{where} respect-gitignore: expected true or false, got {value!r}")
+            raise ConfigError(
+                f"{where} respect-gitignore: expected true or false, got {_shown(value)}"
+            )
         settings = replace(settings, respect_gitignore=value)
     if "max-file-size" in table:
         value = table["max-file-size"]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(
-                f"{where} max-file-size: expected a positive number of bytes, got {value!r}"
+                f"{where} max-file-size: expected a positive number of bytes, got {_shown(value)}"
             )
-        settings = replace(settings, max_file_size=value)
+        held = None
+        if value > DEFAULT_MAX_FILE_SIZE and not trusted:
+            held = (
+                f"{where} max-file-size: {value} bytes is over the ceiling of "
+                f"{DEFAULT_MAX_FILE_SIZE} that only the command line (--max-file-size) can "
+                "raise; the ceiling applies"
+            )
+            value = DEFAULT_MAX_FILE_SIZE
+        settings = replace(settings, max_file_size=value, held_to_ceiling=held)
     if "target-torch" in table:
         target = table["target-torch"]
         version = _version(target) if isinstance(target, str) else None
         if version is None:
             raise ConfigError(
-                f'{where} target-torch: expected a torch version such as "2.1", got {target!r}'
+                f'{where} target-torch: expected a torch version such as "2.1", '
+                f"got {_shown(target)}"
             )
         settings = replace(settings, target_torch=version)
-    else:
-        settings = replace(settings, target_torch=declared_torch(pyproject.parent))
     if "per-file-ignores" in table:
         ignores = table["per-file-ignores"]
         if not isinstance(ignores, dict):
             raise ConfigError(f"{where} per-file-ignores: expected a table of pattern = [codes]")
+        _bounded(list(ignores), f"{where} per-file-ignores")
         settings = replace(
             settings,
             per_file_ignores=tuple(
-                (pattern, _codes(codes, f"{where} per-file-ignores {pattern!r}"))
+                (pattern, _codes(codes, f"{where} per-file-ignores {_shown(pattern)}"))
                 for pattern, codes in ignores.items()
             ),
         )
@@ -416,23 +517,26 @@ def _sources(value: object, where: str) -> tuple[str | ExtraSource, ...]:
     if isinstance(value, (str, dict)):
         value = [value]
     if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected a list of names or tables, got {value!r}")
+        raise ConfigError(f"{where}: expected a list of names or tables, got {_shown(value)}")
     found: list[str | ExtraSource] = []
-    for item in value:
+    for item in _bounded(value, where):
         if isinstance(item, str):
             found.append(item)
             continue
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise ConfigError(f"{where}: expected a name or a table with a name, got {item!r}")
+            raise ConfigError(
+                f"{where}: expected a name or a table with a name, got {_shown(item)}"
+            )
+        name = _shown(_bounded_text(item["name"], where))
         unknown = sorted(set(item) - {"name", "kind", "region"})
         kind = item.get("kind", "function")
         region = item.get("region", 0)
         if unknown:
-            raise ConfigError(f"{where} {item['name']!r}: unknown key(s): {', '.join(unknown)}")
+            raise ConfigError(f"{where} {name}: unknown key(s): {_listed(unknown)}")
         if kind not in SOURCE_KINDS:
-            raise ConfigError(f"{where} {item['name']!r}: kind must be one of {SOURCE_KINDS}")
+            raise ConfigError(f"{where} {name}: kind must be one of {SOURCE_KINDS}")
         if not isinstance(region, int) or isinstance(region, bool) or region < 0:
-            raise ConfigError(f"{where} {item['name']!r}: region must be a position (0, 1, ...)")
+            raise ConfigError(f"{where} {name}: region must be a position (0, 1, ...)")
         found.append(ExtraSource(item["name"], kind, region))
     return tuple(found)
 
@@ -441,8 +545,47 @@ def _strings(value: object, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
-    return tuple(value)
+        raise ConfigError(f"{where}: expected a list of strings, got {_shown(value)}")
+    return tuple(_bounded(value, where))
+
+
+def _bounded(items: list, where: str) -> list:
+    """``items``, when there are at most MAX_ITEMS of them and each string is at most
+    MAX_TEXT characters long; else a ConfigError naming the key."""
+    if len(items) > MAX_ITEMS:
+        raise ConfigError(
+            f"{where}: {len(items)} entries, more than the {MAX_ITEMS} a configuration may hold"
+        )
+    for item in items:
+        if isinstance(item, str):
+            _bounded_text(item, where)
+    return items
+
+
+def _bounded_text(text: str, where: str) -> str:
+    if len(text) > MAX_TEXT:
+        raise ConfigError(
+            f"{where}: an entry of {len(text)} characters ({_shown(text)}), more than the "
+            f"{MAX_TEXT} a configuration entry may hold"
+        )
+    return text
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel = 2
+_SHORT.maxstring = 60
+_SHORT.maxother = 60
+
+
+def _shown(value: object) -> str:
+    """A value as an error message quotes it: short, however large or deep it is."""
+    return _SHORT.repr(value)
+
+
+def _listed(names: list[str]) -> str:
+    """Names as an error message lists them: the first few."""
+    shown = ", ".join(name[:60] for name in names[:10])
+    return shown + (f" (and {len(names) - 10} more)" if len(names) > 10 else "")
 
 
 def _codes(value: object, where: str) -> tuple[str, ...]:
@@ -462,7 +605,8 @@ def checked_codes(codes: Iterable[str], where: str) -> tuple[str, ...]:
             raise ConfigError(f"{where}: empty rule code")
         if not any(known.startswith(code) for known in RULES_BY_CODE):
             raise ConfigError(
-                f"{where}: unknown rule code or prefix {code!r} (known: {', '.join(RULES_BY_CODE)})"
+                f"{where}: unknown rule code or prefix {_shown(code)} "
+                f"(known: {', '.join(RULES_BY_CODE)})"
             )
         result.append(code)
     return tuple(result)

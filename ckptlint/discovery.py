@@ -7,8 +7,10 @@ first spelling met, so ``--fix`` never edits it twice.
 
 Folders are walked in name order. Skipped: the usual tool and environment folders,
 virtualenvs, paths matching ``exclude``, and (with ``respect-gitignore``, the default) what
-git ignores: ``.gitignore`` files of the repository and ``.git/info/exclude``, read with
-``pathspec``'s gitignore semantics.
+git ignores: ``.gitignore`` files of the repository and ``.git/info/exclude``, matched by
+git's rules (``ckptlint.patterns``, in time linear in the path). An ignore file is read up
+to its first ``MAX_ITEMS`` patterns: a repository's file is untrusted input, and every
+pattern in force costs every path walked.
 
 Only regular files are linted: a FIFO, socket or device (or a symbolic link to one, such as
 ``zero.py -> /dev/zero``) found in a folder is skipped, and one named on the command line
@@ -22,9 +24,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import pathspec
-
-from ckptlint.config import Settings
+from ckptlint.config import MAX_ITEMS, Settings
+from ckptlint.patterns import Patterns, compiled
 from ckptlint.source import CannotRead, read_bytes, special_kind
 
 SKIPPED_FOLDERS = frozenset(
@@ -59,8 +60,11 @@ class SourceFile:
     error: str | None = None  # why the path cannot be linted (reported as CKP902)
 
 
-def discover(paths: list[str], settings: Settings) -> list[SourceFile]:
-    """Files to lint and paths that cannot be, each once, in a stable order."""
+def discover(
+    paths: list[str], settings: Settings, notes: list[str] | None = None
+) -> list[SourceFile]:
+    """Files to lint and paths that cannot be, each once, in a stable order. ``notes``
+    receives what the user should know (an ignore file read in part)."""
     found: dict[str, SourceFile] = {}
     real_folders: dict[str, str] = {}
 
@@ -73,7 +77,7 @@ def discover(paths: list[str], settings: Settings) -> list[SourceFile]:
         elif os.path.isdir(path):
             if settings.is_excluded(path, is_folder=True):
                 continue
-            ignores = _GitIgnores.above(path) if settings.respect_gitignore else None
+            ignores = _GitIgnores.above(path, notes) if settings.respect_gitignore else None
             for file in _walk(path, settings, ignores):
                 add(file)
         elif not settings.is_excluded(path):
@@ -142,12 +146,12 @@ def _listing(folder: _Folder, settings: Settings) -> Iterator[SourceFile | _Fold
         if _is_folder(entry):
             if entry.name in SKIPPED_FOLDERS or _is_virtualenv(path):
                 continue
-            if settings.is_excluded(path, is_folder=True):
+            if settings.is_excluded(path, is_folder=True, walked=True):
                 continue
             if ignores is not None and ignores.ignores(path, is_folder=True):
                 continue
             yield _Folder(path, ignores)
-        elif entry.name.endswith(".py") and not settings.is_excluded(path):
+        elif entry.name.endswith(".py") and not settings.is_excluded(path, walked=True):
             if ignores is None or not ignores.ignores(path, is_folder=False):
                 if _may_be_regular(entry):
                     yield SourceFile(path, explicit=False)
@@ -184,14 +188,19 @@ class _GitIgnores:
     """The gitignore rules in force in one folder of a git work tree.
 
     Each ``.gitignore`` applies to the paths below its own folder, relative to it; a deeper
-    file's verdict (ignore, or ``!`` re-include) wins over a shallower one's.
+    file's verdict (ignore, or ``!`` re-include) wins over a shallower one's. The walk
+    never enters an ignored folder, so only the path itself is matched. At most
+    ``MAX_ITEMS`` patterns are in force at once (each costs every path walked): those of a
+    file past that are not honoured, and the user is told.
     """
 
-    def __init__(self, specs: tuple[tuple[str, pathspec.PathSpec], ...]) -> None:
+    def __init__(self, specs: tuple[tuple[str, Patterns], ...], notes: list[str] | None) -> None:
         self.specs = specs  # (absolute folder, its rules), outermost first
+        self.notes = notes
+        self.in_force = sum(len(rules.patterns) for _, rules in specs)
 
     @classmethod
-    def above(cls, folder: str) -> _GitIgnores | None:
+    def above(cls, folder: str, notes: list[str] | None) -> _GitIgnores | None:
         """The rules of the work tree around ``folder`` and of the folders above it; None
         outside a git work tree (git itself reads no .gitignore there)."""
         start = os.path.abspath(folder)
@@ -206,36 +215,47 @@ class _GitIgnores:
                 return None
             current = parent
         root = chain[-1]
-        specs = []
-        exclude = _read_rules(os.path.join(root, ".git", "info", "exclude"))
-        if exclude is not None:
-            specs.append((root, exclude))
+        ignores = cls((), notes)
+        ignores = ignores.reading(root, os.path.join(root, ".git", "info", "exclude"))
         for ancestor in reversed(chain[1:]):  # the start folder is read when it is walked
-            rules = _read_rules(os.path.join(ancestor, ".gitignore"))
-            if rules is not None:
-                specs.append((ancestor, rules))
-        return cls(tuple(specs))
+            ignores = ignores.reading(ancestor, os.path.join(ancestor, ".gitignore"))
+        return ignores
 
     def entering(self, folder: str) -> _GitIgnores:
-        rules = _read_rules(os.path.join(folder, ".gitignore"))
+        path = os.path.normpath(os.path.join(folder, ".gitignore"))
+        return self.reading(os.path.abspath(folder), path)
+
+    def reading(self, base: str, path: str) -> _GitIgnores:
+        """These rules and those of the ignore file ``path``, for the paths below ``base``."""
+        rules = _read_rules(path, MAX_ITEMS - self.in_force, self.notes)
         if rules is None:
             return self
-        return _GitIgnores((*self.specs, (os.path.abspath(folder), rules)))
+        return _GitIgnores((*self.specs, (base, rules)), self.notes)
 
     def ignores(self, path: str, *, is_folder: bool) -> bool:
         absolute = os.path.abspath(path)
-        for base, spec in reversed(self.specs):
+        for base, rules in reversed(self.specs):
             relative = os.path.relpath(absolute, base).replace(os.sep, "/")
-            verdict = spec.check_file(relative + "/" if is_folder else relative).include
+            verdict = rules.verdict(relative, is_folder=is_folder)
             if verdict is not None:
                 return verdict
         return False
 
 
-def _read_rules(path: str) -> pathspec.PathSpec | None:
-    """The rules of an ignore file; None when there is none (or it is a FIFO, a device...)."""
+def _read_rules(path: str, room: int, notes: list[str] | None) -> Patterns | None:
+    """The rules of an ignore file, its first ``room`` patterns at most; None when there is
+    none (or it is a FIFO, a device...)."""
     try:
         lines = read_bytes(path).decode("utf-8", errors="replace").splitlines()
     except CannotRead:
         return None
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+    patterns = [line for line in lines if line.strip() and not line.startswith("#")]
+    if len(patterns) > room:
+        if notes is not None:
+            notes.append(
+                f"{path}: {len(patterns)} patterns, {MAX_ITEMS} in force at most: only the "
+                f"first {max(room, 0)} are honoured"
+            )
+        patterns = patterns[: max(room, 0)]
+    rules = compiled(tuple(patterns))
+    return rules if rules else None

@@ -8,6 +8,12 @@ extend-checkpoint-functions, plus flake8's own ``--extend-checkpoint-functions``
 same cache: each flake8 process works the project out once (or reads it from the cache) and
 then answers each file. The findings are the CLI's, at the same lines and columns.
 
+flake8's ``--select``, ``--ignore``, ``--extend-select`` and ``--extend-ignore`` (from its
+command line or its own configuration) are the command-line layer of ckptlint's selection,
+with the CLI's precedence: ``flake8 --select CKP101`` reports CKP101 although
+``[tool.ckptlint]`` ignores it, as ``ckptlint --select CKP101`` does. flake8 then applies
+its own selection to what the plugin reports, which agrees.
+
 ``# noqa`` and ``# flake8: noqa`` are flake8's; the plugin adds what the CLI also honours:
 ``# noqa`` codes in any case, and ``# ckptlint: noqa[: codes]`` (unless flake8 runs with
 ``--disable-noqa``). No exception ever reaches flake8 (which would stop the whole run and
@@ -19,7 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ckptlint import __version__
 
 if TYPE_CHECKING:
+    from ckptlint.config import ProjectRoot
     from ckptlint.engine import Engine
 
 Result = tuple[int, int, str, type]
@@ -38,9 +45,15 @@ class CheckpointChecker:
 
     extend_checkpoint_functions: tuple[str, ...] = ()
     disable_noqa = False
+    # flake8's select (None: not given), extend-select and ignore options, as given.
+    flake8_selection: tuple[tuple[str, ...] | None, tuple[str, ...], tuple[str, ...]] = (
+        None,
+        (),
+        (),
+    )
     # Per process: each project's engine (it keeps the project it worked out), by root.
-    _engines: dict[tuple[Path, tuple[str, ...]], Engine | None] = {}
-    _roots: dict[str, Any] = {}
+    _engines: dict[tuple[Path, Path | None], Engine] = {}
+    _roots: dict[str, ProjectRoot] = {}
 
     def __init__(self, tree: ast.Module, lines: list[str], filename: str = "stdin") -> None:
         self.tree = tree
@@ -62,6 +75,15 @@ class CheckpointChecker:
     def parse_options(cls, options: argparse.Namespace) -> None:
         cls.extend_checkpoint_functions = tuple(options.extend_checkpoint_functions or ())
         cls.disable_noqa = bool(getattr(options, "disable_noqa", False))
+        select = getattr(options, "select", None)
+        cls.flake8_selection = (
+            None if select is None else tuple(select),
+            tuple(getattr(options, "extend_select", None) or ()),
+            (
+                *(getattr(options, "ignore", None) or ()),
+                *(getattr(options, "extend_ignore", None) or ()),
+            ),
+        )
         cls._engines = {}
 
     def run(self) -> Iterator[Result]:
@@ -104,7 +126,7 @@ class CheckpointChecker:
     def _engine(cls, path: str) -> Engine | None:
         """The engine of the file's project, made once a process; None when the project's
         configuration excludes the file."""
-        from ckptlint.config import load_settings, project_root
+        from ckptlint.config import RootFinder, RuleSelection, load_settings
         from ckptlint.discovery import discover
         from ckptlint.engine import Engine
         from ckptlint.project import cache
@@ -112,36 +134,42 @@ class CheckpointChecker:
         folder = os.path.dirname(path)
         root = cls._roots.get(folder)
         if root is None:
-            found = project_root(Path(folder))
-            root = cls._roots[folder] = found or _loose_root(folder)
-        settings = load_settings(root)
-        settings = replace(
-            settings,
-            extend_checkpoint_functions=(
-                *settings.extend_checkpoint_functions,
-                *cls.extend_checkpoint_functions,
-            ),
-        )
-        if settings.is_excluded(path):
-            return None
-        key = (root.folder, cls.extend_checkpoint_functions)
-        if key not in cls._engines:
+            root = cls._roots[folder] = RootFinder().root(Path(folder))
+        key = (root.folder, root.pyproject)
+        engine = cls._engines.get(key)
+        if engine is None:
+            select, extend_select, ignore = cls.flake8_selection
+            settings = load_settings(root)
+            settings = replace(
+                settings,
+                extend_checkpoint_functions=(
+                    *settings.extend_checkpoint_functions,
+                    *cls.extend_checkpoint_functions,
+                ),
+                command_line=RuleSelection(
+                    select=None if select is None else _our_codes(select),
+                    extend_select=_our_codes(extend_select),
+                    ignore=_our_codes(ignore),
+                ),
+            )
             known = [f.path for f in discover([str(root.folder)], settings) if not f.error]
             identity = cache.analysis_key([str(root.folder), settings.analysis_identity])
             store = cache.Store.open(root.folder / cache.FOLDER, identity)
             stored = store if isinstance(store, cache.Store) else None
-            cls._engines[key] = Engine(settings, known, stored, 1)
-        return cls._engines[key]
+            engine = cls._engines[key] = Engine(settings, known, stored, 1)
+        return None if engine.settings.is_excluded(path) else engine
 
     def _internal_error(self, message: str) -> Result:
         text = f"CKP901 file not analysed: internal error {message} (please report it to ckptlint)"
         return 1, 0, " ".join(text.split())[:500], type(self)
 
 
-def _loose_root(folder: str) -> Any:
-    from ckptlint.config import loose_root
+def _our_codes(codes: Iterable[str]) -> tuple[str, ...]:
+    """The codes of a flake8 option that can name a ckptlint rule (``CKP1``, ``C``)."""
+    from ckptlint.rules import RULES_BY_CODE
 
-    return loose_root([Path(folder)])
+    found = (code.strip().upper() for code in codes)
+    return tuple(c for c in found if c and any(known.startswith(c) for known in RULES_BY_CODE))
 
 
 def _is_disk_text(path: str, text: str) -> bool:

@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import accumulate
+from itertools import accumulate, islice
 
 from ckptlint.lazy_tree import parse_lazily
 
@@ -44,9 +44,16 @@ class FileTooLarge(CannotRead):
         super().__init__(f"file too large: over max-file-size ({max_size} bytes)")
 
 
-# Far above any real source file (transformers' largest module is under 0.5 MiB), far
-# below what the analysis of one file could hold in memory.
+# Far above any real source file (transformers' largest module is under 0.5 MiB). Also the
+# ceiling: a repository's configuration may lower it, only the command line may raise it.
 DEFAULT_MAX_FILE_SIZE = 10 * 1024 * 1024
+
+# What the analysis of one file may hold is bounded by its tokens, not its bytes: Python's
+# parser alone holds 500 to 800 bytes a token (measured: a one-line list of 2,000,000 tokens,
+# 2 MB, took 946 MiB to parse; 10 MiB of it, 5 GiB). The largest module of fifteen public
+# model trees has 53,000 tokens.
+MAX_TOKENS = 500_000
+_TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
 _WHITESPACE = b" \t\f\r\n\\"
@@ -286,11 +293,25 @@ def _assigned_at(text: str, start: int) -> bool:
 _IDENTIFIER_THEN_EQUALS = re.compile(r"\w+[ \t]*=(?!=)")
 
 
+def _more_tokens_than(text: str, limit: int) -> bool:
+    """Whether ``text`` holds more than ``limit`` tokens (names, numbers and operators,
+    counted up to the limit; a token is at least one character, so short text is never
+    counted)."""
+    if len(text) <= limit:
+        return False
+    return sum(1 for _ in islice(_TOKEN.finditer(text), limit + 1)) > limit
+
+
 def parse(text: str, filename: str, words: Iterable[str] | None = None) -> ParsedSource:
     """Parse ``text``; with ``words``, definitions not touching them are parsed lazily."""
     if "\0" in text:
         line = text.count("\n", 0, text.index("\0")) + 1
         raise UnreadableSource("cannot parse file: it contains a NUL byte", line)
+    if _more_tokens_than(text, MAX_TOKENS):
+        raise UnreadableSource(
+            f"file too large to analyse: over {MAX_TOKENS} tokens (the parser alone would "
+            "hold hundreds of bytes for each)"
+        )
     lines = split_lines(text)
     # Not the path itself: given a path that exists, Python reads the file from disk to
     # place a syntax error, and bytes it does not see here (a BOM) shift the column.

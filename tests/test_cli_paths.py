@@ -106,8 +106,8 @@ def test_unreadable_folder_is_reported_and_the_run_goes_on(
     write(project, "open/m.py", MISSING)
     scan = os.scandir
 
-    def refuse_locked(path: str = ".") -> object:
-        if os.path.basename(os.path.normpath(path)) == "locked":
+    def refuse_locked(path: str | int = ".") -> object:
+        if isinstance(path, str) and os.path.basename(os.path.normpath(path)) == "locked":
             raise PermissionError(13, "Permission denied", path)
         return scan(path)
 

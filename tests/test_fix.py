@@ -273,10 +273,10 @@ class TestNeverCorrupt:
         free.write_text(HEADER + "y = cp.checkpoint(f, x)\n")
         system_open = ckptlint.fixes.os.open
 
-        def refuse_locked(path: str, flags: int, *arguments: object) -> int:
+        def refuse_locked(path: str, flags: int, *arguments: object, **keywords: object) -> int:
             if flags & os.O_RDWR and Path(path) == locked.resolve():
                 raise PermissionError(13, "Permission denied")
-            return system_open(path, flags, *arguments)
+            return system_open(path, flags, *arguments, **keywords)  # the cache's dir_fd
 
         monkeypatch.setattr(ckptlint.fixes.os, "open", refuse_locked)
         result = run_cli("--fix", "--unsafe-fixes", ".", cwd=project)

@@ -236,3 +236,45 @@ def test_a_file_over_the_size_cap_is_the_clis_ckp901_in_flake8(project: Path) ->
     cli = run_cli("--quiet", "model.py", cwd=project).stdout.splitlines()
     assert len(cli) == 1 and " CKP901 " in cli[0] and "too large" in cli[0]
     assert from_flake8 == cli
+
+
+# Rule selection: flake8's options are the command-line layer, with the CLI's precedence
+# (a command-line select beats the configured ignore). Each cell runs the real CLI and the
+# real flake8 with the same options on the command line and the same [tool.ckptlint].
+MATRIX_SOURCE = (
+    "import torch\nfrom torch.utils.checkpoint import checkpoint\n\n\n"
+    "def f(x):\n    return checkpoint(torch.relu, x)\n"
+)  # CKP001 and CKP101 at line 6
+COMMAND_LINES = [
+    (),
+    ("--select", "CKP101"),
+    ("--select", "CKP0,CKP101"),
+    ("--ignore", "CKP101"),
+    ("--extend-select", "CKP101"),
+    ("--select", "CKP", "--ignore", "CKP1"),
+]
+CONFIGURATIONS = [
+    "",
+    'ignore = ["CKP101"]\n',
+    'select = ["CKP0"]\n',
+    'select = ["CKP"]\nignore = ["CKP0"]\n',
+]
+
+
+@pytest.mark.parametrize("configured", CONFIGURATIONS)
+@pytest.mark.parametrize("options", COMMAND_LINES)
+def test_flake8_follows_the_cli_precedence(
+    project: Path, options: tuple[str, ...], configured: str
+) -> None:
+    (project / "pyproject.toml").write_text("[tool.ckptlint]\n" + configured)
+    (project / "model.py").write_text(MATRIX_SOURCE)
+    cli = json.loads(run_cli("--format", "json", *options, "model.py", cwd=project).stdout)
+    by_cli = sorted(item["code"] for item in cli)
+    result = flake8(*options, "model.py", cwd=project)
+    assert result.returncode in (0, 1), result.stderr
+    by_flake8 = sorted(
+        line.split(" ", 2)[1] for line in result.stdout.splitlines() if " CKP" in line
+    )
+    assert by_flake8 == by_cli
+    if options == ("--select", "CKP101"):  # the case that disagreed: select beats ignore
+        assert by_cli == ["CKP101"]

@@ -7,20 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ckptlint.config import (
-    ConfigError,
-    Settings,
-    declared_torch,
-    load_settings,
-    loose_root,
-    project_root,
-)
+from ckptlint.config import ConfigError, Settings, declared_torch, load_settings, project_root
 from tests.conftest import run_cli
 
 
 def settings_of(path: Path) -> Settings:
     """The settings of the project ``path`` belongs to, found as the CLI finds them."""
-    return load_settings(project_root(path) or loose_root([path]))
+    return load_settings(project_root(path))
 
 
 def write(folder: Path, name: str, text: str) -> None:
