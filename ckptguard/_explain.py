@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import linecache
 import os
 import sys
 import sysconfig
@@ -19,6 +21,7 @@ from ckptguard.errors import (
     LostGradientsError,
     ReentrantDDPError,
     abbreviate,
+    without_addresses,
 )
 
 Location = tuple[str, int]  # (file, line)
@@ -484,16 +487,23 @@ def side_effect(
 
 def internal_error(region: str, stage: str, error: Exception) -> None:
     """The guard failed on a region (its own bug, or state it cannot read): a warning, since
-    the user's training must go on; the region runs unguarded from here."""
+    the user's training must go on; the region runs unguarded from here. Issued whatever
+    failed, warnings included: as a last resort the message is written to stderr."""
     message = (
         f"ckptguard [internal]: could not {stage} checkpointed region {region}: "
-        f"{type(error).__name__}: {error}.\n"
+        f"{type(error).__name__}: {without_addresses(str(error))}.\n"
         f"  effect: this region runs without the guard from here (torch's checkpoint is not "
         f"affected); other regions stay guarded.\n"
         f"  how to fix: this is a ckptguard bug; please report it with this message (run with "
         f"-W error::ckptguard.CheckpointGuardWarning for the traceback)."
     )
-    warn(message, CheckpointGuardWarning, None)
+    try:
+        warn(message, CheckpointGuardWarning, None)
+    except CheckpointGuardWarning:
+        raise
+    except Exception:  # See NOTE [ The guard never stops training ]
+        with contextlib.suppress(Exception):
+            print(f"CheckpointGuardWarning: {message}", file=sys.stderr)
 
 
 def lost_gradients(
@@ -859,6 +869,23 @@ def _is_user_file(filename: str) -> bool:
     return not filename.startswith(_STDLIB_DIR) or any(d in filename for d in _PACKAGE_DIRS)
 
 
+def raised_at_hook(error: BaseException) -> None:
+    """Where the hook torch called (or a policy torch asks) catches one of the guard's errors
+    to raise it again: the guard's frames below the hook are dropped, so the traceback ends
+    with torch's call of the hook, one frame that sets ``__tracebackhide__`` (pytest and
+    IPython leave it out). An error that came through other code (a nested region's, raised
+    inside the user's function) keeps its frames."""
+    hook = error.__traceback__  # the frame that caught it comes first
+    if hook is None:
+        return
+    below = hook.tb_next
+    while below is not None:
+        if not below.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+            return
+        below = below.tb_next
+    hook.tb_next = None
+
+
 def user_location() -> tuple[Any, Location] | None:
     """(module globals, (file, line)) of the innermost frame outside ckptguard, torch and the
     standard library: the user's backward call during a recompute, the region's checkpoint
@@ -874,16 +901,37 @@ def user_location() -> tuple[Any, Location] | None:
 def warn(message: str, category: type[Warning], fallback: Location | None) -> None:
     """A warning at the user's code (so ``-W`` filters by module and the printed location
     help), or at ``fallback`` (the region's code) when no user frame is on this thread's
-    stack (a backward run by an accelerator's worker thread)."""
+    stack (a backward run by an accelerator's worker thread).
+
+    Issued whatever ``__main__`` is: the user's module globals are never handed to
+    ``warnings.warn_explicit``, which asks their ``__loader__`` for the source and fails where
+    there is none (``python -c``, ``python - < train.py``: the builtin importer raises
+    ``ImportError: '__main__' is not a built-in module``). ``linecache`` is given them instead,
+    and it gives up quietly. If placing the warning fails all the same, it is issued unplaced.
+    A warnings filter that makes it an error raises it, as the user asked.
+    See NOTE [ The guard never stops training ]"""
+    try:
+        _warn_placed(message, category, fallback)
+    except category:
+        raise
+    except Exception as error:
+        warnings.warn(
+            f"{message}\n  (ckptguard could not place this warning at your code: "
+            f"{type(error).__name__}: {error})",
+            category,
+            stacklevel=2,
+        )
+
+
+def _warn_placed(message: str, category: type[Warning], fallback: Location | None) -> None:
     found = user_location()
     if found is not None:
         module_globals, (filename, lineno) = found
         registry = module_globals.setdefault("__warningregistry__", {})
         module = module_globals.get("__name__", "__main__")
-        warnings.warn_explicit(
-            message, category, filename, lineno, module, registry, module_globals
-        )
+        linecache.lazycache(filename, module_globals)  # the source line, where a loader has it
+        warnings.warn_explicit(message, category, filename, lineno, module, registry)
     elif fallback is not None:
         warnings.warn_explicit(message, category, fallback[0], fallback[1])
     else:
-        warnings.warn(message, category, stacklevel=2)
+        warnings.warn(message, category, stacklevel=3)
