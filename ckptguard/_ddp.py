@@ -144,7 +144,7 @@ def guard_backward(original: Any, region_type: type) -> Any:
     explaining DDP's "marked ready twice" error raised by a region's backward pass."""
 
     def backward(ctx: Any, *grads: Any) -> Any:
-        __tracebackhide__ = True  # the hook torch calls: pytest and IPython leave it out
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         if not _tracking:
             return original(ctx, *grads)
         region = ctx.run_function

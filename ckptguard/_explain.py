@@ -873,8 +873,8 @@ def raised_at_hook(error: BaseException) -> None:
     """Where the hook torch called (or a policy torch asks) catches one of the guard's errors
     to raise it again: the guard's frames below the hook are dropped, so the traceback ends
     with torch's call of the hook, one frame that sets ``__tracebackhide__`` (pytest and
-    IPython leave it out). An error that came through other code (a nested region's, raised
-    inside the user's function) keeps its frames."""
+    IPython's debugger leave it out). An error that came through other code (a nested
+    region's, raised inside the user's function) keeps its frames."""
     hook = error.__traceback__  # the frame that caught it comes first
     if hook is None:
         return

@@ -490,7 +490,7 @@ class Region:
     # recompute --------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # the hook torch calls: pytest and IPython leave it out
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         if self.unguarded:
             return self.fn(*args, **kwargs)
         if self.forward_done and _options is not None:
@@ -741,7 +741,7 @@ class StrictScope:
             raise
 
     def __exit__(self, *exc: Any) -> Any:
-        __tracebackhide__ = True  # the hook torch calls: pytest and IPython leave it out
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         try:
             suppressed = self.context.__exit__(*exc)
         finally:
@@ -789,7 +789,7 @@ def _skip(fn: Any) -> bool:
 
 def _guard_reentrant(original_apply: Any) -> Any:
     def apply(run_function: Any, preserve_rng_state: bool, *args: Any) -> Any:
-        __tracebackhide__ = True  # the hook torch calls: pytest and IPython leave it out
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         options = _options
         if options is None or _skip(run_function):
             return original_apply(run_function, preserve_rng_state, *args)
@@ -854,7 +854,7 @@ def _guard_generator(original: Any) -> Any:
         return user_args, user_kwargs, args, kwargs
 
     def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # the hook torch calls: pytest and IPython leave it out
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         options = _options
         if options is None or _skip(fn):
             return (yield from original(fn, *args, **kwargs))
@@ -909,7 +909,7 @@ def _guard_saved_tensor_check(original: Any, checkpoint_error: type[Exception]) 
     """torch raises CheckpointError after the recompute returned; explain it there too."""
 
     def check_recomputed_tensors_match(frame: Any, gid: Any) -> None:
-        __tracebackhide__ = True  # the hook torch calls: pytest and IPython leave it out
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         try:
             return original(frame, gid)
         except checkpoint_error as error:

@@ -142,7 +142,7 @@ class ComparingPolicy:
         self.counts: dict[Any, int] = {}
 
     def __call__(self, ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # torch asks it: pytest and IPython leave it out
+        __tracebackhide__ = True  # torch asks it: pytest does not show it
         result = self.policy(ctx, op, *args, **kwargs)
         region = self.watch.region
         if not region.unguarded:
@@ -256,7 +256,7 @@ class RecomputeWatch:
             self.recompute.policy_fn = ComparingPolicy(original, self)
 
     def __exit__(self, *exc: Any) -> Any:
-        __tracebackhide__ = True  # the hook torch calls: pytest and IPython leave it out
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         suppressed = self.recompute.__exit__(*exc)
         error, region = exc[1], self.region
         if self.mutated and type(error) is RuntimeError and _explain.MUTATED_TORCH in str(error):
