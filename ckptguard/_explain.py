@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import linecache
 import os
 import sys
 import sysconfig
 import types
 import warnings
+from collections.abc import Callable
 from typing import Any
 
-from ckptguard._fingerprint import Described, LooseTensorFP, ObjectFP, TensorFP, readable
+import torch
+
+from ckptguard._fingerprint import (
+    MISSING,
+    TENSOR,
+    Described,
+    LooseTensorFP,
+    ObjectFP,
+    TensorFP,
+    readable,
+)
 from ckptguard.errors import (
     CheckpointGuardCompatibilityError,
     CheckpointGuardError,
@@ -75,6 +88,7 @@ _FIXES = {
 
 
 def _describe_value(value: Any) -> str:
+    """A fingerprinted value as a message shows it: never by its address."""
     if isinstance(value, Described):
         return str(value)
     value = readable(value)
@@ -84,17 +98,139 @@ def _describe_value(value: Any) -> str:
         return f"tensor{where} {value.dtype}{device} (version {value.version})"
     if isinstance(value, LooseTensorFP):
         return f"tensor {tuple(value.shape)} {value.dtype} on {value.device}"
-    if isinstance(value, ObjectFP):  # its type is unknown where it was read by identity
-        kind = f"{value.type.__qualname__} object" if value.type is not None else "an object"
-        return f"{kind} at {value.ident:#x}"
+    if isinstance(value, ObjectFP):  # read by identity: the guard holds no reference to it
+        if value.type is None:
+            return "an object the guard knows by identity only (it keeps no reference to it)"
+        return f"a {value.type.__qualname__} object"
     if isinstance(value, types.CodeType):
         return f"code of {getattr(value, 'co_qualname', value.co_name)}"
+    if _is_partial(value):
+        arguments = [_describe_value(v) for v in value[2]]
+        arguments += [f"{k}={_describe_value(v)}" for k, v in value[3]]
+        return abbreviate(Text(f"functools.partial(..., {', '.join(arguments)})"), 160)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type):
         shown = ", ".join(_describe_value(v) for v in value[1]) if value[0] is not dict else ""
         if value[0] is dict:
             shown = ", ".join(f"{k!r}: {_describe_value(v)}" for k, v in value[1])
         return f"{value[0].__name__} of {len(value[1])}: {abbreviate(shown, 160)}"
     return abbreviate(value)
+
+
+def describe_object(value: Any, name_module: Callable[[Any], str] | None) -> Described:
+    """An object a message names by what it is: a module by its path in the model, its class
+    and what its ``extra_repr`` says (``blocks.0.fc (Linear(in_features=4, ...))``), a
+    function by its name, qualified name and ``file:line``, a tensor by shape, dtype, device
+    and version, a built-in by its module; other objects by their type, plain values by
+    value."""
+    if isinstance(value, torch.nn.Module):
+        cls = type(value).__name__
+        name = name_module(value) if name_module is not None else cls
+        extra = _extra_repr(value)
+        shown = f"{cls}({extra})" if extra else cls
+        return Described(shown if name == cls else f"{name} ({shown})", True)
+    function = _python_function(value)
+    if function is not None:
+        code = function.__code__
+        where = f"{code.co_filename}:{code.co_firstlineno}"
+        label = (
+            where
+            if function.__name__ == function.__qualname__
+            else f"{function.__qualname__}, {where}"
+        )
+        return Described(f"{function.__name__} ({label})")
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        owner = getattr(value, "__module__", None) or type(value.__self__).__name__
+        return Described(f"built-in {owner}.{value.__name__}")
+    if isinstance(value, torch.Tensor):
+        return Described(
+            f"tensor {tuple(value.shape)} {value.dtype} on {value.device} "
+            f"(version {value._version})"
+        )
+    if type(value) in _PLAIN:
+        return Described(abbreviate(value))
+    return Described(f"a {type(value).__qualname__} object")
+
+
+_PLAIN = (int, float, bool, complex, str, bytes, type(None), list, tuple, dict, set, frozenset)
+_MORE_CLOSURE_VALUES = 4  # closure variables named per function, at most
+
+
+def describe_pair(
+    old: Any, new: Any, name_module: Callable[[Any], str] | None
+) -> tuple[Described, Described]:
+    """Two objects a read found in one place, described; two functions with the same free
+    variables also by the closure values that differ (``helper (make.<locals>.helper,
+    train.py:5) with scale=2.0`` against ``... with scale=3.0``)."""
+    old_text, new_text = describe_object(old, name_module), describe_object(new, name_module)
+    before, after = _python_function(old), _python_function(new)
+    if before is None or after is None:
+        return old_text, new_text
+    differing = _closure_differences(before, after)[:_MORE_CLOSURE_VALUES]
+    if not differing:
+        return old_text, new_text
+    then = ", ".join(f"{name}={a}" for name, a, _ in differing)
+    now = ", ".join(f"{name}={b}" for name, _, b in differing)
+    return Described(f"{old_text} with {then}"), Described(f"{new_text} with {now}")
+
+
+def _closure_differences(old: types.FunctionType, new: types.FunctionType) -> list:
+    """(name, then, now) of each closure variable whose value differs, for two functions of
+    the same free variables."""
+    names = old.__code__.co_freevars
+    if names != new.__code__.co_freevars or not names:
+        return []
+    found = []
+    for name, a, b in zip(names, old.__closure__ or (), new.__closure__ or (), strict=True):
+        then, now = _cell_value(a), _cell_value(b)
+        if then is now or (type(then) in _PLAIN and type(then) is type(now) and _same(then, now)):
+            continue
+        found.append((name, _short(then), _short(now)))
+    return found
+
+
+def _cell_value(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return MISSING
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # an element's own __eq__ raised: they differ
+        return False
+
+
+def _short(value: Any) -> str:
+    """A closure value inside a message's line."""
+    if value is MISSING:
+        return "<unset>"
+    if type(value) in _PLAIN:
+        return abbreviate(value, 40)
+    if isinstance(value, torch.Tensor):
+        return f"tensor {tuple(value.shape)} {value.dtype}"
+    function = _python_function(value)
+    if function is not None:
+        return function.__qualname__
+    return f"a {type(value).__qualname__} object"
+
+
+def _python_function(value: Any) -> types.FunctionType | None:
+    """The Python function a function, method or decorated function runs, else None."""
+    function = getattr(value, "__func__", value) if isinstance(value, types.MethodType) else value
+    try:
+        function = inspect.unwrap(function)
+    except ValueError:  # a __wrapped__ cycle
+        return None
+    return function if isinstance(function, types.FunctionType) else None
+
+
+def _extra_repr(module: torch.nn.Module) -> str:
+    try:
+        return abbreviate(Text(module.extra_repr()), 80)
+    except Exception:  # a module's own method: a message must not fail on it
+        return ""
 
 
 def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
@@ -110,9 +246,10 @@ def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
 def _placement_change(
     old: TensorFP | LooseTensorFP, new: TensorFP | LooseTensorFP
 ) -> tuple[str, str] | None:
-    if old.dtype == new.dtype and old.device == new.device:
+    same_place = old.device is None or old.device == new.device  # None: not recorded
+    if old.dtype == new.dtype and same_place:
         return None
-    if old.device is None or old.device == new.device:
+    if same_place:
         return "placement", f"was cast from {old.dtype} to {new.dtype}"
     return "placement", (
         f"was moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
@@ -150,7 +287,13 @@ def _refine(kind: str, old: Any, new: Any) -> tuple[str, str]:
 
 
 def _descend(name: str, old: Any, new: Any) -> tuple[str, Any, Any]:
-    """Into a container fingerprint to the first element that differs: ``factors[0]``."""
+    """Into a container fingerprint to the first element that differs: ``factors[0]``, a
+    partial's ``act.keywords['approximate']``."""
+    if _is_partial(old) and _is_partial(new) and old[1] == new[1]:  # the same function
+        if old[2] != new[2]:
+            name, old, new = f"{name}.args", (tuple, old[2]), (tuple, new[2])
+        else:
+            name, old, new = f"{name}.keywords", (dict, old[3]), (dict, new[3])
     while (
         type(old) is tuple
         and type(new) is tuple
@@ -172,6 +315,11 @@ def _descend(name: str, old: Any, new: Any) -> tuple[str, Any, Any]:
         else:
             name, old, new = f"{name}[{index}]", a, b
     return name, old, new
+
+
+def _is_partial(value: Any) -> bool:
+    """A ``functools.partial``'s fingerprint: (partial, id of its function, args, keywords)."""
+    return type(value) is tuple and len(value) == 4 and value[0] is functools.partial
 
 
 # what plain PyTorch does with each kind of change, where it does not stay silent
@@ -249,8 +397,13 @@ def module_difference(
     hook_tables: tuple[str, ...],
     old: Any,
     new: Any,
+    holder: Any = None,
 ) -> Difference:
-    """A value one of the region's modules holds (``module`` its name, ``owner`` its class)."""
+    """A value one of the region's modules holds (``module`` its name, ``owner`` its class,
+    ``holder`` the module itself: a tensor it holds now is shown with its shape and device,
+    which its fingerprint leaves out)."""
+    if kind == "tensor" and attribute and holder is not None:
+        new = _with_placement(new, _tensor_held(holder, attribute))
     where = {
         "tensor": f"parameter or buffer of {owner}",
         "attribute": f"read by {owner}'s code",
@@ -260,6 +413,26 @@ def module_difference(
         attribute, old, new = _first_changed_table(hook_tables, old, new)
     name = f"{module}.{attribute}" if attribute else module
     return Difference(kind, name, where, old, new)
+
+
+def _tensor_held(module: Any, name: str) -> Any:
+    for table in ("_parameters", "_buffers"):
+        tensor = module.__dict__.get(table, {}).get(name)
+        if tensor is not None:
+            return tensor
+    return None
+
+
+def _with_placement(value: Any, tensor: Any) -> Any:
+    """A parameter's or buffer's fingerprint with the device and shape of ``tensor``, the
+    tensor it fingerprinted (the fingerprint leaves them out: a move or resize changes its
+    data pointer or version counter anyway)."""
+    fingerprint = readable(value)
+    if not isinstance(fingerprint, TensorFP) or fingerprint.device is not None:
+        return value
+    if tensor is None or id(tensor) != fingerprint.ident:
+        return value
+    return (TENSOR, *fingerprint[:4], tensor.device, tuple(tensor.shape))
 
 
 def _count(number: int, noun: str) -> str:
