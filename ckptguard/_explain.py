@@ -721,8 +721,7 @@ def lost_gradients(
         f"before the region is frozen, as the embeddings in front of LoRA adapters are, or a "
         f"layer set requires_grad_(False). torch only warns 'None of the inputs have "
         f"requires_grad=True. Gradients will be None'.\n"
-        f"  how to fix: use use_reentrant=False (transformers: gradient_checkpointing_enable("
-        f'gradient_checkpointing_kwargs={{"use_reentrant": False}})), or make the input '
+        f"  how to fix: use use_reentrant=False{_transformers(' ({})')}, or make the input "
         f"require grad: {fix_input}; and pass tensors as positional arguments."
     )
     if raise_:
@@ -731,12 +730,33 @@ def lost_gradients(
     warn(message, CheckpointGuardWarning, fallback)
 
 
-_DDP_FIX = (
-    "pass use_reentrant=False to these checkpoint calls (one backward pass, gradients identical "
-    "to the unchecked model; transformers: gradient_checkpointing_enable("
-    'gradient_checkpointing_kwargs={"use_reentrant": False})), or build DDP with '
-    "static_graph=True if every step runs the same graph"
-)
+def _transformers(form: str) -> str:
+    """How the transformers this process runs turns activation checkpointing on with
+    ``use_reentrant=False``, put in ``form``: ``activation_checkpointing_enable`` where it
+    has it (5.25 on), with the older name where that is there too; empty where transformers
+    is not in use (not imported)."""
+    modeling = sys.modules.get("transformers.modeling_utils")
+    model = getattr(modeling, "PreTrainedModel", None)
+    names = [
+        f'model.{method}({keywords}={{"use_reentrant": False}})'
+        for method, keywords in (
+            ("activation_checkpointing_enable", "activation_checkpointing_kwargs"),
+            ("gradient_checkpointing_enable", "gradient_checkpointing_kwargs"),
+        )
+        if callable(getattr(model, method, None))
+    ]
+    if not names:
+        return ""
+    older = f", or by its older name {names[1]}" if len(names) > 1 else ""
+    return form.format(f"transformers: {names[0]}{older}")
+
+
+def _ddp_fix() -> str:
+    return (
+        "pass use_reentrant=False to these checkpoint calls (one backward pass, gradients "
+        f"identical to the unchecked model{_transformers('; {}')}"
+        "), or build DDP with static_graph=True if every step runs the same graph"
+    )
 
 
 def _shown(names: list[str], limit: int = 6) -> str:
@@ -783,7 +803,7 @@ def ddp_reused_parameters(
         f"  why: a reentrant region computes its parameters' gradients in a backward pass of "
         f"its own, and DDP expects one gradient per parameter and step. {effect[0].upper()}"
         f"{effect[1:]}.\n"
-        f"  how to fix: {_DDP_FIX}."
+        f"  how to fix: {_ddp_fix()}."
     )
     details = {
         "parameters": parameters,
@@ -808,7 +828,9 @@ def ddp_marked_twice(
             "parameters in the autograd graph and marked them ready as unused; the region's own "
             "backward pass then produced their gradients and marked them ready a second time"
         )
-        fix = f"{_DDP_FIX}, or drop find_unused_parameters if every parameter is used in every step"
+        fix = (
+            f"{_ddp_fix()}, or drop find_unused_parameters if every parameter is used in every step"
+        )
     else:
         why = (
             "a reentrant region computes its parameters' gradients in a backward pass of its "
@@ -816,7 +838,7 @@ def ddp_marked_twice(
             "of this step: another reentrant region that runs it, or the model's own backward "
             "where the module also runs outside the region"
         )
-        fix = _DDP_FIX
+        fix = _ddp_fix()
     message = (
         f"ckptguard [ddp_reentrant]: DistributedDataParallel marked {named} ready twice in the "
         f"backward pass of checkpointed region {region} (use_reentrant=True){also}.\n"

@@ -1,11 +1,14 @@
 """Values in the guard's messages are named by what they are (issue 28): a function by its name,
 qualified name, ``file:line`` and the closure values that differ; a module by its path in the
 model and what it is; a partial by the keyword that changed; never a bare address (conftest's
-``_messages_name_no_address`` checks every message the tests raise)."""
+``_messages_name_no_address`` checks every message the tests raise). Advice names the API of
+the installed transformers (issue 31)."""
 
 from __future__ import annotations
 
 import functools
+import sys
+import types
 import warnings
 
 import pytest
@@ -165,3 +168,42 @@ def test_an_internal_error_about_an_object_names_no_address(monkeypatch) -> None
         checkpoint(torch.sin, x, use_reentrant=False).sum().backward()
     [message] = [str(w.message) for w in caught if w.category is ckptguard.CheckpointGuardWarning]
     assert f"TypeError: cannot read <{__name__}.Unreadable object>." in message
+
+
+def _lost_gradients_fix() -> str:
+    """The fix line of a reentrant region none of whose inputs requires grad."""
+    layer = nn.Linear(3, 3)
+    with ckptguard.guard(on_lost_gradients="raise"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own "None of the inputs have requires_grad"
+        with pytest.raises(ckptguard.LostGradientsError) as info:
+            checkpoint(layer, torch.randn(2, 3), use_reentrant=True)
+    return next(line for line in str(info.value).splitlines() if "how to fix" in line)
+
+
+FALSE = '{"use_reentrant": False}'
+NEW = f"model.activation_checkpointing_enable(activation_checkpointing_kwargs={FALSE})"
+OLD = f"model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={FALSE})"
+
+
+def test_advice_names_the_installed_transformers_api() -> None:
+    """transformers 5.25 reports gradient_checkpointing_enable deprecated in favour of
+    activation_checkpointing_enable: the advice names the new API, and the old one beside it
+    where both exist (4.x has only the old one)."""
+    modeling = pytest.importorskip("transformers.modeling_utils")
+    if hasattr(modeling.PreTrainedModel, "activation_checkpointing_enable"):
+        expected = f"(transformers: {NEW}, or by its older name {OLD})"
+    else:
+        expected = f"(transformers: {OLD})"
+    assert f"use use_reentrant=False {expected}, or make the input" in _lost_gradients_fix()
+
+
+def test_advice_for_a_transformers_with_the_old_api_only_or_none(monkeypatch) -> None:
+    class PreTrainedModel:  # transformers 4.x
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None): ...
+
+    older = types.ModuleType("transformers.modeling_utils")
+    older.PreTrainedModel = PreTrainedModel  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "transformers.modeling_utils", older)
+    assert f"use use_reentrant=False (transformers: {OLD}), or make" in _lost_gradients_fix()
+    monkeypatch.delitem(sys.modules, "transformers.modeling_utils")
+    assert "how to fix: use use_reentrant=False, or make the input" in _lost_gradients_fix()
