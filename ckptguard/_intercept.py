@@ -425,6 +425,8 @@ class Region:
         return written
 
     def _check_rng(self, args: tuple) -> None:
+        if self.random_ops is not None and self.random_ops.failure is not None:
+            raise self.random_ops.failure  # its dispatch mode's, noted inside the forward
         drawn = self.random_ops.devices if self.random_ops is not None else None
         devices = _rng.consumed_unstashed(self.rng_before, drawn, self.preserve, args)
         self.rng_before = None
@@ -565,6 +567,8 @@ class Region:
             self.guarded("judge the torch settings of", self._judge, watch)
 
     def _judge(self, watch: _settings.SettingsWatch) -> None:
+        if watch.failure is not None:
+            raise watch.failure  # its dispatch mode's, noted inside the recompute
         found = watch.verdict()
         if found is not None:
             name, old, new, evidence, certain = found

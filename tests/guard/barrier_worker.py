@@ -29,21 +29,31 @@ from torch.utils.checkpoint import (
 )
 
 import ckptguard
-from ckptguard import _ddp, _explain, _selective, _side_effects, _strict, _verify
+from ckptguard import (
+    _ddp,
+    _explain,
+    _rng,
+    _selective,
+    _settings,
+    _side_effects,
+    _strict,
+    _verify,
+)
 
 
 class Block(nn.Module):
-    """A Linear and a BatchNorm: the recompute updates the running statistics again, so the
-    side-effect watch has work to do."""
+    """A Linear, a BatchNorm (the recompute updates the running statistics again, so the
+    side-effect watch has work to do) and a dropout (random numbers drawn)."""
 
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.fc = nn.Linear(4, 4)
         self.norm = nn.BatchNorm1d(4)
+        self.drop = nn.Dropout(0.25)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sin(self.norm(self.fc(x)))
+        return self.drop(torch.sin(self.norm(self.fc(x))))
 
 
 class Outer(nn.Module):
@@ -71,17 +81,27 @@ def _region(kind: str, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if kind == "selective":
         context = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
         return checkpoint(model, x, use_reentrant=False, context_fn=context)
+    if kind == "unpreserved":  # the guard watches which devices the forward draws on
+        return checkpoint(model, x, use_reentrant=False, preserve_rng_state=False)
     assert kind == "ddp"
     return model(x)
 
 
 def _steps(kind: str) -> list:
-    """Two steps of a fresh model; every parameter's and input's gradient."""
+    """Two steps of a fresh model; every parameter's and input's gradient. Kind "settings"
+    changes a torch setting between forward and backward: the recompute is watched."""
     model = DistributedDataParallel(Outer()) if kind == "ddp" else Block()
     grads = []
     for seed in range(2):
         x = torch.randn(3, 4, generator=torch.Generator().manual_seed(seed), requires_grad=True)
-        _region(kind, model, x).sum().backward()
+        loss = _region("module" if kind == "settings" else kind, model, x).sum()
+        precision = torch.get_float32_matmul_precision()
+        if kind == "settings":
+            torch.set_float32_matmul_precision("medium" if precision != "medium" else "high")
+        try:
+            loss.backward()
+        finally:
+            torch.set_float32_matmul_precision(precision)
         grads += [p.grad.clone() for p in model.parameters()] + [x.grad]
         model.zero_grad(set_to_none=True)
     return grads
@@ -105,6 +125,13 @@ STAGES = {
         "function",
         False,
         [(_side_effects, "state_before")],
+        _fail,
+    ),
+    "RNG watch inside the forward": ("unpreserved", False, [(_rng.RandomOps, "_note")], _fail),
+    "torch settings watch inside the recompute": (
+        "settings",
+        False,
+        [(_settings.SettingsWatch, "_look")],
         _fail,
     ),
     "DDP check": ("ddp", False, [(_ddp, "reentrant_forward")], _fail),

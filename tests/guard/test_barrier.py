@@ -52,6 +52,13 @@ def _expected(file: str, lines: dict[str, int]) -> dict[str, tuple[list, int, li
             0,
             [],
         ),
+        "RNG watch inside the forward": ([internal("fingerprint")] * 2, 0, []),
+        "torch settings watch inside the recompute": (  # judged once the recompute ran
+            [["CheckpointGuardWarning", _side_effect(block)]]
+            + [internal("judge the torch settings of")] * 2,
+            0,
+            [],
+        ),
         "DDP check": (
             [
                 internal(
