@@ -359,9 +359,8 @@ class Region:
 
     def _exit_forward(self, exc: tuple) -> None:
         opened = self.opened
-        while opened:
-            opened[-1].__exit__(*exc)
-            opened.pop()
+        while opened:  # each left once, even where leaving it fails
+            opened.pop().__exit__(*exc)
         self.opened = None
         observer = self.observer
         if observer is not None:
