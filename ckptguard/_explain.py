@@ -23,6 +23,7 @@ from ckptguard._fingerprint import (
     LooseTensorFP,
     ObjectFP,
     TensorFP,
+    of_type,
     readable,
 )
 from ckptguard.errors import (
@@ -121,8 +122,9 @@ def describe_object(value: Any, name_module: Callable[[Any], str] | None) -> Des
     and what its ``extra_repr`` says (``blocks.0.fc (Linear(in_features=4, ...))``), a
     function by its name, qualified name and ``file:line``, a tensor by shape, dtype, device
     and version, a built-in by its module; other objects by their type, plain values by
-    value."""
-    if isinstance(value, torch.nn.Module):
+    value. Types are read from the object itself (``of_type``), not from what a proxy's
+    ``__class__`` answers."""
+    if of_type(value, torch.nn.Module):
         cls = type(value).__name__
         name = name_module(value) if name_module is not None else cls
         extra = _extra_repr(value)
@@ -138,10 +140,10 @@ def describe_object(value: Any, name_module: Callable[[Any], str] | None) -> Des
             else f"{function.__qualname__}, {where}"
         )
         return Described(f"{function.__name__} ({label})")
-    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+    if of_type(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         owner = getattr(value, "__module__", None) or type(value.__self__).__name__
         return Described(f"built-in {owner}.{value.__name__}")
-    if isinstance(value, torch.Tensor):
+    if of_type(value, torch.Tensor):
         return Described(
             f"tensor {tuple(value.shape)} {value.dtype} on {value.device} "
             f"(version {value._version})"
@@ -152,7 +154,7 @@ def describe_object(value: Any, name_module: Callable[[Any], str] | None) -> Des
 
 
 _PLAIN = (int, float, bool, complex, str, bytes, type(None), list, tuple, dict, set, frozenset)
-_MORE_CLOSURE_VALUES = 4  # closure variables named per function, at most
+_CLOSURE_VALUES_SHOWN = 4  # per function, at most
 
 
 def describe_pair(
@@ -165,7 +167,7 @@ def describe_pair(
     before, after = _python_function(old), _python_function(new)
     if before is None or after is None:
         return old_text, new_text
-    differing = _closure_differences(before, after)[:_MORE_CLOSURE_VALUES]
+    differing = _closure_differences(before, after)[:_CLOSURE_VALUES_SHOWN]
     if not differing:
         return old_text, new_text
     then = ", ".join(f"{name}={a}" for name, a, _ in differing)
@@ -208,7 +210,7 @@ def _short(value: Any) -> str:
         return "<unset>"
     if type(value) in _PLAIN:
         return abbreviate(value, 40)
-    if isinstance(value, torch.Tensor):
+    if of_type(value, torch.Tensor):
         return f"tensor {tuple(value.shape)} {value.dtype}"
     function = _python_function(value)
     if function is not None:
@@ -218,12 +220,12 @@ def _short(value: Any) -> str:
 
 def _python_function(value: Any) -> types.FunctionType | None:
     """The Python function a function, method or decorated function runs, else None."""
-    function = getattr(value, "__func__", value) if isinstance(value, types.MethodType) else value
+    function = value.__func__ if of_type(value, types.MethodType) else value
     try:
         function = inspect.unwrap(function)
     except ValueError:  # a __wrapped__ cycle
         return None
-    return function if isinstance(function, types.FunctionType) else None
+    return function if of_type(function, types.FunctionType) else None
 
 
 def _extra_repr(module: torch.nn.Module) -> str:
