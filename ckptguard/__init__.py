@@ -67,8 +67,8 @@ def _load_intercept():
         import torch  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            "ckptguard needs PyTorch; install it (pip install torch, or "
-            "pip install -e '.[guard]' in a clone of ckptlint)"
+            "ckptguard needs PyTorch >= 2.8: pip install torch (or, from a clone of ckptlint, "
+            "pip install -e '.[guard]')"
         ) from exc
     from ckptguard import _compat
 

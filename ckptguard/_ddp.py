@@ -144,6 +144,7 @@ def guard_backward(original: Any, region_type: type) -> Any:
     explaining DDP's "marked ready twice" error raised by a region's backward pass."""
 
     def backward(ctx: Any, *grads: Any) -> Any:
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         if not _tracking:
             return original(ctx, *grads)
         region = ctx.run_function
@@ -155,7 +156,11 @@ def guard_backward(original: Any, region_type: type) -> Any:
         except RuntimeError as error:
             if isinstance(error, CheckpointGuardError) or MARKED_TWICE not in str(error):
                 raise
-            raise _explain_marked_twice(region, error) from error
+            stage = "explain DistributedDataParallel's error in"
+            explained = ctx.run_function.guarded(stage, _explain_marked_twice, region, error)
+            if explained is None:  # torch's own error goes on
+                raise
+            raise explained from error
 
     return staticmethod(backward)
 

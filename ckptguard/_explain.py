@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
+import linecache
 import os
 import sys
 import sysconfig
 import types
 import warnings
+from collections.abc import Callable
 from typing import Any
 
-from ckptguard._fingerprint import Described, LooseTensorFP, ObjectFP, TensorFP, readable
+import torch
+
+from ckptguard._fingerprint import (
+    MISSING,
+    TENSOR,
+    Described,
+    LooseTensorFP,
+    ObjectFP,
+    TensorFP,
+    of_type,
+    readable,
+)
 from ckptguard.errors import (
     CheckpointGuardCompatibilityError,
     CheckpointGuardError,
@@ -19,6 +35,7 @@ from ckptguard.errors import (
     LostGradientsError,
     ReentrantDDPError,
     abbreviate,
+    without_addresses,
 )
 
 Location = tuple[str, int]  # (file, line)
@@ -72,6 +89,7 @@ _FIXES = {
 
 
 def _describe_value(value: Any) -> str:
+    """A fingerprinted value as a message shows it: never by its address."""
     if isinstance(value, Described):
         return str(value)
     value = readable(value)
@@ -81,17 +99,140 @@ def _describe_value(value: Any) -> str:
         return f"tensor{where} {value.dtype}{device} (version {value.version})"
     if isinstance(value, LooseTensorFP):
         return f"tensor {tuple(value.shape)} {value.dtype} on {value.device}"
-    if isinstance(value, ObjectFP):  # its type is unknown where it was read by identity
-        kind = f"{value.type.__qualname__} object" if value.type is not None else "an object"
-        return f"{kind} at {value.ident:#x}"
+    if isinstance(value, ObjectFP):  # read by identity: the guard holds no reference to it
+        if value.type is None:
+            return "an object the guard knows by identity only (it keeps no reference to it)"
+        return f"a {value.type.__qualname__} object"
     if isinstance(value, types.CodeType):
         return f"code of {getattr(value, 'co_qualname', value.co_name)}"
+    if _is_partial(value):
+        arguments = [_describe_value(v) for v in value[2]]
+        arguments += [f"{k}={_describe_value(v)}" for k, v in value[3]]
+        return abbreviate(Text(f"functools.partial(..., {', '.join(arguments)})"), 160)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], type):
         shown = ", ".join(_describe_value(v) for v in value[1]) if value[0] is not dict else ""
         if value[0] is dict:
             shown = ", ".join(f"{k!r}: {_describe_value(v)}" for k, v in value[1])
         return f"{value[0].__name__} of {len(value[1])}: {abbreviate(shown, 160)}"
     return abbreviate(value)
+
+
+def describe_object(value: Any, name_module: Callable[[Any], str] | None) -> Described:
+    """An object a message names by what it is: a module by its path in the model, its class
+    and what its ``extra_repr`` says (``blocks.0.fc (Linear(in_features=4, ...))``), a
+    function by its name, qualified name and ``file:line``, a tensor by shape, dtype, device
+    and version, a built-in by its module; other objects by their type, plain values by
+    value. Types are read from the object itself (``of_type``), not from what a proxy's
+    ``__class__`` answers."""
+    if of_type(value, torch.nn.Module):
+        cls = type(value).__name__
+        name = name_module(value) if name_module is not None else cls
+        extra = _extra_repr(value)
+        shown = f"{cls}({extra})" if extra else cls
+        return Described(shown if name == cls else f"{name} ({shown})", True)
+    function = _python_function(value)
+    if function is not None:
+        code = function.__code__
+        where = f"{code.co_filename}:{code.co_firstlineno}"
+        label = (
+            where
+            if function.__name__ == function.__qualname__
+            else f"{function.__qualname__}, {where}"
+        )
+        return Described(f"{function.__name__} ({label})")
+    if of_type(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        owner = getattr(value, "__module__", None) or type(value.__self__).__name__
+        return Described(f"built-in {owner}.{value.__name__}")
+    if of_type(value, torch.Tensor):
+        return Described(
+            f"tensor {tuple(value.shape)} {value.dtype} on {value.device} "
+            f"(version {value._version})"
+        )
+    if type(value) in _PLAIN:
+        return Described(abbreviate(value))
+    return Described(f"a {type(value).__qualname__} object")
+
+
+_PLAIN = (int, float, bool, complex, str, bytes, type(None), list, tuple, dict, set, frozenset)
+_CLOSURE_VALUES_SHOWN = 4  # per function, at most
+
+
+def describe_pair(
+    old: Any, new: Any, name_module: Callable[[Any], str] | None
+) -> tuple[Described, Described]:
+    """Two objects a read found in one place, described; two functions with the same free
+    variables also by the closure values that differ (``helper (make.<locals>.helper,
+    train.py:5) with scale=2.0`` against ``... with scale=3.0``)."""
+    old_text, new_text = describe_object(old, name_module), describe_object(new, name_module)
+    before, after = _python_function(old), _python_function(new)
+    if before is None or after is None:
+        return old_text, new_text
+    differing = _closure_differences(before, after)[:_CLOSURE_VALUES_SHOWN]
+    if not differing:
+        return old_text, new_text
+    then = ", ".join(f"{name}={a}" for name, a, _ in differing)
+    now = ", ".join(f"{name}={b}" for name, _, b in differing)
+    return Described(f"{old_text} with {then}"), Described(f"{new_text} with {now}")
+
+
+def _closure_differences(old: types.FunctionType, new: types.FunctionType) -> list:
+    """(name, then, now) of each closure variable whose value differs, for two functions of
+    the same free variables."""
+    names = old.__code__.co_freevars
+    if names != new.__code__.co_freevars or not names:
+        return []
+    found = []
+    for name, a, b in zip(names, old.__closure__ or (), new.__closure__ or (), strict=True):
+        then, now = _cell_value(a), _cell_value(b)
+        if then is now or (type(then) in _PLAIN and type(then) is type(now) and _same(then, now)):
+            continue
+        found.append((name, _short(then), _short(now)))
+    return found
+
+
+def _cell_value(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return MISSING
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # an element's own __eq__ raised: they differ
+        return False
+
+
+def _short(value: Any) -> str:
+    """A closure value inside a message's line."""
+    if value is MISSING:
+        return "<unset>"
+    if type(value) in _PLAIN:
+        return abbreviate(value, 40)
+    if of_type(value, torch.Tensor):
+        return f"tensor {tuple(value.shape)} {value.dtype}"
+    function = _python_function(value)
+    if function is not None:
+        return function.__qualname__
+    return f"a {type(value).__qualname__} object"
+
+
+def _python_function(value: Any) -> types.FunctionType | None:
+    """The Python function a function, method or decorated function runs, else None."""
+    function = value.__func__ if of_type(value, types.MethodType) else value
+    try:
+        function = inspect.unwrap(function)
+    except ValueError:  # a __wrapped__ cycle
+        return None
+    return function if of_type(function, types.FunctionType) else None
+
+
+def _extra_repr(module: torch.nn.Module) -> str:
+    try:
+        return abbreviate(Text(module.extra_repr()), 80)
+    except Exception:  # a module's own method: a message must not fail on it
+        return ""
 
 
 def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
@@ -107,9 +248,10 @@ def _tensor_change(old: Any, new: Any) -> tuple[str, str]:
 def _placement_change(
     old: TensorFP | LooseTensorFP, new: TensorFP | LooseTensorFP
 ) -> tuple[str, str] | None:
-    if old.dtype == new.dtype and old.device == new.device:
+    same_place = old.device is None or old.device == new.device  # None: not recorded
+    if old.dtype == new.dtype and same_place:
         return None
-    if old.device is None or old.device == new.device:
+    if same_place:
         return "placement", f"was cast from {old.dtype} to {new.dtype}"
     return "placement", (
         f"was moved or cast from {old.dtype} on {old.device} to {new.dtype} on {new.device}"
@@ -147,7 +289,13 @@ def _refine(kind: str, old: Any, new: Any) -> tuple[str, str]:
 
 
 def _descend(name: str, old: Any, new: Any) -> tuple[str, Any, Any]:
-    """Into a container fingerprint to the first element that differs: ``factors[0]``."""
+    """Into a container fingerprint to the first element that differs: ``factors[0]``, a
+    partial's ``act.keywords['approximate']``."""
+    if _is_partial(old) and _is_partial(new) and old[1] == new[1]:  # the same function
+        if old[2] != new[2]:
+            name, old, new = f"{name}.args", (tuple, old[2]), (tuple, new[2])
+        else:
+            name, old, new = f"{name}.keywords", (dict, old[3]), (dict, new[3])
     while (
         type(old) is tuple
         and type(new) is tuple
@@ -169,6 +317,11 @@ def _descend(name: str, old: Any, new: Any) -> tuple[str, Any, Any]:
         else:
             name, old, new = f"{name}[{index}]", a, b
     return name, old, new
+
+
+def _is_partial(value: Any) -> bool:
+    """A ``functools.partial``'s fingerprint: (partial, id of its function, args, keywords)."""
+    return type(value) is tuple and len(value) == 4 and value[0] is functools.partial
 
 
 # what plain PyTorch does with each kind of change, where it does not stay silent
@@ -246,8 +399,13 @@ def module_difference(
     hook_tables: tuple[str, ...],
     old: Any,
     new: Any,
+    holder: Any = None,
 ) -> Difference:
-    """A value one of the region's modules holds (``module`` its name, ``owner`` its class)."""
+    """A value one of the region's modules holds (``module`` its name, ``owner`` its class,
+    ``holder`` the module itself: a tensor it holds now is shown with its shape and device,
+    which its fingerprint leaves out)."""
+    if kind == "tensor" and attribute and holder is not None:
+        new = _with_placement(new, _tensor_held(holder, attribute))
     where = {
         "tensor": f"parameter or buffer of {owner}",
         "attribute": f"read by {owner}'s code",
@@ -257,6 +415,26 @@ def module_difference(
         attribute, old, new = _first_changed_table(hook_tables, old, new)
     name = f"{module}.{attribute}" if attribute else module
     return Difference(kind, name, where, old, new)
+
+
+def _tensor_held(module: Any, name: str) -> Any:
+    for table in ("_parameters", "_buffers"):
+        tensor = module.__dict__.get(table, {}).get(name)
+        if tensor is not None:
+            return tensor
+    return None
+
+
+def _with_placement(value: Any, tensor: Any) -> Any:
+    """A parameter's or buffer's fingerprint with the device and shape of ``tensor``, the
+    tensor it fingerprinted (the fingerprint leaves them out: a move or resize changes its
+    data pointer or version counter anyway)."""
+    fingerprint = readable(value)
+    if not isinstance(fingerprint, TensorFP) or fingerprint.device is not None:
+        return value
+    if tensor is None or id(tensor) != fingerprint.ident:
+        return value
+    return (TENSOR, *fingerprint[:4], tensor.device, tuple(tensor.shape))
 
 
 def _count(number: int, noun: str) -> str:
@@ -484,16 +662,23 @@ def side_effect(
 
 def internal_error(region: str, stage: str, error: Exception) -> None:
     """The guard failed on a region (its own bug, or state it cannot read): a warning, since
-    the user's training must go on; the region runs unguarded from here."""
+    the user's training must go on; the region runs unguarded from here. Issued whatever
+    failed, warnings included: as a last resort the message is written to stderr."""
     message = (
         f"ckptguard [internal]: could not {stage} checkpointed region {region}: "
-        f"{type(error).__name__}: {error}.\n"
+        f"{type(error).__name__}: {without_addresses(str(error))}.\n"
         f"  effect: this region runs without the guard from here (torch's checkpoint is not "
         f"affected); other regions stay guarded.\n"
         f"  how to fix: this is a ckptguard bug; please report it with this message (run with "
         f"-W error::ckptguard.CheckpointGuardWarning for the traceback)."
     )
-    warn(message, CheckpointGuardWarning, None)
+    try:
+        warn(message, CheckpointGuardWarning, None)
+    except CheckpointGuardWarning:
+        raise
+    except Exception:  # See NOTE [ The guard never stops training ]
+        with contextlib.suppress(Exception):
+            print(f"CheckpointGuardWarning: {message}", file=sys.stderr)
 
 
 def lost_gradients(
@@ -538,8 +723,7 @@ def lost_gradients(
         f"before the region is frozen, as the embeddings in front of LoRA adapters are, or a "
         f"layer set requires_grad_(False). torch only warns 'None of the inputs have "
         f"requires_grad=True. Gradients will be None'.\n"
-        f"  how to fix: use use_reentrant=False (transformers: gradient_checkpointing_enable("
-        f'gradient_checkpointing_kwargs={{"use_reentrant": False}})), or make the input '
+        f"  how to fix: use use_reentrant=False{_transformers(' ({})')}, or make the input "
         f"require grad: {fix_input}; and pass tensors as positional arguments."
     )
     if raise_:
@@ -548,12 +732,33 @@ def lost_gradients(
     warn(message, CheckpointGuardWarning, fallback)
 
 
-_DDP_FIX = (
-    "pass use_reentrant=False to these checkpoint calls (one backward pass, gradients identical "
-    "to the unchecked model; transformers: gradient_checkpointing_enable("
-    'gradient_checkpointing_kwargs={"use_reentrant": False})), or build DDP with '
-    "static_graph=True if every step runs the same graph"
-)
+def _transformers(form: str) -> str:
+    """How the transformers this process runs turns activation checkpointing on with
+    ``use_reentrant=False``, put in ``form``: ``activation_checkpointing_enable`` where it
+    has it (5.25 on), with the older name where that is there too; empty where transformers
+    is not in use (not imported)."""
+    modeling = sys.modules.get("transformers.modeling_utils")
+    model = getattr(modeling, "PreTrainedModel", None)
+    names = [
+        f'model.{method}({keywords}={{"use_reentrant": False}})'
+        for method, keywords in (
+            ("activation_checkpointing_enable", "activation_checkpointing_kwargs"),
+            ("gradient_checkpointing_enable", "gradient_checkpointing_kwargs"),
+        )
+        if callable(getattr(model, method, None))
+    ]
+    if not names:
+        return ""
+    older = f", or by its older name {names[1]}" if len(names) > 1 else ""
+    return form.format(f"transformers: {names[0]}{older}")
+
+
+def _ddp_fix() -> str:
+    return (
+        "pass use_reentrant=False to these checkpoint calls (one backward pass, gradients "
+        f"identical to the unchecked model{_transformers('; {}')}"
+        "), or build DDP with static_graph=True if every step runs the same graph"
+    )
 
 
 def _shown(names: list[str], limit: int = 6) -> str:
@@ -600,7 +805,7 @@ def ddp_reused_parameters(
         f"  why: a reentrant region computes its parameters' gradients in a backward pass of "
         f"its own, and DDP expects one gradient per parameter and step. {effect[0].upper()}"
         f"{effect[1:]}.\n"
-        f"  how to fix: {_DDP_FIX}."
+        f"  how to fix: {_ddp_fix()}."
     )
     details = {
         "parameters": parameters,
@@ -625,7 +830,9 @@ def ddp_marked_twice(
             "parameters in the autograd graph and marked them ready as unused; the region's own "
             "backward pass then produced their gradients and marked them ready a second time"
         )
-        fix = f"{_DDP_FIX}, or drop find_unused_parameters if every parameter is used in every step"
+        fix = (
+            f"{_ddp_fix()}, or drop find_unused_parameters if every parameter is used in every step"
+        )
     else:
         why = (
             "a reentrant region computes its parameters' gradients in a backward pass of its "
@@ -633,7 +840,7 @@ def ddp_marked_twice(
             "of this step: another reentrant region that runs it, or the model's own backward "
             "where the module also runs outside the region"
         )
-        fix = _DDP_FIX
+        fix = _ddp_fix()
     message = (
         f"ckptguard [ddp_reentrant]: DistributedDataParallel marked {named} ready twice in the "
         f"backward pass of checkpointed region {region} (use_reentrant=True){also}.\n"
@@ -859,6 +1066,23 @@ def _is_user_file(filename: str) -> bool:
     return not filename.startswith(_STDLIB_DIR) or any(d in filename for d in _PACKAGE_DIRS)
 
 
+def raised_at_hook(error: BaseException) -> None:
+    """Where the hook torch called (or a policy torch asks) catches one of the guard's errors
+    to raise it again: the guard's frames below the hook are dropped, so the traceback ends
+    with torch's call of the hook, one frame that sets ``__tracebackhide__`` (pytest and
+    IPython's debugger leave it out). An error that came through other code (a nested
+    region's, raised inside the user's function) keeps its frames."""
+    hook = error.__traceback__  # the frame that caught it comes first
+    if hook is None:
+        return
+    below = hook.tb_next
+    while below is not None:
+        if not below.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+            return
+        below = below.tb_next
+    hook.tb_next = None
+
+
 def user_location() -> tuple[Any, Location] | None:
     """(module globals, (file, line)) of the innermost frame outside ckptguard, torch and the
     standard library: the user's backward call during a recompute, the region's checkpoint
@@ -874,16 +1098,37 @@ def user_location() -> tuple[Any, Location] | None:
 def warn(message: str, category: type[Warning], fallback: Location | None) -> None:
     """A warning at the user's code (so ``-W`` filters by module and the printed location
     help), or at ``fallback`` (the region's code) when no user frame is on this thread's
-    stack (a backward run by an accelerator's worker thread)."""
+    stack (a backward run by an accelerator's worker thread).
+
+    Issued whatever ``__main__`` is: the user's module globals are never handed to
+    ``warnings.warn_explicit``, which asks their ``__loader__`` for the source and fails where
+    there is none (``python -c``, ``python - < train.py``: the builtin importer raises
+    ``ImportError: '__main__' is not a built-in module``). ``linecache`` is given them instead,
+    and it gives up quietly. If placing the warning fails all the same, it is issued unplaced.
+    A warnings filter that makes it an error raises it, as the user asked.
+    See NOTE [ The guard never stops training ]"""
+    try:
+        _warn_placed(message, category, fallback)
+    except category:
+        raise
+    except Exception as error:
+        warnings.warn(
+            f"{message}\n  (ckptguard could not place this warning at your code: "
+            f"{type(error).__name__}: {error})",
+            category,
+            stacklevel=2,
+        )
+
+
+def _warn_placed(message: str, category: type[Warning], fallback: Location | None) -> None:
     found = user_location()
     if found is not None:
         module_globals, (filename, lineno) = found
         registry = module_globals.setdefault("__warningregistry__", {})
         module = module_globals.get("__name__", "__main__")
-        warnings.warn_explicit(
-            message, category, filename, lineno, module, registry, module_globals
-        )
+        linecache.lazycache(filename, module_globals)  # the source line, where a loader has it
+        warnings.warn_explicit(message, category, filename, lineno, module, registry)
     elif fallback is not None:
         warnings.warn_explicit(message, category, fallback[0], fallback[1])
     else:
-        warnings.warn(message, category, stacklevel=2)
+        warnings.warn(message, category, stacklevel=3)

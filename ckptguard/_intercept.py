@@ -20,14 +20,16 @@ the side-effect check and, in strict mode, the comparison of what backward uses.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import threading
 import types
 import weakref
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -45,7 +47,11 @@ from ckptguard import (
     _verify,
 )
 from ckptguard._fingerprint import nested_tensors
-from ckptguard.errors import CheckpointGuardError
+from ckptguard.errors import (
+    CheckpointGuardError,
+    CheckpointGuardWarning,
+    CheckpointMismatchWarning,
+)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class _Observation:
         if stack is None:
             stack = _local.observers = []
         stack.append(observer)
+        observer.observing = True
         with self.lock:
             if self.active == 0:
                 self.handle = _compat.resolve().register_forward_pre_hook(_observe)
@@ -95,6 +102,9 @@ class _Observation:
             self.active += 1
 
     def stop(self, observer: Observer) -> None:
+        if not observer.observing:
+            return
+        observer.observing = False
         stack = _local.observers
         stack.remove(observer)
         with self.lock:
@@ -116,23 +126,47 @@ class Observer:
     """The modules a region's forward runs, and their state before it first ran them (to tell
     the state the region itself updates, such as BatchNorm's running statistics)."""
 
-    __slots__ = ("modules", "before")
+    __slots__ = ("modules", "before", "observing", "failure")
 
     def __init__(self) -> None:
         self.modules: dict[int, torch.nn.Module] = {}
         self.before: dict[int, tuple] = {}
+        self.observing = False
+        self.failure: Exception | None = None
 
     def see(self, module: torch.nn.Module) -> None:
         key = id(module)
         if key in self.modules:
             return
         self.modules[key] = module
-        before = _side_effects.state_before(module)
+        if self.failure is not None:
+            return
+        try:
+            before = _side_effects.state_before(module)
+        except Exception as error:  # runs inside the user's forward: reported once it returns
+            self.failure = error  # See NOTE [ The guard never stops training ]
+            return
         if before is not None:
             self.before[key] = before
 
 
 # ------------------------------------------------------------------------------- a region
+
+# NOTE [ The guard never stops training ]
+# The guard's own failure (a bug, or an object it cannot read: a proxy, a tensor subclass
+# without storage) must not stop the user's training or change what it computes. Every stage of
+# the guard's work on a region (prepare, fingerprint, verify, the torch-settings, strict,
+# side-effect, DDP and selective-checkpointing checks, explaining, warning) runs inside one
+# exception barrier, ``Region.guarded``: a failure there becomes one ``CheckpointGuardWarning``
+# ``[internal]`` (``give_up``) and the region runs on unguarded, as torch alone runs it. The
+# barrier never wraps the user's function, whose errors (torch's ``_StopRecomputationError``
+# among them) pass through untouched, and it lets the guard's verdicts through: its errors, and
+# its warnings where a filter makes them errors. Guard code that runs inside the user's
+# function (the forward pre-hook that sees the modules a function region runs) must not raise
+# there: it notes its failure, which the barrier reports once the function has returned.
+
+_VERDICTS = (CheckpointGuardError, CheckpointGuardWarning, CheckpointMismatchWarning)
+_T = TypeVar("_T")
 
 
 class Region:
@@ -164,27 +198,29 @@ class Region:
         "unguarded",
         "scoped",
         "pending",
+        "opened",
         "_name",
         "__weakref__",
     )
+    # set by ``prepare``; a region whose preparation failed runs unguarded without them
+    binding: _verify.Binding
+    target: torch.nn.Module | None  # None: a function, whose forward is observed
 
-    def __init__(self, fn: Any, options: Options, reentrant: bool, preserve: bool):
+    def __init__(self, fn: Any, options: Options, reentrant: bool):
         self.fn = fn
         self.options = options
         self.reentrant = reentrant
-        self.preserve = preserve
+        self.preserve = True
         self.fingerprint: _verify.RegionFingerprint | None = None
         self.observer: Observer | None = None
         self.modules: list = []  # read by the fingerprint, alive while the region is
         self.watch: list[_side_effects.Watched] = []
         self.root: weakref.ref | None = None  # the model, found after the forward
-        self.binding = binding = _verify.bind(fn)
-        self.target = binding.module  # None: a function, whose forward is observed
         self.loose: AbstractSet[int] = _NO_MODULES
-        self.strict_forward = _strict.StrictForward(reentrant) if options.strict else None
+        self.strict_forward: _strict.StrictForward | None = None
         self.last_strict: _strict.StrictRecompute | None = None
-        self.random_ops = None if preserve else _rng.RandomOps()
-        self.rng_before = _rng.snapshot() if preserve else None
+        self.random_ops: _rng.RandomOps | None = None
+        self.rng_before: dict[str, Any] | None = None
         self.stats: _report.RegionStats | None = None
         self.found: list = []
         self.forward_done = False
@@ -193,7 +229,57 @@ class Region:
         # recompute context (whose dispatch mode must stay on top), not inside the function
         self.scoped = False
         self.pending: list | None = None  # the watched state, while a scoped recompute runs
+        self.opened: list | None = None  # the guard's contexts open around the forward
         self._name: str | None = None
+
+    def prepare(self, preserve: bool) -> None:
+        """Before the forward: take the callable apart, note the RNG states (strict mode: the
+        forward's records). Run inside the barrier."""
+        self.preserve = preserve
+        self.binding = binding = _verify.bind(self.fn)
+        self.target = binding.module
+        if self.options.strict:
+            self.strict_forward = _strict.StrictForward(self.reentrant)
+        if preserve:
+            self.rng_before = _rng.snapshot()
+        else:
+            self.random_ops = _rng.RandomOps()
+
+    # the barrier ------------------------------------------------------------------------
+
+    def guarded(self, stage: str, work: Callable[..., _T], *args: Any) -> _T | None:
+        """One stage of the guard's work on this region (never the user's function), inside
+        the barrier: its result, or None where the guard failed and gave the region up.
+        See NOTE [ The guard never stops training ]"""
+        try:
+            return work(*args)
+        except _VERDICTS:
+            raise
+        except Exception as error:
+            self.give_up(stage, error)
+            return None
+
+    def give_up(self, stage: str, error: Exception) -> None:
+        """The region runs on unguarded: what the guard opened is closed, and one warning says
+        so. See NOTE [ The guard never stops training ]"""
+        first = not self.unguarded
+        self.unguarded = self.forward_done = True
+        self.random_ops = self.strict_forward = self.fingerprint = None
+        observer, self.observer = self.observer, None
+        if observer is not None:
+            _observation.stop(observer)
+        opened, self.opened = self.opened, None
+        while opened:  # entered before the failure, around a forward still running
+            with contextlib.suppress(Exception):  # the failure is being reported already
+                opened.pop().__exit__(None, None, None)
+        if first:
+            _explain.internal_error(self._name_for_warning(), stage, error)
+
+    def _name_for_warning(self) -> str:
+        try:
+            return self.name
+        except Exception:  # naming reads the same state that just failed
+            return _names.function_label(self.fn)
 
     # names ------------------------------------------------------------------------------
 
@@ -238,66 +324,49 @@ class Region:
 
     # forward ----------------------------------------------------------------------------
 
-    # NOTE [ The guard never stops training ]
-    # The guard's own failure (a bug, or an object it cannot read: a proxy, a tensor subclass
-    # without storage) must not stop the user's training or change what it computes: every
-    # stage the guard adds to a region catches ``Exception`` around its own work only (never
-    # around the user's function, whose errors, including torch's ``_StopRecomputationError``,
-    # pass through untouched), and ``give_up`` lets the region run on unguarded, with a
-    # warning that says so. Only the guard's verdicts (``CheckpointGuardError``) are raised.
-
-    def give_up(self, stage: str, error: Exception) -> None:
-        """The region runs on unguarded, and a warning says so.
-        See NOTE [ The guard never stops training ]"""
-        observer = self.observer
-        observing = self.target is None and observer is not None and not self.forward_done
-        self.unguarded = self.forward_done = True
-        self.random_ops = self.strict_forward = self.fingerprint = None
-        if observing and observer is not None:
-            _observation.stop(observer)
-        self.observer = None
-        try:
-            name = self.name
-        except Exception:  # naming reads the same state that just failed
-            name = getattr(self.fn, "__qualname__", type(self.fn).__name__)
-        _explain.internal_error(name, stage, error)
-
     def enter_forward(self) -> None:
         """Before the forward, only what cannot wait: a function region watches which modules
         it runs; a module region notes the state of its modules that hold buffers or assign
         attributes (known from its tree's reader)."""
-        try:
-            if _compat.fsdp2_in_use():
-                self.loose = _compat.fsdp2_managed_modules()
-            if self.target is None:
-                observer = Observer()
-                _observation.start(observer)
-                self.observer = observer
-            else:
-                stateful = _verify.stateful_modules(
-                    self.target, self.binding, self.reentrant, self.loose
-                )
-                if stateful:
-                    self.observer = observer = Observer()
-                    for module in stateful:
-                        observer.see(module)
-        except Exception as error:  # See NOTE [ The guard never stops training ]
-            self.give_up("prepare", error)
-            return
-        if self.random_ops is not None:
-            self.random_ops.__enter__()
-        if self.strict_forward is not None:
-            self.strict_forward.__enter__()
+        if not self.unguarded:
+            self.guarded("prepare", self._enter_forward)
+
+    def _enter_forward(self) -> None:
+        if _compat.fsdp2_in_use():
+            self.loose = _compat.fsdp2_managed_modules()
+        if self.target is None:
+            observer = Observer()
+            _observation.start(observer)
+            self.observer = observer
+        else:
+            stateful = _verify.stateful_modules(
+                self.target, self.binding, self.reentrant, self.loose
+            )
+            if stateful:
+                self.observer = observer = Observer()
+                for module in stateful:
+                    observer.see(module)
+        if self.random_ops is not None or self.strict_forward is not None:
+            self.opened = opened = []
+            for context in (self.random_ops, self.strict_forward):
+                if context is not None:
+                    context.__enter__()
+                    opened.append(context)
 
     def exit_forward(self, exc: tuple) -> None:
-        if self.unguarded:
-            return
-        if self.strict_forward is not None:
-            self.strict_forward.__exit__(*exc)
-        if self.random_ops is not None:
-            self.random_ops.__exit__(*exc)
-        if self.target is None and self.observer is not None:  # observed since enter_forward
-            _observation.stop(self.observer)
+        if not self.unguarded:
+            self.guarded("record the forward of", self._exit_forward, exc)
+
+    def _exit_forward(self, exc: tuple) -> None:
+        opened = self.opened
+        while opened:  # each left once, even where leaving it fails
+            opened.pop().__exit__(*exc)
+        self.opened = None
+        observer = self.observer
+        if observer is not None:
+            _observation.stop(observer)  # a function region observed since enter_forward
+            if observer.failure is not None:
+                raise observer.failure
 
     def _loose(self, modules: Any) -> AbstractSet[int]:
         """Modules whose parameters FSDP2 swaps on purpose (compared loosely)."""
@@ -310,14 +379,8 @@ class Region:
     def finish_forward(self, args: tuple, kwargs: dict) -> None:
         """Right after the forward: fingerprint what it reached, check RNG, count it.
         See NOTE [ Read twice ]"""
-        if self.unguarded:
-            return
-        try:
-            self._finish_forward(args, kwargs)
-        except CheckpointGuardError:
-            raise
-        except Exception as error:  # See NOTE [ The guard never stops training ]
-            self.give_up("fingerprint", error)
+        if not self.unguarded:
+            self.guarded("fingerprint", self._finish_forward, args, kwargs)
 
     def _finish_forward(self, args: tuple, kwargs: dict) -> None:
         observer = self.observer
@@ -361,6 +424,8 @@ class Region:
         return written
 
     def _check_rng(self, args: tuple) -> None:
+        if self.random_ops is not None and self.random_ops.failure is not None:
+            raise self.random_ops.failure  # its dispatch mode's, noted inside the forward
         drawn = self.random_ops.devices if self.random_ops is not None else None
         devices = _rng.consumed_unstashed(self.rng_before, drawn, self.preserve, args)
         self.rng_before = None
@@ -374,6 +439,9 @@ class Region:
         get no gradient. (With one, the recompute's own backward reaches nested tensors.)"""
         if self.unguarded or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return
+        self.guarded("check the gradients of", self._check_lost_gradients, args)
+
+    def _check_lost_gradients(self, args: tuple) -> None:
         parameters: list[str] = []
         for module in self.modules:
             owned = [n for n, p in module._parameters.items() if p is not None and p.requires_grad]
@@ -409,13 +477,29 @@ class Region:
                 self.location(),
             )
 
+    def check_ddp(self, args: tuple) -> None:
+        """Reentrant only: parameters whose gradient two backward passes of the running
+        DistributedDataParallel step would produce (see ``_ddp``)."""
+        if not self.unguarded:
+            self.guarded("check the DistributedDataParallel step of", self._check_ddp, args)
+
+    def _check_ddp(self, args: tuple) -> None:
+        ddp = _compat.active_ddp()
+        if ddp is not None:
+            _ddp.reentrant_forward(self, ddp, args)
+
     # recompute --------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         if self.unguarded:
             return self.fn(*args, **kwargs)
         if self.forward_done and _options is not None:
-            return self._recompute(args, kwargs)
+            try:
+                return self._recompute(args, kwargs)
+            except CheckpointGuardError as error:
+                _explain.raised_at_hook(error)
+                raise
         if self.reentrant and not self.forward_done and self.observer is None:
             self.enter_forward()  # torch runs the reentrant forward through us
             exc: tuple = (None, None, None)
@@ -427,14 +511,36 @@ class Region:
             finally:
                 self.exit_forward(exc)
             if self.strict_forward is not None:
-                self.strict_forward.record_outputs(out)
+                self.guarded("record the forward of", self.strict_forward.record_outputs, out)
             return out
         return self.fn(*args, **kwargs)
 
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
         # verified before any of the region's code runs. See NOTE [ Read twice ]
-        settings: list = []
-        found: _explain.Difference | None = None
+        verified = self.guarded("verify", self._verify, args, kwargs)
+        if verified is not None and verified[1] is not None:
+            self.guarded("explain what changed in", self._report_difference, verified[1])
+        if self.unguarded or verified is None:
+            return self.fn(*args, **kwargs)
+        settings = verified[0]
+        resolved = _compat.resolve()
+        if not settings:
+            return self._recompute_body(args, kwargs, resolved)
+        # only torch settings changed: judged by what the recompute runs
+        watch = self.guarded("judge the torch settings of", _settings.SettingsWatch, settings)
+        if watch is None:
+            return self.fn(*args, **kwargs)
+        try:
+            with _Guarded(self, "judge the torch settings of", watch):
+                out = self._recompute_body(args, kwargs, resolved)
+        except resolved.stop_recomputation_error:
+            self._judge_settings(watch)
+            raise
+        self._judge_settings(watch)
+        return out
+
+    def _verify(self, args: tuple, kwargs: dict) -> tuple[list, _explain.Difference | None]:
+        """(torch settings that changed, the first other difference)."""
         try:
             settings = _verify.compare(
                 self.forward_fingerprint(),
@@ -445,31 +551,23 @@ class Region:
                 self.name_module,
             )
         except _explain.Difference as difference:
-            found = difference
-        except Exception as error:  # See NOTE [ The guard never stops training ]
-            self.give_up("verify", error)
-            return self.fn(*args, **kwargs)
-        if found is not None:  # raised outside the except block: no internal context
-            self._report(
-                _explain.mismatch_error(
-                    self.name, found.kind, found.name, found.where, found.old, found.new
-                )
+            return [], difference
+        return settings, None
+
+    def _report_difference(self, found: _explain.Difference) -> None:
+        self._report(
+            _explain.mismatch_error(
+                self.name, found.kind, found.name, found.where, found.old, found.new
             )
-        resolved = _compat.resolve()
-        if not settings:
-            return self._recompute_body(args, kwargs, resolved)
-        # only torch settings changed: judged by what the recompute runs
-        watch = _settings.SettingsWatch(settings)
-        try:
-            with watch:
-                out = self._recompute_body(args, kwargs, resolved)
-        except resolved.stop_recomputation_error:
-            self._judge_settings(watch)
-            raise
-        self._judge_settings(watch)
-        return out
+        )
 
     def _judge_settings(self, watch: _settings.SettingsWatch) -> None:
+        if not self.unguarded:
+            self.guarded("judge the torch settings of", self._judge, watch)
+
+    def _judge(self, watch: _settings.SettingsWatch) -> None:
+        if watch.failure is not None:
+            raise watch.failure  # its dispatch mode's, noted inside the recompute
         found = watch.verdict()
         if found is not None:
             name, old, new, evidence, certain = found
@@ -478,32 +576,20 @@ class Region:
     def _recompute_body(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
         if self.watch or self.strict_forward is not None or self.stats is not None:
             return self._recompute_observed(args, kwargs, resolved)
-        state = _local.__dict__
-        state["depth"] = state.get("depth", 0) + 1
-        finished = False
         try:
-            out = self.fn(*args, **kwargs)
-            finished = True
-            return out
+            out = self._run(args, kwargs, resolved)
         except resolved.stop_recomputation_error:
-            finished = True
+            self._refresh_own_writes()
             raise
-        except resolved.checkpoint_error as error:
-            if isinstance(error, CheckpointGuardError):  # the guard's own, from inside
-                raise
-            raise self.explain(error) from error
-        finally:
-            state["depth"] -= 1
-            if finished and self.forward_fingerprint().reader.self_written:
-                self._refresh_own_writes()
+        self._refresh_own_writes()
+        return out
 
     def _refresh_own_writes(self) -> None:
         """Containers the region's own code mutates (``calls[0] += 1``): the next recompute
         of the same graph (``retain_graph=True``) starts from what this one left there."""
-        try:
-            _verify.refresh_own_writes(self.forward_fingerprint(), _observation.own)
-        except Exception as error:  # See NOTE [ The guard never stops training ]
-            self.give_up("fingerprint", error)
+        fingerprint = self.fingerprint
+        if fingerprint is not None and fingerprint.reader.self_written:
+            self.guarded("fingerprint", _verify.refresh_own_writes, fingerprint, _observation.own)
 
     def _report(self, error: CheckpointGuardError) -> None:
         """Raise (or warn) a recompute's error, kept to explain torch's own error after it."""
@@ -512,66 +598,59 @@ class Region:
 
     def _recompute_observed(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
         """The recompute of a region with state it updates, strict mode or report figures."""
-        watched = self._watched_state()
+        watched = self.guarded(
+            "watch the side effects of", _side_effects.state_before_recompute, self.watch
+        )
+        if watched is None:
+            return self.fn(*args, **kwargs)
         if self.scoped and self.strict_forward is not None:
             # the strict pass is already running around this call (see StrictScope), which
             # checks the recompute once it ends
             self.pending = watched
-            return self._run_counted(args, kwargs, resolved)
-        strict = _strict.StrictRecompute(self.strict_forward) if self.strict_forward else None
+            return self._run(args, kwargs, resolved)
+        strict = None
+        if self.strict_forward is not None:
+            strict = self.guarded(
+                "compare the values of", _strict.StrictRecompute, self.strict_forward
+            )
+            if strict is None:
+                return self.fn(*args, **kwargs)
         self.last_strict = strict
-        finished = stopped = False
-        _local.depth = _local.__dict__.get("depth", 0) + 1
         try:
             if strict is None:
-                out = self._run(args, kwargs)
+                out = self._run(args, kwargs, resolved)
             else:
-                with strict:
-                    out = self._run(args, kwargs)
-                if self.reentrant:
-                    strict.record_outputs(out)
-            finished = True
-            return out
+                with _Guarded(self, "compare the values of", strict):
+                    out = self._run(args, kwargs, resolved)
+                if self.reentrant and not self.unguarded:
+                    self.guarded("compare the values of", strict.record_outputs, out)
         except resolved.stop_recomputation_error:
-            stopped = True
+            self._after_recompute(watched, strict, stopped=True)
             raise
-        except resolved.checkpoint_error as error:
-            if isinstance(error, CheckpointGuardError):  # the guard's own, from inside
-                raise
-            raise self.explain(error) from error
-        finally:
-            _local.depth -= 1
-            if finished or stopped:
-                self._after_recompute(watched, strict, stopped)
+        self._after_recompute(watched, strict, stopped=False)
+        return out
 
-    def _run_counted(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
-        _local.depth = _local.__dict__.get("depth", 0) + 1
+    def _run(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
+        """The user's function, as the recompute runs it; torch's CheckpointError from inside
+        (a nested region's) explained."""
+        state = _local.__dict__
+        state["depth"] = state.get("depth", 0) + 1
         try:
-            return self._run(args, kwargs)
+            if self.stats is None:
+                return self.fn(*args, **kwargs)
+            return _report.Collector.timed_recompute(self.stats, self.fn, args, kwargs)
         except resolved.checkpoint_error as error:
-            if isinstance(error, CheckpointGuardError):  # the guard's own, from inside
+            explained = self.explained(error)
+            if explained is error:
                 raise
-            raise self.explain(error) from error
+            raise explained from error
         finally:
-            _local.depth -= 1
-
-    def _run(self, args: tuple, kwargs: dict) -> Any:
-        if self.stats is None:
-            return self.fn(*args, **kwargs)
-        return _report.Collector.timed_recompute(self.stats, self.fn, args, kwargs)
-
-    def _watched_state(self) -> list:
-        return _side_effects.state_before_recompute(self.watch)
+            state["depth"] -= 1
 
     def _after_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
-        if self.fingerprint is not None and self.fingerprint.reader.self_written:
-            self._refresh_own_writes()
-        try:
-            self._check_recompute(watched, strict, stopped)
-        except CheckpointGuardError:
-            raise
-        except Exception as error:  # See NOTE [ The guard never stops training ]
-            self.give_up("check the recompute of", error)
+        self._refresh_own_writes()
+        if not self.unguarded:
+            self.guarded("check the recompute of", self._check_recompute, watched, strict, stopped)
 
     def _check_recompute(self, watched: list, strict: Any, stopped: bool) -> None:
         changed, statistics_only = _side_effects.updated_again(watched, self.name_module)
@@ -594,6 +673,14 @@ class Region:
         if changed:
             _explain.side_effect(self.name, changed, statistics_only, self.location())
 
+    def explained(self, error: BaseException) -> BaseException:
+        """torch's CheckpointError explained from what the guard saw; torch's own error where
+        the guard gave the region up or fails to explain it."""
+        if isinstance(error, CheckpointGuardError) or self.unguarded:
+            return error  # the guard's own, from inside; or torch's, as torch alone raises it
+        explained = self.guarded("explain torch's error in", self.explain, error)
+        return error if explained is None else explained
+
     def explain(self, error: BaseException) -> BaseException:
         strict = self.last_strict
         first_op = strict.first_diverging_op() if strict is not None else None
@@ -602,6 +689,29 @@ class Region:
 
 def _same(tensor: Any) -> Any:
     return tensor
+
+
+class _Guarded:
+    """A context of the guard's (a dispatch mode, strict mode's pass) around the user's
+    function, entered and left inside the barrier: its failure gives the region up, and never
+    replaces what the function itself returned or raised."""
+
+    __slots__ = ("region", "stage", "context", "entered")
+
+    def __init__(self, region: Region, stage: str, context: Any) -> None:
+        self.region, self.stage, self.context = region, stage, context
+        self.entered = False
+
+    def __enter__(self) -> None:
+        region = self.region
+        if not region.unguarded:
+            region.guarded(self.stage, self.context.__enter__)
+            self.entered = not region.unguarded
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.entered:
+            self.entered = False
+            self.region.guarded(self.stage, self.context.__exit__, *exc)
 
 
 class StrictScope:
@@ -613,35 +723,46 @@ class StrictScope:
         self.region = region
         self.context = recompute_context
         self.strict: _strict.StrictRecompute | None = None
+        self.scope: _Guarded | None = None
 
     def __enter__(self) -> Any:
         region = self.region
         if region.strict_forward is not None and not region.unguarded and region.forward_done:
-            self.strict = strict = _strict.StrictRecompute(region.strict_forward)
-            region.last_strict = strict
-            region.pending = None
-            strict.__enter__()
+            stage = "compare the values of"
+            strict = region.guarded(stage, _strict.StrictRecompute, region.strict_forward)
+            if strict is not None:
+                self.strict = region.last_strict = strict
+                region.pending = None
+                self.scope = _Guarded(region, stage, strict)
+                self.scope.__enter__()
         try:
             return self.context.__enter__()
         except BaseException:
-            if self.strict is not None:
-                self.strict.__exit__(*sys.exc_info())
+            scope, self.scope = self.scope, None
+            if scope is not None:
+                scope.__exit__(*sys.exc_info())
             raise
 
     def __exit__(self, *exc: Any) -> Any:
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         try:
             suppressed = self.context.__exit__(*exc)
         finally:
-            strict, self.strict = self.strict, None
-            if strict is not None:
-                strict.__exit__(*exc)
+            scope, self.scope = self.scope, None
+            if scope is not None:
+                scope.__exit__(*exc)
         region = self.region
+        strict, self.strict = self.strict, None
         watched, region.pending = region.pending, None
         stopped = exc[0] is not None and issubclass(
             exc[0], _compat.resolve().stop_recomputation_error
         )
         if strict is not None and watched is not None and (exc[0] is None or stopped):
-            region._after_recompute(watched, strict, stopped)
+            try:
+                region._after_recompute(watched, strict, stopped)
+            except CheckpointGuardError as error:
+                _explain.raised_at_hook(error)
+                raise
         return suppressed
 
 
@@ -671,16 +792,22 @@ def _skip(fn: Any) -> bool:
 
 def _guard_reentrant(original_apply: Any) -> Any:
     def apply(run_function: Any, preserve_rng_state: bool, *args: Any) -> Any:
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         options = _options
         if options is None or _skip(run_function):
             return original_apply(run_function, preserve_rng_state, *args)
-        region = Region(run_function, options, reentrant=True, preserve=preserve_rng_state)
+        region = Region(run_function, options, reentrant=True)
+        region.guarded("prepare", region.prepare, preserve_rng_state)
+        if region.unguarded:
+            return original_apply(run_function, preserve_rng_state, *args)
         outputs = original_apply(region, preserve_rng_state, *args)
-        region.finish_forward(args, {})
-        region.check_lost_gradients(args)
-        ddp = _compat.active_ddp()
-        if ddp is not None and not region.unguarded:
-            _ddp.reentrant_forward(region, ddp, args)
+        try:
+            region.finish_forward(args, {})
+            region.check_lost_gradients(args)
+            region.check_ddp(args)
+        except CheckpointGuardError as error:
+            _explain.raised_at_hook(error)
+            raise
         return outputs
 
     return staticmethod(apply)
@@ -717,18 +844,28 @@ def _guard_generator(original: Any) -> Any:
     noop_context = signature.parameters["context_fn"].default
     context_argument = _selective.ContextArgument(original)
 
-    def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        options = _options
-        if options is None or _skip(fn):
-            return (yield from original(fn, *args, **kwargs))
-        preserve, user_args, user_kwargs = read_call(fn, args, kwargs)
-        region = Region(fn, options, reentrant=False, preserve=preserve)
+    def prepare(region: Region, args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple, dict]:
+        """(the user's arguments, the generator's arguments as the guard hands them on)."""
+        preserve, user_args, user_kwargs = read_call(region.fn, args, kwargs)
+        region.prepare(preserve)
         context_fn = context_argument.get(args, kwargs)
         if context_fn is not noop_context:  # selective checkpointing's policy is watched
             watched = _selective.watched(region, context_fn)
             args, kwargs = context_argument.replace(args, kwargs, watched)
-        if options.strict:
+        if region.options.strict:
             args, kwargs = _scope_strict_recompute(signature, noop_context, region, args, kwargs)
+        return user_args, user_kwargs, args, kwargs
+
+    def generator(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
+        options = _options
+        if options is None or _skip(fn):
+            return (yield from original(fn, *args, **kwargs))
+        region = Region(fn, options, reentrant=False)
+        prepared = region.guarded("prepare", prepare, region, args, kwargs)
+        if prepared is None:
+            return (yield from original(fn, *args, **kwargs))
+        user_args, user_kwargs, args, kwargs = prepared
         inner = original(region, *args, **kwargs)
         first = next(inner)
         region.enter_forward()
@@ -746,6 +883,9 @@ def _guard_generator(original: Any) -> Any:
             # still inside torch's forward context (context_fn's first), as the recompute
             # runs inside its recompute context: both fingerprints see the same state
             region.finish_forward(user_args, user_kwargs)
+        except CheckpointGuardError as error:
+            _explain.raised_at_hook(error)
+            raise
         finally:
             yield from inner  # torch's post-forward logic; it yields nothing more
 
@@ -772,13 +912,15 @@ def _guard_saved_tensor_check(original: Any, checkpoint_error: type[Exception]) 
     """torch raises CheckpointError after the recompute returned; explain it there too."""
 
     def check_recomputed_tensors_match(frame: Any, gid: Any) -> None:
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         try:
             return original(frame, gid)
         except checkpoint_error as error:
             region = _region_of(frame)
-            if region is None:
+            explained = error if region is None else region.explained(error)
+            if explained is error:
                 raise
-            raise region.explain(error) from error
+            raise explained from error
 
     return check_recomputed_tensors_match
 

@@ -123,6 +123,15 @@ def _describe(target: Any, code: Any = None) -> str:
     return f"{function_name(target)}, {code_location(code)}"
 
 
+def function_label(fn: Any) -> str:
+    """What a region runs, named for a warning about a region the guard failed to read:
+    ``region_name`` without the model, else the callable's class (naming must not fail too)."""
+    try:
+        return _describe(_region_target(fn)).replace(", ", " (", 1) + ")"
+    except Exception:
+        return type(fn).__qualname__
+
+
 def region_name(fn: Any, root: torch.nn.Module | None, modules: list, code: Any = None) -> str:
     """``blocks.7 (Block.forward, file:line)``; a segment running several blocks names them.
     ``code``: the code the region ran at its forward, as the user wrote it."""

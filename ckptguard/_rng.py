@@ -105,16 +105,23 @@ class RandomOps(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.devices: set[str] = set()
+        self.failure: Exception | None = None  # reported by the region once its forward ran
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if _SEEDED in func.tags and kwargs.get("generator") is None:
-            for leaf in tree_leaves((out, args)):
-                if isinstance(leaf, torch.Tensor):
-                    self.devices.add(_device_name(leaf.device))
-                    break
+        if _SEEDED in func.tags and kwargs.get("generator") is None and self.failure is None:
+            try:
+                self._note(out, args)
+            except Exception as error:  # inside the user's function: must not raise there
+                self.failure = error  # See NOTE [ The guard never stops training ]
         return out
+
+    def _note(self, out: Any, args: Any) -> None:
+        for leaf in tree_leaves((out, args)):
+            if isinstance(leaf, torch.Tensor):
+                self.devices.add(_device_name(leaf.device))
+                break
 
 
 def consumed_unstashed(

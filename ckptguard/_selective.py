@@ -41,6 +41,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from ckptguard import _compat, _explain
 from ckptguard._readplan import BoundedCache, code_location, function_name, is_library_code
+from ckptguard.errors import CheckpointGuardError
 
 _SAVE = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
 
@@ -100,15 +101,22 @@ class Record:
 
 
 class RecordingPolicy:
-    """The user's policy, for the forward mode: the same answers, each one recorded."""
+    """The user's policy, for the forward mode: the same answers, each one recorded (in the
+    region's barrier: see NOTE [ The guard never stops training ] in ``_intercept``)."""
 
-    __slots__ = ("policy", "record")
+    __slots__ = ("policy", "record", "region")
 
-    def __init__(self, policy: Any, record: Record) -> None:
-        self.policy, self.record = policy, record
+    def __init__(self, policy: Any, record: Record, region: Any) -> None:
+        self.policy, self.record, self.region = policy, record, region
 
     def __call__(self, ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         result = self.policy(ctx, op, *args, **kwargs)
+        region = self.region
+        if not region.unguarded:
+            region.guarded("record the selective-checkpoint policy of", self._note, op, result)
+        return result
+
+    def _note(self, op: Any, result: Any) -> None:
         record = self.record
         record.calls[op] = record.calls.get(op, 0) + 1
         save = decides_save(result)
@@ -121,7 +129,6 @@ class RecordingPolicy:
             record.invalid[op] = (shown, count + 1)
         if record.decisions is not None:
             record.decisions.setdefault(op, []).append(save)
-        return result
 
 
 class ComparingPolicy:
@@ -135,13 +142,25 @@ class ComparingPolicy:
         self.counts: dict[Any, int] = {}
 
     def __call__(self, ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # torch asks it: pytest does not show it
         result = self.policy(ctx, op, *args, **kwargs)
+        region = self.watch.region
+        if not region.unguarded:
+            try:
+                region.guarded(
+                    "compare the selective-checkpoint decisions of", self._compare, op, result
+                )
+            except CheckpointGuardError as error:
+                _explain.raised_at_hook(error)
+                raise
+        return result
+
+    def _compare(self, op: Any, result: Any) -> None:
         index = self.counts.get(op, 0)
         self.counts[op] = index + 1
         before = (self.watch.record.decisions or {}).get(op, ())
         if index < len(before) and before[index] != decides_save(result):
             self.watch.decision_changed(op, index, before[index], result)
-        return result
 
 
 # policies (by code) that saved an output in some region of this process
@@ -181,22 +200,30 @@ def watched(region: Any, context_fn: Any) -> Any:
 
     def context() -> tuple[Any, Any]:
         forward, recompute = context_fn()
-        modes = _compat.selective_modes()
-        if (
-            modes is None
-            or not isinstance(forward, modes.caching)
-            or not isinstance(recompute, modes.cached)
-        ):
+        if region.unguarded:
             return forward, recompute
-        policy = forward.policy_fn
-        if type(policy) is RecordingPolicy:  # the same modes handed out again
-            policy = policy.policy
-        asks_again = getattr(recompute, "policy_fn", None) is not None  # torch <= 2.12
-        record = Record(policy, asks_again)
-        forward.policy_fn = RecordingPolicy(policy, record)
-        return forward, RecomputeWatch(region, forward, recompute, record, modes)
+        stage = "watch the selective-checkpoint policy of"
+        pair = region.guarded(stage, _watch_modes, region, forward, recompute)
+        return (forward, recompute) if pair is None else pair
 
     return context
+
+
+def _watch_modes(region: Any, forward: Any, recompute: Any) -> tuple[Any, Any]:
+    modes = _compat.selective_modes()
+    if (
+        modes is None
+        or not isinstance(forward, modes.caching)
+        or not isinstance(recompute, modes.cached)
+    ):
+        return forward, recompute
+    policy = forward.policy_fn
+    if type(policy) is RecordingPolicy:  # the same modes handed out again
+        policy = policy.policy
+    asks_again = getattr(recompute, "policy_fn", None) is not None  # torch <= 2.12
+    record = Record(policy, asks_again)
+    forward.policy_fn = RecordingPolicy(policy, record, region)
+    return forward, RecomputeWatch(region, forward, recompute, record, modes)
 
 
 class RecomputeWatch:
@@ -215,21 +242,32 @@ class RecomputeWatch:
     def __enter__(self) -> Any:
         region = self.region
         if not region.unguarded:
-            if not self.judged:
-                self.judged = True
-                self._judge_forward()
-            if self.record.decisions is not None:
-                original = self.recompute.policy_fn
-                if type(original) is ComparingPolicy:
-                    original = original.policy
-                self.recompute.policy_fn = ComparingPolicy(original, self)
+            region.guarded("check the selective-checkpoint policy of", self._watch_recompute)
         return self.recompute.__enter__()
 
+    def _watch_recompute(self) -> None:
+        if not self.judged:
+            self.judged = True
+            self._judge_forward()
+        if self.record.decisions is not None:
+            original = self.recompute.policy_fn
+            if type(original) is ComparingPolicy:
+                original = original.policy
+            self.recompute.policy_fn = ComparingPolicy(original, self)
+
     def __exit__(self, *exc: Any) -> Any:
+        __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         suppressed = self.recompute.__exit__(*exc)
-        error = exc[1]
+        error, region = exc[1], self.region
         if self.mutated and type(error) is RuntimeError and _explain.MUTATED_TORCH in str(error):
-            raise _explain.selective_cache_refused(self.region.name, self.mutated) from error
+            explained = region.guarded(
+                "explain torch's error in",
+                _explain.selective_cache_refused,
+                region.name,
+                self.mutated,
+            )
+            if explained is not None:  # else torch's own error goes on
+                raise explained from error
         return suppressed
 
     def _judge_forward(self) -> None:

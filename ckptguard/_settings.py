@@ -65,12 +65,16 @@ class SettingsWatch(TorchDispatchMode):
         self.certain: tuple[str, str] | None = None  # (setting, evidence)
         self.possible: tuple[str, str] | None = None
         self.default_dtype = torch.get_default_dtype()
+        self.failure: Exception | None = None  # reported by the region once the recompute ran
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.certain is None:
-            self._look(func, args, kwargs, out)
+        if self.certain is None and self.failure is None:
+            try:
+                self._look(func, args, kwargs, out)
+            except Exception as error:  # inside the user's function: must not raise there
+                self.failure = error  # See NOTE [ The guard never stops training ]
         return out
 
     def _look(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:

@@ -452,12 +452,20 @@ class _StrictPass:
 
     def __enter__(self) -> _StrictPass:
         level = _passes.depth = _passes.__dict__.get("depth", 0) + 1
-        if self.logged:
-            self.log = OpLog(self.reentrant, self.keep_frames, level)
-            self.saved.log = self.log
-            self.log.__enter__()
-        if not self.reentrant:
-            self.saved.__enter__()
+        logging = False
+        try:
+            if self.logged:
+                self.log = OpLog(self.reentrant, self.keep_frames, level)
+                self.saved.log = self.log
+                self.log.__enter__()
+                logging = True
+            if not self.reentrant:
+                self.saved.__enter__()
+        except BaseException:  # leave nothing entered. See NOTE [ The guard never stops training ]
+            if logging:
+                self.ops_log.__exit__(None, None, None)
+            _passes.depth -= 1
+            raise
         return self
 
     @property

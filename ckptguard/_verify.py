@@ -27,6 +27,8 @@ from ckptguard._explain import (
     argument_attribute_difference,
     argument_difference,
     contents_difference,
+    describe_object,
+    describe_pair,
     global_hooks_difference,
     module_difference,
 )
@@ -34,7 +36,6 @@ from ckptguard._fingerprint import (
     MISSING,
     OBJECT,
     SCALAR_TYPES,
-    Described,
     arguments_fp,
     input_fp,
     of_type,
@@ -723,7 +724,7 @@ def _explain_values(
         if label.owner == TORCH:
             settings.append((label.name, old, new))
             continue
-        old, new = objects.shown(position, old), objects.shown(position, new)
+        old, new = objects.shown_pair(position, old, new)
         if label.owner == HOOKS:
             tables = _compat.GLOBAL_HOOK_DICTS
             raise global_hooks_difference(label.kind, tables, label.where, old, new)
@@ -778,26 +779,24 @@ class _KnownObjects:
             self._by_id = found
         return self._by_id
 
-    def shown(self, position: int, value: Any) -> Any:
+    def shown_pair(self, position: int, old: Any, new: Any) -> tuple[Any, Any]:
+        """The forward's and the current value of one position, objects read by identity
+        described by what they are where known (see ``_explain.describe_pair``)."""
         reader = self.fingerprint.reader
-        if position in reader.identity_positions:
-            known = self._objects().get(value, MISSING)
-            if known is not MISSING:
-                return self.describe(known)
-        return _shown(reader, position, value)
-
-    def describe(self, value: Any) -> Described:
-        if of_type(value, torch.nn.Module):
-            return Described(f"{self.name_module(value)} ({type(value).__name__})", True)
-        function = unwrap_function(getattr(value, "__func__", value))
-        if function is not None:
-            code = function.__code__
-            where = f"{code.co_filename}:{code.co_firstlineno}"
-            return Described(f"function {function.__qualname__} ({where})")
-        if of_type(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
-            owner = getattr(value, "__module__", None) or type(value.__self__).__name__
-            return Described(f"built-in {owner}.{value.__name__}")
-        return Described(f"{type(value).__qualname__} object")
+        if position not in reader.identity_positions:
+            return _shown(reader, position, old), _shown(reader, position, new)
+        known = self._objects()
+        before, now = known.get(old, MISSING), known.get(new, MISSING)
+        if before is not MISSING and now is not MISSING:
+            return describe_pair(before, now, self.name_module)
+        return (
+            _shown(reader, position, old)
+            if before is MISSING
+            else describe_object(before, self.name_module),
+            _shown(reader, position, new)
+            if now is MISSING
+            else describe_object(now, self.name_module),
+        )
 
 
 # Modules whose contents are what their users read (iterated, indexed, run in order): a
@@ -946,9 +945,13 @@ def _raise_module(
         # read by identity: say what the attribute holds now
         chain = tuple(attribute.split("."))
         current = read_chain(static_attribute(module, chain[0]), chain[1:])
-        new = (OBJECT, new[1], type(current))
+        if id(current) == new[1]:
+            new = describe_object(current, name_module)
+        else:
+            new = (OBJECT, new[1], type(current))
     owner, hook_tables = type(module).__name__, _compat.MODULE_HOOK_DICTS
-    raise module_difference(kind, attribute, name_module(module), owner, hook_tables, old, new)
+    name = name_module(module)
+    raise module_difference(kind, attribute, name, owner, hook_tables, old, new, module)
 
 
 def _at(values: list, index: int) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MISMATCH_KINDS = (
@@ -82,13 +83,23 @@ class CheckpointGuardWarning(UserWarning):
     that will get no gradient, or a recompute that updates module state a second time."""
 
 
+_ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
+
+
+def without_addresses(text: str) -> str:
+    """``<Config object at 0x7f...>`` as ``<Config object>``: an address tells the user
+    nothing, and differs between runs."""
+    return _ADDRESS.sub(lambda found: " object" if "object" in found.group() else "", text)
+
+
 def abbreviate(value: Any, limit: int = 60) -> str:
-    """Short repr for messages: long reprs are cut in the middle so both ends stay readable."""
+    """Short repr for messages, without memory addresses: long reprs are cut in the middle so
+    both ends stay readable."""
     try:
         text = repr(value)
     except Exception:  # a broken __repr__ must not hide the real error
         text = f"<{type(value).__name__} object>"
-    text = " ".join(text.split())
+    text = " ".join(without_addresses(text).split())
     if len(text) <= limit:
         return text
     keep = (limit - 5) // 2

@@ -106,17 +106,19 @@ class Plan:
         *example_inputs: Any,
         loss_fn: Any = None,
         repeats: int = 3,
+        quiet: bool = False,
         **example_kwargs: Any,
     ) -> VerifyReport:
         """Measure the step with and without the plan (memory, time) and compare gradients;
-        ``print`` the report for a table."""
+        ``print`` the report for a table. Progress goes to stderr (a bar on a terminal, a line
+        per stage elsewhere) unless ``quiet``."""
         from ckptguard.planner.progress import shown
         from ckptguard.planner.verify import verify_plan
 
         _validate(model, loss_fn)
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ValueError(f"repeats must be a positive int, got {repeats!r}")
-        with shown():
+        with shown(quiet):
             return verify_plan(
                 self, unwrap(model), example_inputs, example_kwargs, loss_fn, repeats=repeats
             )
@@ -277,6 +279,7 @@ def plan(
     *example_inputs: Any,
     budget: str | int | float,
     loss_fn: Any = None,
+    quiet: bool = False,
     **example_kwargs: Any,
 ) -> Plan:
     """Choose what to checkpoint so one training step fits ``budget`` at least recompute time.
@@ -287,7 +290,8 @@ def plan(
     output's ``loss``, else the sum of its floating-point outputs). Raises
     :class:`~ckptguard.planner.solver.PlanInfeasibleError` with the least achievable peak when
     no plan fits. Under torch.distributed, rank 0 plans and every rank receives its plan, so all
-    ranks apply the same regions.
+    ranks apply the same regions. Progress goes to stderr (a bar on a terminal, a line per
+    stage elsewhere) unless ``quiet``.
     """
     import torch.distributed as dist
 
@@ -295,7 +299,7 @@ def plan(
 
     _validate(model, loss_fn)
     parse_budget(budget, 1)  # its form, before the model is measured (fractions need the peak)
-    with shown():
+    with shown(quiet):
         return _plan_distributed(model, example_inputs, example_kwargs, budget, loss_fn, dist)
 
 

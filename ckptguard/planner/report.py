@@ -69,7 +69,10 @@ def plot_tradeoff(plan: Any, path: str, points: int = 256) -> str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ImportError("plotting needs matplotlib: pip install 'ckptlint[plot]'") from exc
+        raise ImportError(
+            "plotting needs matplotlib: pip install matplotlib (or, from a clone of ckptlint, "
+            "pip install -e '.[plot]')"
+        ) from exc
     data = plot_data(plan, points)
     figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
     front = data["front"]

@@ -1,12 +1,51 @@
 """Shared fixtures for the ckptguard tests; they need torch and skip without it."""
 
+import re
 import sys
+import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import ckptguard  # noqa: E402
+from ckptguard import _explain  # noqa: E402
+from ckptguard.errors import CheckpointGuardError  # noqa: E402
+
+ADDRESS = re.compile(r"\bat 0x[0-9a-fA-F]+")
+
+
+class _RecordingWarnings:
+    """The ``warnings`` module as ckptguard's messages see it, noting each message issued."""
+
+    def __init__(self, messages: list) -> None:
+        self.messages = messages
+
+    def warn_explicit(self, message, *args, **kwargs):
+        self.messages.append(str(message))
+        return warnings.warn_explicit(message, *args, **kwargs)
+
+    def warn(self, message, category=None, stacklevel=1, **kwargs):
+        self.messages.append(str(message))
+        return warnings.warn(message, category, stacklevel + 1, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _messages_name_no_address(monkeypatch):
+    """No guard error or warning names a value by its memory address (issue 28): checked on
+    every one the tests raise, over the whole catalogue of faults."""
+    messages: list = []
+    init = CheckpointGuardError.__init__
+
+    def recording_init(self, message, **kwargs):
+        messages.append(message)
+        init(self, message, **kwargs)
+
+    monkeypatch.setattr(CheckpointGuardError, "__init__", recording_init)
+    monkeypatch.setattr(_explain, "warnings", _RecordingWarnings(messages))
+    yield messages
+    with_addresses = [m for m in messages if ADDRESS.search(m)]
+    assert not with_addresses, with_addresses
 
 
 @pytest.fixture(autouse=True)

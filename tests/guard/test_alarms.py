@@ -458,9 +458,9 @@ def test_patched_forward_keeps_the_region_name_and_names_both_functions() -> Non
     error = info.value
     line = original.__code__.co_firstlineno
     assert error.region == f"Block.forward ({__file__}:{line})"
-    assert error.details["old"] == f"function Block.forward ({__file__}:{line})"
+    assert error.details["old"] == f"forward (Block.forward, {__file__}:{line})"
     patched_line = _patched.__code__.co_firstlineno
-    assert error.details["new"] == f"function _patched ({__file__}:{patched_line})"
+    assert error.details["new"] == f"_patched ({__file__}:{patched_line})"
     assert "0x" not in str(error)
 
 

@@ -23,4 +23,7 @@ def test_import_without_torch_fails_only_at_enable() -> None:
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert "ckptguard needs PyTorch" in result.stdout
+    assert result.stdout == (
+        "ImportError: ckptguard needs PyTorch >= 2.8: pip install torch (or, from a clone of "
+        "ckptlint, pip install -e '.[guard]')\n"
+    )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 import warnings
 
 import pytest
@@ -252,29 +254,54 @@ def test_budget_and_arguments_are_checked_before_measuring(net_and_input, monkey
         ckptguard.plan(lambda t: t, x, budget="1GiB")
 
 
-def test_profiler_prints_nothing_and_progress_stays_off_a_terminal(net_and_input):
-    """Planning and verifying run the profiler: its C++ start/stop lines (kineto's USDT
-    lines, written to file descriptor 2) are silenced, and progress is not drawn where
-    stderr is not a terminal. Run in a child process, whose descriptor 2 is a pipe."""
-    import subprocess
-    import sys
+_PLAN_AND_VERIFY = (
+    "import torch, ckptguard\n"
+    "torch.manual_seed(0)\n"
+    "m = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(16, 64), "
+    "torch.nn.GELU(), torch.nn.Linear(64, 16)) for _ in range(3)])\n"
+    "x = torch.randn(8, 16)\n"
+    "plan = ckptguard.plan(m, x, budget=1.0, quiet=QUIET)\n"
+    "report = plan.verify(m, x, repeats=2, quiet=QUIET)\n"
+    "print(report)\n"
+)
+_STAGES = [
+    "ckptguard measure: warm-up step",
+    "ckptguard measure: profiled step",
+    "ckptguard measure: timing the 13 module calls, 3 times",
+    "ckptguard plan: costing the call tree",
+    "ckptguard plan: solving",
+    "ckptguard verify: warm-up step",
+    "ckptguard verify: unplanned peak",
+    "ckptguard verify: unplanned gradients",
+    "ckptguard verify: planned gradients",
+    "ckptguard verify: planned peak",
+    "ckptguard verify: timing steps with and without the plan, 2 times",
+]
 
-    script = (
-        "import torch, ckptguard\n"
-        "torch.manual_seed(0)\n"
-        "m = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(16, 64), "
-        "torch.nn.GELU(), torch.nn.Linear(64, 16)) for _ in range(3)])\n"
-        "x = torch.randn(8, 16)\n"
-        "plan = ckptguard.plan(m, x, budget=1.0)\n"
-        "report = plan.verify(m, x, repeats=1)\n"
-        "print(report)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    assert "step time, plan" in result.stdout and "recompute added" in result.stdout
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_progress_is_a_line_per_stage_in_a_log_and_nothing_quiet(tmp_path, quiet: bool):
+    """``python -c "...plan(...); plan.verify(...)" > log 2>&1``: one line per stage in the log
+    (the report printed after them), nothing with ``quiet=True``. The profiler's C++
+    start/stop lines (kineto's USDT lines, written to file descriptor 2) stay silenced."""
+    import subprocess
+
+    log = tmp_path / "log"
+    with open(log, "w") as output:
+        result = subprocess.run(
+            [sys.executable, "-c", _PLAN_AND_VERIFY.replace("QUIET", str(quiet))],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        )
+    lines = log.read_text().splitlines()
+    assert result.returncode == 0, lines
+    stages = [] if quiet else _STAGES
+    assert lines[: len(stages)] == stages
+    report = lines[len(stages) :]  # printed at the end
+    assert report[0].startswith("ckptguard plan verify (memory: "), lines
+    assert any(line.startswith("step time, plan") for line in report)
+    assert not any(line.startswith(("ckptguard measure:", "ckptguard plan:")) for line in report)
 
 
 def test_verify_reports_measured_beside_predicted_step_time(net_and_input, half_plan):
@@ -295,18 +322,33 @@ def test_verify_reports_measured_beside_predicted_step_time(net_and_input, half_
     assert data["predicted_step_seconds"] == report.predicted_step_seconds
 
 
-def test_progress_draws_stage_and_step_on_a_terminal(monkeypatch, capsys):
+@pytest.mark.parametrize("bar", ["tqdm", "a line rewritten in place"])
+def test_progress_draws_stage_and_step_on_a_terminal(monkeypatch, capsys, bar: str):
+    """On a terminal, a bar: tqdm's where it imports, else one line rewritten in place; the
+    bar is cleared when the plan or verify ends."""
     from ckptguard.planner import progress
 
     monkeypatch.setattr(progress, "_terminal", lambda: True)
+    if bar != "tqdm":
+        monkeypatch.setitem(sys.modules, "tqdm", None)  # as if it were not installed
+    else:
+        pytest.importorskip("tqdm")
     with progress.shown():
+        progress.progress("verify", "warm-up step")
         progress.progress("verify", "timing steps", 1, 3)
         progress.progress("verify", "timing steps", 2, 3)
     err = capsys.readouterr().err
-    assert "\rckptguard verify: timing steps (1/3)" in err
-    assert "\rckptguard verify: timing steps (2/3)" in err
-    assert err.endswith("\r")  # the line is cleared at the end
+    if bar == "tqdm":
+        assert "\rckptguard verify: warm-up step" in err
+        assert re.search(r"\rckptguard verify: timing steps \|\S* *\| 2/3 \[", err), err
+    else:
+        assert "\rckptguard verify: warm-up step" in err
+        assert "\rckptguard verify: timing steps (1/3)" in err
+        assert "\rckptguard verify: timing steps (2/3)" in err
+    assert re.search(r"\r +\r$", err), repr(err)  # the line is cleared at the end
     progress.progress("verify", "outside any plan")  # nothing drawn outside a plan or verify
+    with progress.shown(quiet=True):
+        progress.progress("verify", "quiet")
     assert capsys.readouterr().err == ""
 
 
