@@ -61,6 +61,7 @@ from ckptlint.rules.base import FileContext
 from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.unreadable_file import UnreadableFile
 from ckptlint.source import (
+    DEFAULT_MAX_FILE_SIZE,
     CannotRead,
     FileTooLarge,
     Prefilter,
@@ -70,6 +71,7 @@ from ckptlint.source import (
     lines_with_words,
     read_bytes,
     split_lines,
+    token_limit,
 )
 
 ALL_CODES = frozenset(rule.code for rule in ALL_RULES)
@@ -142,10 +144,11 @@ class Analyser:
         files: Snapshot,
         paths: Sequence[str],
         target_torch: Version | None = None,
+        max_tokens: int = token_limit(DEFAULT_MAX_FILE_SIZE),
     ) -> None:
         self.table = table
         self.words = Words(table.words)
-        self.project = Project(layout, files, paths, table.words)
+        self.project = Project(layout, files, paths, table.words, max_tokens=max_tokens)
         self.analysis = ProjectAnalysis(self.project, table, target_torch=target_torch)
 
     def use(self, words: Words) -> None:
@@ -443,10 +446,14 @@ class _State:
     dirty: bool = False  # learned something the store does not hold
     _analyser: Analyser | None = None
 
-    def analyser(self, table: SourceTable, target_torch: Version | None) -> Analyser:
+    def analyser(
+        self, table: SourceTable, target_torch: Version | None, max_tokens: int
+    ) -> Analyser:
         """This process's analyser of the project (kept: it holds the parsed modules)."""
         if self._analyser is None:
-            self._analyser = Analyser(table, self.layout, self.snapshot, self.paths, target_torch)
+            self._analyser = Analyser(
+                table, self.layout, self.snapshot, self.paths, target_torch, max_tokens
+            )
         self._analyser.seed_scans(self.scans)
         return self._analyser
 
@@ -595,7 +602,9 @@ class Engine:
         """The files discovery analysed, and one analysis of the project for the words it
         ended with (benchmarks read sites, regions and reaches from it)."""
         state = self._state_for({})
-        analyser = state.analyser(self.table, self.target_torch)
+        analyser = state.analyser(
+            self.table, self.target_torch, token_limit(self.settings.max_file_size)
+        )
         analyser.use(state.words)
         analysed = [p for p in self.paths if p in state.analysed and p not in state.errors]
         return analysed, analyser.analysis
@@ -848,7 +857,9 @@ class Engine:
 
     def _workers_for(self, state: _State, files: int) -> _Workers:
         """The processes of this call to ``lint``, started when there is work enough."""
-        local = state.analyser(self.table, self.target_torch)
+        local = state.analyser(
+            self.table, self.target_torch, token_limit(self.settings.max_file_size)
+        )
         count = worker_count(self.jobs, files)
         workers = self._workers
         if workers is not None and workers.local is local and (workers.size > 1 or count == 1):

@@ -51,8 +51,16 @@ DEFAULT_MAX_FILE_SIZE = 10 * 1024 * 1024
 # What the analysis of one file may hold is bounded by its tokens, not its bytes: Python's
 # parser alone holds 500 to 800 bytes a token (measured: a one-line list of 2,000,000 tokens,
 # 2 MB, took 946 MiB to parse; 10 MiB of it, 5 GiB). The largest module of fifteen public
-# model trees has 53,000 tokens.
-MAX_TOKENS = 500_000
+# model trees has 53,000 tokens. The bound follows the size cap, one token per 20 bytes of
+# it (524,288 for the default 10 MiB), so only the command line can raise it too.
+BYTES_PER_TOKEN = 20
+
+
+def token_limit(max_file_size: int) -> int:
+    """The most tokens a file may hold to be analysed, under a size cap."""
+    return max_file_size // BYTES_PER_TOKEN
+
+
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -302,14 +310,20 @@ def _more_tokens_than(text: str, limit: int) -> bool:
     return sum(1 for _ in islice(_TOKEN.finditer(text), limit + 1)) > limit
 
 
-def parse(text: str, filename: str, words: Iterable[str] | None = None) -> ParsedSource:
-    """Parse ``text``; with ``words``, definitions not touching them are parsed lazily."""
+def parse(
+    text: str,
+    filename: str,
+    words: Iterable[str] | None = None,
+    max_tokens: int = token_limit(DEFAULT_MAX_FILE_SIZE),
+) -> ParsedSource:
+    """Parse ``text``; with ``words``, definitions not touching them are parsed lazily. A
+    text of more than ``max_tokens`` tokens is not parsed (``UnreadableSource``)."""
     if "\0" in text:
         line = text.count("\n", 0, text.index("\0")) + 1
         raise UnreadableSource("cannot parse file: it contains a NUL byte", line)
-    if _more_tokens_than(text, MAX_TOKENS):
+    if _more_tokens_than(text, max_tokens):
         raise UnreadableSource(
-            f"file too large to analyse: over {MAX_TOKENS} tokens (the parser alone would "
+            f"file too large to analyse: over {max_tokens} tokens (the parser alone would "
             "hold hundreds of bytes for each)"
         )
     lines = split_lines(text)

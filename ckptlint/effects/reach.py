@@ -423,9 +423,7 @@ class ReachAnalysis:
         """Nodes of a body with the scope each is evaluated in (comprehensions have their
         own), not descending into nested definitions. Where no branch is decided the walk
         depends on the tree and its scopes alone: made once per body and scope, and kept."""
-        deciding = self.evaluator.target_torch is not None and (
-            "version" in module.text or "is_torch_" in module.text
-        )
+        deciding = self.evaluator.target_torch is not None and module.tests_versions
         if deciding:
             return self._walk_with_scopes(statements, scope, module, deciding)
         key = (id(statements), id(scope))

@@ -19,6 +19,7 @@ import ast
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 from ckptlint.project.dependencies import ScanKey
@@ -26,7 +27,14 @@ from ckptlint.project.files import Snapshot
 from ckptlint.project.layout import Layout, resolve_relative
 from ckptlint.project.scopes import ModuleScopes, build_scopes
 from ckptlint.project.search import matches
-from ckptlint.source import UnreadableSource, decode, lines_with_words, parse
+from ckptlint.source import (
+    DEFAULT_MAX_FILE_SIZE,
+    UnreadableSource,
+    decode,
+    lines_with_words,
+    parse,
+    token_limit,
+)
 
 
 class Recorder(Protocol):
@@ -48,6 +56,12 @@ class Module:
     scopes: ModuleScopes = field(repr=False)
     _lines_naming: dict[str, list[int]] = field(default_factory=dict, repr=False)
     _candidates: dict[frozenset[str], list[int]] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def tests_versions(self) -> bool:
+        """Whether the text may test a version (``is_torch_version``, ``__version__``...):
+        only then can a branch of it be decided by the torch the project targets."""
+        return "version" in self.text or "is_torch_" in self.text
 
     @property
     def display_path(self) -> str:
@@ -88,12 +102,14 @@ class Project:
         *,
         lazy: bool = True,
         recorder: Recorder | None = None,
+        max_tokens: int = token_limit(DEFAULT_MAX_FILE_SIZE),
     ) -> None:
         self.layout = layout
         self.files = files or Snapshot()
         self.paths = tuple(os.path.abspath(p) for p in paths)  # every file of the project
         self.eager_words = frozenset(eager_words)
         self.lazy = lazy  # parse definition bodies on first read (see lazy_tree)
+        self.max_tokens = max_tokens  # a file holding more is not parsed (see source.parse)
         self.recorder = recorder
         layout.recorder = recorder
         self._modules: dict[str, Module | None] = {}
@@ -129,7 +145,7 @@ class Project:
     def _load(self, path: str) -> Module | None:
         try:
             text = decode(self.files.data(path))
-            parsed = parse(text, path, self.eager_words if self.lazy else None)
+            parsed = parse(text, path, self.eager_words if self.lazy else None, self.max_tokens)
         except UnreadableSource as error:
             self._errors[path] = error
             return None

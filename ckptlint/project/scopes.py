@@ -36,7 +36,7 @@ class ImportTarget:
     name: str | None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Binding:
     """One place where a name is bound.
 
@@ -219,7 +219,7 @@ def statements_at(body: list[ast.stmt], line: int) -> list[ast.stmt]:
     """The statements containing ``line``, outermost first, by bisecting bodies."""
     path: list[ast.stmt] = []
     while body:
-        index = bisect_right([s.lineno for s in body], line) - 1
+        index = bisect_right(_first_lines(body), line) - 1
         if index < 0:
             break
         statement = body[index]
@@ -228,6 +228,18 @@ def statements_at(body: list[ast.stmt], line: int) -> list[ast.stmt]:
         path.append(statement)
         body = body_containing(statement, line)
     return path
+
+
+def _first_lines(body: list[ast.stmt]) -> list[int]:
+    """The first line of each statement of a body (computed once a body: bisected often)."""
+    found = _FIRST_LINES.get(id(body))
+    if found is None or found[0] is not body or len(found[1]) != len(body):
+        found = _FIRST_LINES[id(body)] = (body, [s.lineno for s in body])
+    return found[1]
+
+
+# body id: (the body, kept so that its id is never reused while the entry lives; its lines)
+_FIRST_LINES: dict[int, tuple[list[ast.stmt], list[int]]] = {}
 
 
 def touches_lines(node: ast.AST, sorted_lines: list[int]) -> bool:

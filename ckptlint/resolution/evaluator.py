@@ -545,7 +545,7 @@ class Evaluator:
         """The torch versions ``node`` runs on: the targeted ones, as far as the ``if`` and
         ``x if test else y`` around it that test the torch version allow."""
         versions = self._targeted
-        if "version" not in module.text and "is_torch_" not in module.text:
+        if not module.tests_versions:
             return versions
         line = node.lineno  # type: ignore[attr-defined]
         scope = module.scopes.module
@@ -602,9 +602,7 @@ class Evaluator:
 
     def _live(self, bindings: list[Binding], module: Module) -> list[Binding]:
         """Bindings made in code that runs on the targeted torch (all, with no target)."""
-        if self.target_torch is None or (
-            "version" not in module.text and "is_torch_" not in module.text
-        ):
+        if self.target_torch is None or not module.tests_versions:
             return bindings
         return [b for b in bindings if not self.versions_at(module, b.node).empty]
 
