@@ -244,6 +244,8 @@ class RootFinder:
     def root(self, path: Path) -> ProjectRoot:
         start = path.absolute()
         folder = start if _is_folder(start) else start.parent
+        while not _is_folder(folder) and folder != folder.parent:
+            folder = folder.parent  # a path that does not exist (standard input's name)
         pyproject = None
         if not self.isolated:
             pyproject = _nearest(folder, self._pyprojects, _configuring_pyproject)

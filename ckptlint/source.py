@@ -51,14 +51,15 @@ DEFAULT_MAX_FILE_SIZE = 10 * 1024 * 1024
 # What the analysis of one file may hold is bounded by its tokens, not its bytes: Python's
 # parser alone holds 500 to 800 bytes a token (measured: a one-line list of 2,000,000 tokens,
 # 2 MB, took 946 MiB to parse; 10 MiB of it, 5 GiB). The largest module of fifteen public
-# model trees has 53,000 tokens. The bound follows the size cap, one token per 20 bytes of
-# it (524,288 for the default 10 MiB), so only the command line can raise it too.
+# model trees has 53,000 tokens. The bound is one token per 20 bytes of the size cap, at
+# least that of the default 10 MiB (524,288): only the command line, which alone can raise
+# the cap, raises it too.
 BYTES_PER_TOKEN = 20
 
 
 def token_limit(max_file_size: int) -> int:
     """The most tokens a file may hold to be analysed, under a size cap."""
-    return max_file_size // BYTES_PER_TOKEN
+    return max(max_file_size, DEFAULT_MAX_FILE_SIZE) // BYTES_PER_TOKEN
 
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -256,17 +257,25 @@ def _in_identifier(character: str) -> bool:
 
 
 def lines_with_words(
-    lines: list[str], words: Iterable[str], *, skip_assigned: bool = False
+    lines: list[str],
+    words: Iterable[str],
+    *,
+    skip_assigned: bool = False,
+    text: str | None = None,
+    names: frozenset[str] | None = None,
 ) -> frozenset[int]:
     """1-based numbers of the lines where any of ``words`` appears as a whole identifier.
 
     With ``skip_assigned``, an occurrence followed by ``=`` (a keyword argument such as
     ``checkpoint=_CHECKPOINT_FOR_DOC``, or a plain assignment target) does not count.
+    ``text`` (the lines joined) and ``names`` (its ``identifiers``) save computing them
+    again for a text searched often.
     """
-    text = "".join(lines)
+    if text is None:
+        text = "".join(lines)
     words = list(words)
     if len(words) > _FEW_WORDS:  # one pass over the text beats a search per word
-        words = sorted(identifiers(text).intersection(words))
+        words = sorted((names if names is not None else identifiers(text)).intersection(words))
     starts = sorted(start for word in words for start in word_starts(text, word))
     if skip_assigned:
         starts = [start for start in starts if not _assigned_at(text, start)]

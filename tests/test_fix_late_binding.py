@@ -167,7 +167,7 @@ def test_a_lambda_fixed_inside_a_call_that_ckp001_fixes_too(project: Path) -> No
     )
     result = run_cli("--fix", "--unsafe-fixes", "model.py", cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Fixed 2 findings." in result.stdout
+    assert "Found 2 findings (2 fixed, 0 remaining)." in result.stdout
     assert path.read_text() == in_forward(
         "for layer in self.layers:\n"
         "    x = checkpoint(lambda h, layer=layer: layer(h), x, use_reentrant=False)\n"

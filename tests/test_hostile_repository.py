@@ -215,6 +215,7 @@ def test_the_configuration_cannot_raise_the_file_size_ceiling(project: Path) -> 
                 "code": "CKP901",
                 "message": "file too large: over max-file-size (10485760 bytes)",
                 "fixable": False,
+                "fix_applicability": None,
             }
         ],
     )

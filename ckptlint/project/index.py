@@ -31,6 +31,7 @@ from ckptlint.source import (
     DEFAULT_MAX_FILE_SIZE,
     UnreadableSource,
     decode,
+    identifiers,
     lines_with_words,
     parse,
     token_limit,
@@ -85,9 +86,22 @@ class Module:
         line that only assigns to such a name does not count."""
         found = self._candidates.get(words)
         if found is None:
-            found = sorted(lines_with_words(self.lines, sorted(words), skip_assigned=True))
+            found = sorted(
+                lines_with_words(
+                    self.lines,
+                    sorted(words & self.identifiers),
+                    skip_assigned=True,
+                    text=self.text,
+                    names=self.identifiers,
+                )
+            )
             self._candidates[words] = found
         return found
+
+    @cached_property
+    def identifiers(self) -> frozenset[str]:
+        """Every identifier-like word of the text (strings and comments included)."""
+        return identifiers(self.text)
 
 
 class Project:
