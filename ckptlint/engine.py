@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, cast
 
 from packaging.version import Version
 
@@ -205,15 +205,15 @@ class Analyser:
         """What a computation read, as the cache checks it."""
         dependencies = Dependencies()
         for fact, value in self.analysis.solver.facts(unit.reads):
-            kind, subject = fact  # type: ignore[misc]
+            kind, subject = cast(tuple[str, Any], fact)
             if kind == "module":
-                dependencies.modules[subject] = value  # type: ignore[assignment]
+                dependencies.modules[subject] = value
             elif kind == "resolved":
-                dependencies.resolved[subject] = value  # type: ignore[assignment]
+                dependencies.resolved[subject] = value
             elif kind == "package":
-                dependencies.packages[subject] = value  # type: ignore[assignment]
+                dependencies.packages[subject] = value
             elif kind == "scan":
-                dependencies.scans[subject] = value  # type: ignore[assignment]
+                dependencies.scans[subject] = value
         return dependencies
 
 

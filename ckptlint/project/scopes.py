@@ -188,10 +188,10 @@ def node_position(node: ast.AST) -> Position:
 
 def end_position(node: ast.AST) -> Position:
     """Where a node ends."""
-    return (
-        getattr(node, "end_lineno", None) or getattr(node, "lineno", 0),
-        getattr(node, "end_col_offset", None) or 0,
-    )
+    start: int = getattr(node, "lineno", 0)
+    end: int | None = getattr(node, "end_lineno", None)
+    column: int | None = getattr(node, "end_col_offset", None)
+    return (end or start, column or 0)
 
 
 def nested_bodies(statement: ast.stmt) -> list[list[ast.stmt]]:

@@ -77,8 +77,8 @@ def calls_on_lines(module: Module, lines: list[int]) -> list[tuple[ast.Call, Sco
 
 def _decorators_touch(node: ast.AST, lines: list[int]) -> bool:
     """A definition's decorators lie before its ``def`` line."""
-    decorators = getattr(node, "decorator_list", None)
-    return bool(decorators) and any(touches_lines(d, lines) for d in decorators)
+    decorators: list[ast.expr] = getattr(node, "decorator_list", None) or []
+    return any(touches_lines(d, lines) for d in decorators)
 
 
 def _statement_parts(
@@ -94,11 +94,11 @@ def _statement_parts(
             header = [*statement.decorator_list, *outside_parts(statement.args)]
             if statement.returns is not None:
                 header.append(statement.returns)
-        parts = [(part, scope) for part in header]
+        own = [(part, scope) for part in header]
         inner = module.scopes.function_scope(statement)
         if inner is not None:
-            parts.extend((child, inner) for child in statement.body)
-        return parts
+            own.extend((child, inner) for child in statement.body)
+        return own
     if isinstance(statement, ast.If) and is_type_checking(statement.test):
         return [(child, scope) for child in statement.orelse]  # its body never runs
     parts: list[tuple[ast.AST, Scope]] = []

@@ -106,7 +106,7 @@ class Solver:
         self.computed = 0  # answers computed (not reused): the work done
         self.recomputed = 0  # of those, provisional ones (computed again by later questions)
         self._facts: dict[Hashable, int] = {}
-        self.fact_values: list[tuple[Hashable, object]] = []
+        self.fact_values: list[tuple[Hashable, Any]] = []
 
     # -- questions ----------------------------------------------------------------------------
     def ask(
@@ -128,7 +128,7 @@ class Solver:
                 stack[-1].cut = True
         if answer is not None:
             self._reuse(answer)
-            return answer.value  # type: ignore[no-any-return]
+            return answer.value
         if key in self._active:
             stack[-1].cut = True
             return fallback
@@ -217,7 +217,7 @@ class Solver:
             for unit in self._units:
                 unit.reads |= bit
 
-    def facts(self, reads: int) -> Iterator[tuple[Hashable, object]]:
+    def facts(self, reads: int) -> Iterator[tuple[Hashable, Any]]:
         """The facts of a bit mask, with the values they had when read."""
         index = 0
         while reads:
