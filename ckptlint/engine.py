@@ -49,11 +49,12 @@ from ckptlint.core import Finding
 from ckptlint.lazy_tree import check_unparsed_bodies
 from ckptlint.noqa import file_exemption, is_suppressed
 from ckptlint.project import cache
-from ckptlint.project.dependencies import Dependencies, ScanKey
+from ckptlint.project.dependencies import Dependencies, ScanKey, ShapeRead
 from ckptlint.project.files import MISSING, Snapshot, StoredFile, digest_of
 from ckptlint.project.index import Module, Project, scan
 from ckptlint.project.layout import Layout
 from ckptlint.project.search import NAMES, matches
+from ckptlint.project.shapes import Shape, shape_of
 from ckptlint.regions.sources import SourceTable, configured_source
 from ckptlint.resolution.solver import TOO_DEEP, Fault, Unit
 from ckptlint.rules import ALL_RULES
@@ -176,7 +177,7 @@ class Analyser:
             except Exception as bug:  # a bug of ours must not stop the run
                 internal_error = f"{type(bug).__name__}: {bug}"
         digest = project.files.digest(path)
-        dependencies = self._dependencies(unit)
+        dependencies = self._dependencies(unit, shapes=True)
         return Exported(
             path, digest, self.words.digest, calls, classes, error, internal_error, dependencies
         )
@@ -201,13 +202,20 @@ class Analyser:
             found = [f.without_fix() for f in found]
         return Analysed(path, tuple(found), None, self._dependencies(unit))
 
-    def _dependencies(self, unit: Unit) -> Dependencies:
-        """What a computation read, as the cache checks it."""
+    def _dependencies(self, unit: Unit, *, shapes: bool = False) -> Dependencies:
+        """What a computation read, as the cache checks it: whole modules (a file's
+        findings), or with ``shapes`` what was read of each, positions aside (exports)."""
         dependencies = Dependencies()
         for fact, value in self.analysis.solver.facts(unit.reads):
-            kind, subject = cast(tuple[str, Any], fact)
-            if kind == "module":
+            kind, subject, *detail = cast(tuple[Any, ...], fact)
+            if kind == "module" and not shapes:
                 dependencies.modules[subject] = value
+            elif kind == "module":
+                read = dependencies.shapes.get(subject)
+                if read is None:
+                    dependencies.shapes[subject] = ShapeRead(*value)
+            elif kind in _SHAPE_FACTS and shapes:
+                self._read_shape(dependencies, kind, subject, detail, value)
             elif kind == "resolved":
                 dependencies.resolved[subject] = value
             elif kind == "package":
@@ -215,6 +223,25 @@ class Analyser:
             elif kind == "scan":
                 dependencies.scans[subject] = value
         return dependencies
+
+    def _read_shape(
+        self, dependencies: Dependencies, kind: str, path: str, detail: list, value: Any
+    ) -> None:
+        read = dependencies.shapes.get(path)
+        if read is None:  # the module's own fact comes first: facts are numbered as read
+            name = self.project.layout.module_name(path)
+            read = dependencies.shapes[path] = ShapeRead(self.project.files.digest(path), name)
+        if kind == "skeleton":
+            read.skeleton = value[0]
+        elif kind == "part":
+            read.parts[detail[0]] = value
+        elif kind == "names":
+            read.names[detail[0]] = value
+        else:
+            read.versions = value
+
+
+_SHAPE_FACTS = frozenset({"skeleton", "part", "names", "versions"})
 
 
 def analyze(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
@@ -440,6 +467,7 @@ class _State:
     words: Words
     rounds: list[Round] = field(default_factory=list)
     exported: dict[tuple[str, str], Exported] = field(default_factory=dict)
+    shapes: dict[str, Shape] = field(default_factory=dict)  # of changed files, as checked
     analysed: set[str] = field(default_factory=set)  # files discovery analysed
     errors: dict[str, Finding] = field(default_factory=dict)  # CKP901 of those
     internal_errors: dict[str, str] = field(default_factory=dict)
@@ -664,6 +692,11 @@ class Engine:
         for path, (digest, name) in dependencies.modules.items():
             if snapshot.digest(path) != digest or layout.module_name(path) != name:
                 return False
+        for path, read in dependencies.shapes.items():
+            if layout.module_name(path) != read.name:
+                return False
+            if snapshot.digest(path) != read.digest and not self._same_shape(state, path, read):
+                return False
         for name, resolved in dependencies.resolved.items():
             if layout.find(name) != resolved:
                 return False
@@ -671,6 +704,23 @@ class Engine:
             if layout.is_project_package(name) != found:
                 return False
         return all(self._scan(state, key) == paths for key, paths in dependencies.scans.items())
+
+    def _same_shape(self, state: _State, path: str, read: ShapeRead) -> bool:
+        """Whether a changed file still gives what was read of it (early cutoff)."""
+        shape = state.shapes.get(path)
+        if shape is None:
+            try:
+                text = decode(state.snapshot.data(path))
+            except UnreadableSource:
+                return False
+            shape = state.shapes[path] = shape_of(split_lines(text), text)
+        if read.skeleton is not None and shape.skeleton != read.skeleton:
+            return False
+        if read.versions is not None and shape.versions != read.versions:
+            return False
+        if any(shape.parts.get(key) != digest for key, digest in read.parts.items()):
+            return False
+        return all(shape.naming(name) == where for name, where in read.names.items())
 
     def _scan(self, state: _State, key: ScanKey) -> tuple[str, ...]:
         found = state.scans.get(key)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import re
 import symtable
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 _DEFINITION = re.compile(r"(?:async[ \t]+def|def|class)[ \t]")
@@ -108,6 +108,12 @@ def check_unparsed_bodies(tree: ast.Module, text: str, filename: str) -> None:
         ast.parse(text, filename)
 
 
+def definition_chunks(lines: list[str]) -> list[tuple[int, int]]:
+    """The lines (0-based start, end excluded) of each top-level ``def`` or ``class`` with its
+    decorators, as the split finds them from the text alone."""
+    return [(chunk.start, chunk.end) for chunk in _split(lines) if chunk.is_definition]
+
+
 def _split(lines: list[str]) -> list[_Chunk]:
     """Top-level statements by their first line; decorators join their definition."""
     starts: list[int] = []
@@ -183,10 +189,13 @@ class _LazyBody:
     end_lineno: int | None
     _parsed_body: list[ast.stmt] | None = None
     _failed = False  # the body does not parse: a syntax error the file's check reports
+    on_read: Callable[[], None] | None = None  # told each time the body is read
     _parsed_end_col_offset: int | None = None
 
     @property
     def body(self) -> list[ast.stmt]:
+        if self.on_read is not None:
+            self.on_read()
         body = self._parsed_body
         return body if body is not None else self._parse()
 
@@ -257,6 +266,7 @@ class LazyClassDef(_LazyBody, ast.ClassDef):
     _real_type = ast.ClassDef
 
 
+LAZY_DEFINITIONS = (LazyFunctionDef, LazyAsyncFunctionDef, LazyClassDef)
 _LAZY_TYPES: dict[type, type] = {
     ast.FunctionDef: LazyFunctionDef,
     ast.AsyncFunctionDef: LazyAsyncFunctionDef,

@@ -41,6 +41,9 @@ class Package:
     late_binding: bool = False
     star_cycle: bool = False
     shadow: bool = False  # pkg/layers/__init__.py next to pkg/layers.py
+    # Edits that keep every module's exports: a body no other module reads, lines moved
+    # (what early cutoff must see through, and must not see through where it matters).
+    noise: int = 0
 
     def files(self) -> dict[str, str]:
         files = {
@@ -60,11 +63,12 @@ class Package:
             f"\n\ndef wrap{i}(function, *args):\n    return wrap{i - 1}(function, *args)\n"
             for i in range(1, self.chain)
         )
+        unrelated = f"\n\ndef unrelated():\n    return {self.noise}\n" + "\n" * self.noise
         if self.chain_split and self.chain > 1:
-            files["pkg/base.py"] = first
-            files["pkg/wrappers.py"] = "from pkg.base import wrap0\n" + rest
+            files["pkg/base.py"] = first + unrelated
+            files["pkg/wrappers.py"] = "from pkg.base import wrap0\n" + unrelated + rest
         else:
-            files["pkg/wrappers.py"] = first + rest
+            files["pkg/wrappers.py"] = first + unrelated + rest
         layer = self._layer()
         if self.shadow:
             files["pkg/layers/__init__.py"] = layer
@@ -88,7 +92,10 @@ class Package:
         value = "config.SCALE" if self.read == "attribute" else "SCALE"
         table = "config.TABLE" if self.read == "attribute" else "TABLE"
         return (
-            "import torch.nn as nn\n" + imports + "\n\nclass Block(nn.Module):\n"
+            "import torch.nn as nn\n"
+            + imports
+            + "\n" * (2 + self.noise)
+            + "class Block(nn.Module):\n"
             "    def __init__(self):\n"
             "        super().__init__()\n"
             "        self.lin = nn.Linear(4, 4)\n"
@@ -125,6 +132,7 @@ packages = st.builds(
     late_binding=st.booleans(),
     star_cycle=st.booleans(),
     shadow=st.booleans(),
+    noise=st.integers(0, 2),
 )
 edits = st.sampled_from(
     [
@@ -137,6 +145,7 @@ edits = st.sampled_from(
         ("late_binding", st.booleans()),
         ("star_cycle", st.booleans()),
         ("shadow", st.booleans()),
+        ("noise", st.integers(0, 3)),
     ]
 ).flatmap(lambda edit: edit[1].map(lambda value: (edit[0], value)))
 

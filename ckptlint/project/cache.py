@@ -45,7 +45,7 @@ from typing import Any
 
 from ckptlint import __version__
 from ckptlint.core import Finding
-from ckptlint.project.dependencies import Dependencies, ScanKey
+from ckptlint.project.dependencies import Dependencies, ScanKey, ShapeRead
 from ckptlint.project.files import StoredFile
 from ckptlint.project.search import KINDS
 
@@ -574,12 +574,47 @@ def encode_dependencies(dependencies: Dependencies) -> list:
         [[name, path] for name, path in dependencies.resolved.items()],
         [[name, found] for name, found in dependencies.packages.items()],
         encode_scans(dependencies.scans),
+        [_encode_shape(path, read) for path, read in dependencies.shapes.items()],
     ]
 
 
+def _encode_shape(path: str, read: ShapeRead) -> list:
+    parts = [[key, digest] for key, digest in read.parts.items()]
+    names = [[name, [list(item) for item in where]] for name, where in read.names.items()]
+    return [path, read.digest, read.name, read.skeleton, parts, names, read.versions]
+
+
+def _decode_shape(value: object) -> tuple[str, ShapeRead]:
+    path, digest, name, skeleton, parts, names, versions = _list(value)
+    if type(path) is not str or type(digest) is not str or type(name) is not str:
+        raise Invalid
+    if (skeleton is not None and type(skeleton) is not str) or (
+        versions is not None and type(versions) is not bool
+    ):
+        raise Invalid
+    read = ShapeRead(digest, name, skeleton, versions=versions)
+    for key, part in _list(parts):
+        if type(key) is not str or type(part) is not str:
+            raise Invalid
+        read.parts[key] = part
+    for searched, where in _list(names):
+        if type(searched) is not str:
+            raise Invalid
+        found = []
+        for key, count in _list(where):
+            if type(key) is not str or type(count) is not int:
+                raise Invalid
+            found.append((key, count))
+        read.names[searched] = tuple(found)
+    return path, read
+
+
 def decode_dependencies(value: object) -> Dependencies:
-    modules, resolved, packages, scans = _list(value)
+    modules, resolved, packages, scans, shapes = _list(value)
     dependencies = Dependencies()
+    for entry in _list(shapes):
+        path, read = _decode_shape(entry)
+        dependencies.shapes[path] = read
     found_modules = dependencies.modules
     for path, digest, name in _list(modules):
         if type(path) is not str or type(digest) is not str or type(name) is not str:

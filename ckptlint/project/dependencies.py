@@ -1,10 +1,16 @@
 """What one computation (a module's exports, a file's findings) read of the project.
 
-The project index records into the active ``Dependencies`` every module it hands out, every
-module name it resolves, every folder it asks about and every text search it runs over the
-project's files. A stored result is reused only while all of these give the same answers:
-that is the whole of the cache's reasoning, so a result never outlives what it was computed
-from, whichever files a run names and in whatever order it computes them.
+The project index records every module it hands out, every module name it resolves, every
+folder it asks about and every text search it runs over the project's files. A stored
+result is reused only while all of these give the same answers: that is the whole of the
+cache's reasoning, so a result never outlives what it was computed from, whichever files a
+run names and in whatever order it computes them.
+
+A file's findings depend on whole modules (``modules``: their messages name lines of them).
+A module's exports, the names discovery learns, depend only on what was read of each module
+(``shapes``: its skeleton, the definitions whose bodies were read, where the names searched
+for lie, positions aside; see ``project.shapes``), so an edit another module's exports never
+looked at (a body, lines moved) leaves them valid: early cutoff.
 """
 
 from __future__ import annotations
@@ -16,14 +22,21 @@ ScanKey = tuple[str, str]
 
 
 @dataclass
+class ShapeRead:
+    """What a computation read of one module, positions aside (see ``project.shapes``)."""
+
+    digest: str  # the file's digest then: while it is the same, everything holds
+    name: str  # its module name
+    skeleton: str | None = None  # the skeleton's digest, when read
+    parts: dict[str, str] = field(default_factory=dict)  # definition: digest, bodies read
+    names: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # searched
+    versions: bool | None = None  # whether it tests versions, when asked
+
+
+@dataclass
 class Dependencies:
     modules: dict[str, tuple[str, str]] = field(default_factory=dict)  # path: (digest, name)
+    shapes: dict[str, ShapeRead] = field(default_factory=dict)  # path: what was read of it
     resolved: dict[str, str | None] = field(default_factory=dict)  # module name: its file
     packages: dict[str, bool] = field(default_factory=dict)  # name: a project folder
     scans: dict[ScanKey, tuple[str, ...]] = field(default_factory=dict)  # key: files found
-
-    def merge(self, other: Dependencies) -> None:
-        self.modules.update(other.modules)
-        self.resolved.update(other.resolved)
-        self.packages.update(other.packages)
-        self.scans.update(other.scans)

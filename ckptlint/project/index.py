@@ -19,14 +19,16 @@ import ast
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Protocol
 
+from ckptlint.lazy_tree import LAZY_DEFINITIONS
 from ckptlint.project.dependencies import ScanKey
 from ckptlint.project.files import Snapshot
 from ckptlint.project.layout import Layout, resolve_relative
 from ckptlint.project.scopes import ModuleScopes, build_scopes
 from ckptlint.project.search import matches
+from ckptlint.project.shapes import Shape, shape_of
 from ckptlint.source import (
     DEFAULT_MAX_FILE_SIZE,
     UnreadableSource,
@@ -55,14 +57,17 @@ class Module:
     lines: list[str] = field(repr=False)
     tree: ast.Module = field(repr=False)
     scopes: ModuleScopes = field(repr=False)
-    _lines_naming: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    shape: Shape = field(repr=False)
+    recorder: Recorder | None = field(default=None, repr=False)
     _candidates: dict[frozenset[str], list[int]] = field(default_factory=dict, repr=False)
 
-    @cached_property
+    @property
     def tests_versions(self) -> bool:
         """Whether the text may test a version (``is_torch_version``, ``__version__``...):
         only then can a branch of it be decided by the torch the project targets."""
-        return "version" in self.text or "is_torch_" in self.text
+        if self.recorder is not None:
+            self.recorder.read(("versions", self.path), self.shape.versions)
+        return self.shape.versions
 
     @property
     def display_path(self) -> str:
@@ -75,11 +80,9 @@ class Module:
 
     def lines_naming(self, name: str) -> list[int]:
         """Lines where ``name`` appears as a whole identifier (a text search, no parsing)."""
-        found = self._lines_naming.get(name)
-        if found is None:
-            found = sorted(lines_with_words(self.lines, [name])) if name in self.text else []
-            self._lines_naming[name] = found
-        return found
+        if self.recorder is not None:
+            self.recorder.read(("names", self.path, name), self.shape.naming(name))
+        return self.shape.lines_naming(name)
 
     def candidate_lines(self, words: frozenset[str]) -> list[int]:
         """Lines naming one of ``words`` (ascending), where calls of interest can be; a
@@ -127,6 +130,8 @@ class Project:
         self.recorder = recorder
         layout.recorder = recorder
         self._modules: dict[str, Module | None] = {}
+        # Definitions parsed with their module (not lazily): read whenever the module is.
+        self._always_read: dict[str, list[str]] = {}
         self._errors: dict[str, UnreadableSource] = {}
         self._scans: dict[ScanKey, tuple[str, ...]] = {}
 
@@ -148,8 +153,12 @@ class Project:
         else:
             module = modules[path] = self._load(path)
         if self.recorder is not None:
-            fact = (self.files.digest(path), self.layout.module_name(path))
-            self.recorder.read(("module", path), fact)
+            name = self.layout.module_name(path)
+            self.recorder.read(("module", path), (self.files.digest(path), name))
+            if module is not None:
+                self.recorder.read(("skeleton", path), (module.shape.skeleton, name))
+                for key in self._always_read.get(path, ()):
+                    self.recorder.read(("part", path, key), module.shape.parts[key])
         return module
 
     def error(self, path: str) -> UnreadableSource | None:
@@ -174,7 +183,28 @@ class Project:
         )
         name = self.layout.module_name(path)
         is_package = self.layout.is_package(path)
-        return Module(path, name, is_package, text, lines, tree, build_scopes(tree, walrus))
+        shape = shape_of(lines, text)
+        self._watch_reads(path, tree, shape)
+        scopes = build_scopes(tree, walrus)
+        return Module(path, name, is_package, text, lines, tree, scopes, shape, self.recorder)
+
+    def _watch_reads(self, path: str, tree: ast.Module, shape: Shape) -> None:
+        """Have each lazily parsed definition tell the recorder when its body is read; the
+        others count as read with their module."""
+        always = self._always_read[path] = []
+        for statement in tree.body:
+            key = shape.key_at(statement.lineno)
+            if not key:
+                continue
+            if isinstance(statement, LAZY_DEFINITIONS):
+                fact = ("part", path, key)
+                statement.on_read = partial(self._read, fact, shape.parts[key])
+            elif key not in always:
+                always.append(key)
+
+    def _read(self, fact: Hashable, value: object) -> None:
+        if self.recorder is not None:
+            self.recorder.read(fact, value)
 
     # -- text searches over every file of the project ----------------------------------------
     def files_matching(self, kind: str, word: str) -> tuple[str, ...]:
