@@ -473,7 +473,12 @@ class Region:
         found = watch.verdict()
         if found is not None:
             name, old, new, evidence, certain = found
-            self._report(_explain.torch_state_error(self.name, name, old, new, evidence, certain))
+            error = _explain.torch_state_error(self.name, name, old, new, evidence, certain)
+            if certain or self.options.strict:
+                self._report(error)
+            else:  # a verdict the guard is not sure of is a warning, unless strict was asked
+                self.found.append((error.kind, error.details))
+                _explain.report(error, "warn", self.location())
 
     def _recompute_body(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
         if self.watch or self.strict_forward is not None or self.stats is not None:
