@@ -362,18 +362,13 @@ class _Source:
 
     # the compiled functions -----------------------------------------------------------------
 
-    def compile(self, heads: int, modules_end: int) -> tuple[Any, Any, Any]:
-        """(read, read_modules, read_shared): the whole read; the modules' part; the torch
-        settings and global hooks, and the functions' part.
+    def compile(self, heads: int, modules_end: int) -> _Compiled:
+        """The modules' part, and the torch settings, global hooks and functions' part.
         See NOTE [ Shared state, read once per backward pass ]"""
         items = self.items
         head, own_items, shared = items[:heads], items[heads:modules_end], items[modules_end:]
         source = "\n".join(
             [
-                "def read(mods, roots, own):",
-                *self.module_lines,
-                *self.function_lines,
-                _returned(items),
                 "def read_modules(mods):",
                 *self.module_lines,
                 _returned(own_items),
@@ -382,9 +377,43 @@ class _Source:
                 f"    return {_tuple(head)}, {_tuple(shared)}",
             ]
         )
-        namespace = self.namespace
+        return _compiled_for(source, self.namespace)
+
+
+class _Compiled:
+    """A reader's two compiled functions, shared by the readers whose source and namespace
+    are the same: the layers of a model, read one after another, run one copy of the code,
+    so its bytes are fetched into the CPU caches once per pass, not once per layer."""
+
+    __slots__ = ("read_modules", "read_shared", "__weakref__")
+
+    def __init__(self, source: str, namespace: dict) -> None:
         exec(compile(source + "\n", "<ckptguard region reader>", "exec"), namespace)
-        return namespace["read"], namespace["read_modules"], namespace["read_shared"]
+        self.read_modules = namespace["read_modules"]
+        self.read_shared = namespace["read_shared"]
+
+
+# (source, identities of the namespace's values) -> weak reference to the readers' _Compiled.
+# The compiled functions hold their namespace, so while an entry's functions live its ids
+# name the same objects; the entry goes with them.
+# See NOTE [ Never keeps a user's object alive ]
+_compiled: dict[tuple, weakref.ref] = {}
+
+
+def _compiled_for(source: str, namespace: dict) -> _Compiled:
+    key = (source, tuple([(name, id(value)) for name, value in namespace.items()]))
+    ref = _compiled.get(key)
+    found = ref() if ref is not None else None
+    if found is not None:
+        return found
+    found = _Compiled(source, namespace)
+
+    def forget(dead: weakref.ref, key: tuple = key) -> None:
+        if _compiled.get(key) is dead:
+            del _compiled[key]
+
+    _compiled[key] = weakref.ref(found, forget)
+    return found
 
 
 class RegionReader:
@@ -395,7 +424,7 @@ class RegionReader:
     """
 
     __slots__ = (
-        "read",
+        "compiled",
         "read_modules",
         "read_shared",
         "shared_signature",
@@ -451,7 +480,8 @@ class RegionReader:
             source.add_module(index, plan, module, top_hooks and index == 0)
         modules_end = len(source.items)
         source.add_functions(function_plans, class_functions, functions)
-        self.read, self.read_modules, self.read_shared = source.compile(heads, modules_end)
+        self.compiled = compiled = source.compile(heads, modules_end)
+        self.read_modules, self.read_shared = compiled.read_modules, compiled.read_shared
 
         self.labels = tuple(source.labels)
         self.weak_functions = tuple(source.weak_functions)
@@ -473,6 +503,12 @@ class RegionReader:
             tuple(map(id, function_plans)),
             tuple(map(id, class_functions)),
         )
+
+    def read(self, modules: list, roots: list, own: frozenset) -> tuple:
+        """The whole read: torch settings and global hooks, the modules' part, the functions'
+        part, in that order (the positions of ``labels``)."""
+        head, functions = self.read_shared(roots, own)
+        return head + self.read_modules(modules) + functions
 
     def shape_of(self, values: tuple) -> tuple:
         if self._shape_of is None:
@@ -510,11 +546,8 @@ class RegionReader:
             self.top_hooks,
             safe=True,
         )
-        self.read, self.read_modules, self.read_shared = (
-            safe.read,
-            safe.read_modules,
-            safe.read_shared,
-        )
+        self.compiled = safe.compiled
+        self.read_modules, self.read_shared = safe.read_modules, safe.read_shared
         self.safe = True
         return self.read(modules, roots, own)
 

@@ -313,7 +313,8 @@ CONFIG = CACHE = TABLE = KEY = None
 
 def test_the_shared_part_is_read_once_per_backward_pass(monkeypatch) -> None:
     """Three layers running the same code: one read of what they share per backward pass (and
-    one per region at its forward); their modules are read for each recompute."""
+    one per region at its forward, with its modules); their modules are read for each
+    recompute."""
     from ckptguard import _reader
 
     counts = {"shared": 0, "modules": 0}
@@ -339,7 +340,8 @@ def test_the_shared_part_is_read_once_per_backward_pass(monkeypatch) -> None:
     with ckptguard.guard():
         for _ in range(2):
             model(x).sum().backward()
-    assert counts == {"shared": 2, "modules": 6}
+    forwards = 6  # two steps of three regions
+    assert counts == {"shared": 2 + forwards, "modules": 6 + forwards}
 
 
 # ------------------------------------------- what a region's structure remembers: its reader
