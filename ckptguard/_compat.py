@@ -57,6 +57,33 @@ NORMS_WITH_STATISTICS: tuple[type, ...] = tuple(
 ) or (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
 FSDP_STATE_MODULE = "torch.distributed._composable_state"
 
+
+def _segment_code() -> Any:
+    """The code of the closure ``checkpoint_sequential`` checkpoints for each segment (its
+    ``run_function``'s ``forward``), found among the constants of its code; None if absent."""
+    pending = [torch_checkpoint.checkpoint_sequential.__code__]
+    while pending:
+        code = pending.pop()
+        for const in code.co_consts:
+            if inspect.iscode(const):
+                if const.co_name == "forward" and code.co_name == "run_function":
+                    return const
+                pending.append(const)
+    return None
+
+
+# a method patched on torch.Tensor lands in its own dict (its C methods live in TensorBase)
+TENSOR_METHOD: Callable[[str], Any] = torch.Tensor.__dict__.get
+
+# checkpoint_sequential's segment closure, and where its list and bounds are in its closure:
+# an item of a plain list replaced after the forward is what the recompute runs
+SEGMENT_CODE: Any = _segment_code()
+SEGMENT_CELLS: tuple[int, ...] = (
+    tuple(SEGMENT_CODE.co_freevars.index(n) for n in ("functions", "start", "end"))
+    if SEGMENT_CODE is not None and {"functions", "start", "end"} <= set(SEGMENT_CODE.co_freevars)
+    else ()
+)
+
 # private helpers the dispatch-mode layers subclass or call, re-exported from here only
 __all__ = [
     "TorchDispatchMode",

@@ -162,6 +162,7 @@ class Region:
         "found",
         "forward_done",
         "unguarded",
+        "context_fn",
         "scoped",
         "pending",
         "_name",
@@ -189,6 +190,7 @@ class Region:
         self.found: list = []
         self.forward_done = False
         self.unguarded = False  # the guard failed on this region: torch runs it plainly
+        self.context_fn = False  # a user context_fn: its contexts may differ by design
         # strict mode's recompute pass is entered by a wrapped context_fn, under the user's
         # recompute context (whose dispatch mode must stay on top), not inside the function
         self.scoped = False
@@ -337,6 +339,9 @@ class Region:
         )
         self.modules = modules = fingerprint.modules
         self.root = _names.root_ref(modules[0]) if modules else None
+        if fingerprint.iterators:  # the recompute will draw their next values
+            advanced = _verify.advanced_iterators(fingerprint, self.name_module)
+            _explain.advanced_iterators(self.name, advanced, self.location())
         if self.strict_forward is not None:
             state_ids: set[int] = set()
             for module in observed if observer is None else observer.modules.values():
@@ -449,13 +454,41 @@ class Region:
         except Exception as error:  # See NOTE [ The guard never stops training ]
             self.give_up("verify", error)
             return self.fn(*args, **kwargs)
-        if found is not None:  # raised outside the except block: no internal context
-            self._report(
-                _explain.mismatch_error(
-                    self.name, found.kind, found.name, found.where, found.old, found.new
-                )
-            )
         resolved = _compat.resolve()
+        if found is not None:  # raised outside the except block: no internal context
+            mismatch = _explain.mismatch_error(
+                self.name, found.kind, found.name, found.where, found.old, found.new
+            )
+            if self.context_fn:
+                return self._recompute_then_report(mismatch, args, kwargs, settings, resolved)
+            self._report(mismatch)
+        return self._recompute_judged(args, kwargs, settings, resolved)
+
+    def _recompute_then_report(
+        self, error: CheckpointGuardError, args: tuple, kwargs: dict, settings: list, resolved: Any
+    ) -> Any:
+        """A region given a ``context_fn``, whose forward context may set state the recompute
+        context does not: the region's own exception, if its recompute raises one, is what the
+        user sees (the guard's finding added as a note); one that runs through is reported."""
+        stopped = None
+        try:
+            out = self._recompute_judged(args, kwargs, settings, resolved)
+        except resolved.stop_recomputation_error as stop:
+            stopped = stop
+        except BaseException as own:
+            if hasattr(own, "add_note"):  # Python 3.11+
+                found = "\n".join(str(error).splitlines()[:2])
+                own.add_note(f"ckptguard found before this recompute began:\n{found}")
+            raise
+        self._report(error)
+        if stopped is not None:
+            raise stopped
+        return out
+
+    def _recompute_judged(
+        self, args: tuple, kwargs: dict, settings: list, resolved: _compat.Torch
+    ) -> Any:
+        """The recompute, under a watch of the torch settings that changed, if any."""
         if not settings:
             return self._recompute_body(args, kwargs, resolved)
         # only torch settings changed: judged by what the recompute runs
@@ -730,6 +763,7 @@ def _guard_generator(original: Any) -> Any:
         region = Region(fn, options, reentrant=False, preserve=preserve)
         context_fn = context_argument.get(args, kwargs)
         if context_fn is not noop_context:  # selective checkpointing's policy is watched
+            region.context_fn = True
             watched = _selective.watched(region, context_fn)
             args, kwargs = context_argument.replace(args, kwargs, watched)
         if options.strict:
