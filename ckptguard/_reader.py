@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import operator
 import os
+import types
 import weakref
 from typing import Any
 
@@ -98,15 +99,24 @@ def _tensor(expression: str, loose: bool, safe: bool) -> str:
     )
 
 
-def _global_chain(namespace: str, chain: tuple, spec: tuple | None, name: str) -> tuple:
-    """(expression, namespace entries) reading a global or an attribute chain from one,
-    through the plan's inline spec (see ``_readplan.inline_spec``) where there is one, else
-    ``read_chain``. ``name`` prefixes the namespace entries."""
-    root = f"{namespace}.get({chain[0]!r}, MISSING)"
+def _chain(root: str, chain: tuple, spec: tuple | None, name: str) -> tuple:
+    """(expression, namespace entries) reading an attribute chain from the value ``root``
+    evaluates to (a global, a module's attribute), through the plan's inline spec (see
+    ``_readplan.inline_spec``) where there is one, else ``read_chain``. ``name`` prefixes the
+    namespace entries."""
     if len(chain) == 1:
         return root, {}
     if spec is None:
         return f"read_chain({root}, {chain[1:]!r})", {}
+    if spec[0] == "modules":  # through modules' dicts: torch.nn.functional.dropout
+        entries = {f"{name}v": spec[1], "MODULE": types.ModuleType}
+        steps = [f"type(_r := {root}) is MODULE"]
+        steps += [
+            f"type(_r := OGA(_r, '__dict__').get({a!r}, MISSING)) is MODULE" for a in chain[1:-1]
+        ]
+        steps.append(f"type(_v := OGA(_r, '__dict__').get({chain[-1]!r}, MISSING)) is {name}v")
+        fallback = f"read_chain({root}, {chain[1:]!r})"
+        return f"(_v if {' and '.join(steps)} else {fallback})", entries
     attribute = chain[1]
     fallback = f"read_chain(_r, {chain[1:]!r})"
     if spec[0] == "own":
@@ -134,10 +144,6 @@ def _tuple(items: list[str]) -> str:
 
 def _returned(items: list[str]) -> str:
     return f"    return {_tuple(items)}"
-
-
-def _module_chain(expression: str, chain: tuple) -> str:
-    return expression if len(chain) == 1 else f"read_chain({expression}, {chain[1:]!r})"
 
 
 def _hooks_of(state: str, top: bool) -> str:
@@ -254,13 +260,9 @@ class _Source:
         ]
         # a wrapper module (torch.compile's) keeps its flag in the module it wraps
         self.add(f's{i}.get("training", MISSING)', Label(i, "training", "training", None))
+        # its code is read with the functions' part (torch's own forwards aside)
         forward = Label(i, "function", "forward", None)
         self.add(f"id(f{i})", forward, shape=plan.forward, identity=True)
-        code = Label(i, "function", "forward.__code__", None)
-        if plan.code is not None:
-            self.add(f"f{i}.__code__", code, shape=plan.code)
-        else:
-            self.add(f'getattr(f{i}, "__code__", None)', code)
         self.add(_hooks_of(f"s{i}", top), Label(i, "hook", "hooks", None))
         for table, names in ((f"p{i}", plan.params), (f"b{i}", plan.buffers)):
             loose = plan.loose and table.startswith("p")
@@ -276,8 +278,10 @@ class _Source:
             else:
                 table = {"dict": "s", "_parameters": "p", "_buffers": "b"}.get(source[0], "m")
                 expression = f"{table}{i}.get({source[1]!r}, MISSING)"
+            expression, inline = _chain(expression, chain, read.spec, f"M{i}_{number}")
+            self.namespace.update(inline)
             at = self.add(
-                _convert(_module_chain(expression, chain), kind),
+                _convert(expression, kind),
                 Label(i, "attribute", ".".join(chain), None),
                 identity=kind == "object",
             )
@@ -339,7 +343,8 @@ class _Source:
         for number, (namespace, chain, target, caller) in enumerate(self.library_calls.values()):
             self.namespace[f"LG{number}"] = namespace
             spec = inline_spec(namespace.get(chain[0], MISSING), chain, target)
-            expression, inline = _global_chain(f"LG{number}", chain, spec, f"L{number}_")
+            root = f"LG{number}.get({chain[0]!r}, MISSING)"
+            expression, inline = _chain(root, chain, spec, f"L{number}_")
             self.namespace.update(inline)
             label = Label(
                 FUNCTION, "function", ".".join(chain), f"torch function called by {caller}"
@@ -380,9 +385,8 @@ class _Source:
         followed = dict(entry.followed)
         iterators = set(entry.iterators)
         for number, read in enumerate(entry.chains):
-            expression, inline = _global_chain(
-                f"G{position}", read.chain, read.spec, f"I{position}_{number}"
-            )
+            root = f"G{position}.get({read.chain[0]!r}, MISSING)"
+            expression, inline = _chain(root, read.chain, read.spec, f"I{position}_{number}")
             self.namespace.update(inline)
             own = len(read.chain) == 1 and read.chain[0] in mutated
             at = self.add(

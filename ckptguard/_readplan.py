@@ -515,6 +515,8 @@ def inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
     type. The reader checks the root's type ``T``, that nothing earlier shadows the attribute
     and the value's type ``V``, and calls ``read_chain`` whenever one of them fails, so the
     result is always ``static_attribute``'s. None: no shortcut (longer chains, modules)."""
+    if len(chain) > 2 and of_type(root, types.ModuleType):
+        return _through_modules(root, chain, value)
     if len(chain) != 2 or of_type(root, torch.nn.Module):
         return None
     name = chain[1]
@@ -538,6 +540,17 @@ def inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
             found = (klass.__dict__, type(stored), value is stored)
             return ("class", type(root), state is not None, before, *found)
     return None
+
+
+def _through_modules(root: types.ModuleType, chain: tuple, value: Any) -> tuple | None:
+    """``("modules", V)`` where every step of ``chain`` before its last attribute is a module
+    (``nn.functional.dropout``): read through the modules' dicts, the value's type checked."""
+    found: Any = root
+    for name in chain[1:]:
+        if not of_type(found, types.ModuleType):
+            return None
+        found = object.__getattribute__(found, "__dict__").get(name, MISSING)
+    return ("modules", type(value)) if found is value else None
 
 
 def _defaults_kind(defaults: tuple | None) -> str | None:
@@ -1095,6 +1108,7 @@ class ModuleChain(NamedTuple):
     chain: tuple[str, ...]
     source: tuple  # where its first attribute lives (``ModulePlan._source_of``)
     kind: str  # how its value is fingerprinted (``sample_kind``)
+    spec: tuple | None = None  # how the reader inlines its second attribute (``inline_spec``)
 
 
 class ModulePlan:
@@ -1110,7 +1124,6 @@ class ModulePlan:
         "cls",
         "shape",
         "forward",
-        "code",
         "params",
         "buffers",
         "chains",
@@ -1125,7 +1138,6 @@ class ModulePlan:
     )
     shape: tuple[int, ...]
     forward: int
-    code: types.CodeType | None
     params: tuple[str, ...]
     buffers: tuple[str, ...]
     chains: tuple[ModuleChain, ...]
@@ -1140,7 +1152,7 @@ class ModulePlan:
         self.loose = loose
         self.opaque = of_type(module, torch.jit.ScriptModule)
         if self.opaque:  # TorchScript: no Python code to read, no hooks; its tensors count
-            self.shape, self.forward, self.code = (), 0, None
+            self.shape, self.forward = (), 0
             self.params = self.buffers = self.chains = self.functions = ()
             self.iterators = self.calls = ()
             self.class_dicts, self.stores_scalars = [], False
@@ -1150,8 +1162,6 @@ class ModulePlan:
         reads = class_reads(type(module), forward)
         self.shape = module_shape(module)
         self.forward = id(forward)  # an id: a forward closing over its module must not pin it
-        # the forward's code when it is a plain function (read directly), else None
-        self.code = forward.__code__ if isinstance(forward, types.FunctionType) else None
         self.functions = reads.functions
         self.calls = reads.calls
         self.stores_scalars = bool(reads.stored)
@@ -1178,7 +1188,8 @@ class ModulePlan:
             for read in chains_through_code(root, chain):
                 sample = read_chain(root, read[1:])
                 if sample is not SKIPPED:  # SKIPPED: a property whose getter is not readable
-                    resolved[read] = ModuleChain(read, source, sample_kind(sample))
+                    spec = inline_spec(root, read, sample)  # self.config.scale: config's dict
+                    resolved[read] = ModuleChain(read, source, sample_kind(sample), spec)
                     if read in reads.advanced and is_iterator(sample):
                         iterators.append(read)
         self.chains = tuple(resolved.values())
