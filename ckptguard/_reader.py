@@ -256,14 +256,16 @@ class _Source:
             f'    p{i} = s{i}["_parameters"]',
             f'    b{i} = s{i}["_buffers"]',
             f'    m{i} = s{i}["_modules"]',
-            f'    f{i} = s{i}.get("forward") or C{i}.forward',
         ]
-        # a wrapper module (torch.compile's) keeps its flag in the module it wraps
-        self.add(f's{i}.get("training", MISSING)', Label(i, "training", "training", None))
-        # its code is read with the functions' part (torch's own forwards aside)
-        forward = Label(i, "function", "forward", None)
-        self.add(f"id(f{i})", forward, shape=plan.forward, identity=True)
-        self.add(_hooks_of(f"s{i}", top), Label(i, "hook", "hooks", None))
+        if not plan.inert:
+            self.module_lines.append(f'    f{i} = s{i}.get("forward") or C{i}.forward')
+        if not plan.inert:  # a container's shape below covers a forward added to it
+            # a wrapper module (torch.compile's) keeps its flag in the module it wraps
+            self.add(f's{i}.get("training", MISSING)', Label(i, "training", "training", None))
+            # its code is read with the functions' part (torch's own forwards aside)
+            forward = Label(i, "function", "forward", None)
+            self.add(f"id(f{i})", forward, shape=plan.forward, identity=True)
+            self.add(_hooks_of(f"s{i}", top), Label(i, "hook", "hooks", None))
         for table, names in ((f"p{i}", plan.params), (f"b{i}", plan.buffers)):
             loose = plan.loose and table.startswith("p")
             for name in names:

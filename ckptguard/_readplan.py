@@ -53,6 +53,7 @@ _STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 _PACKAGE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _LIBRARY_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch", "ckptguard"}
 _MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
+_UNCALLABLE = torch.nn.Module.forward  # what a container's forward is: it raises
 
 
 # NOTE [ Never keeps a user's object alive ]
@@ -136,6 +137,7 @@ class CodeReads:
     free_chains: frozenset  # (free variable name, (attr, ...)), attributes possibly empty
     super_names: frozenset  # names read through super()
     stored: frozenset  # attribute names assigned or deleted (outputs, not inputs)
+    self_stored: frozenset  # those assigned on the first argument (a method's ``self``)
     dynamic_args: frozenset  # arguments whose attributes are read by computed names
     parameter_chains: tuple  # sorted (named parameter, its position or None, (attr, ...))
     mutated: frozenset  # global and free names whose contents the code changes in place
@@ -198,9 +200,37 @@ def _subscript_container(instructions: list, index: int) -> Any:
     return found if found.opname in _SIMPLE_LOADS or found.opname in _PAIR_LOADS else None
 
 
+def _stores_on(instructions: list, index: int) -> str | None:
+    """The local whose attribute the ``STORE_ATTR`` at ``index`` writes, where the object is
+    one load: ``self.x = v`` (the load right before it) and ``self.x += v`` (loaded, copied,
+    its attribute read: ``LOAD_FAST self, COPY 1, LOAD_ATTR x, ..., SWAP 2, STORE_ATTR x``)."""
+    before = instructions[index - 1] if index else None
+    if before is None:
+        return None
+    if before.opname in _OBJECT_LOADS:
+        return before.argval
+    if before.opname == "SWAP":
+        at = index - 2
+        while at > 1 and instructions[at].opname != "COPY":
+            at -= 1
+        loaded = instructions[at - 1]
+        if at > 0 and instructions[at].opname == "COPY" and loaded.opname in _OBJECT_LOADS:
+            return loaded.argval
+    return None
+
+
+_OBJECT_LOADS = _FAST_LOADS | {"LOAD_DEREF"}  # ``self`` in a closure is a cell
+
+
 def _scan(
-    code: types.CodeType, arguments: frozenset, free: frozenset, found: dict[str, set]
+    code: types.CodeType,
+    arguments: frozenset,
+    free: frozenset,
+    found: dict[str, set],
+    first: str | None,
 ) -> None:
+    """``first``: the outermost code's first argument (a method's ``self``, also where a
+    nested function or comprehension uses it)."""
     instructions = list(dis.get_instructions(code))
     root: tuple | None = None
     attrs: list[str] = []
@@ -286,6 +316,8 @@ def _scan(
             continue
         if op in ("STORE_ATTR", "DELETE_ATTR"):
             found["stored"].add(ins.argval)
+            if _stores_on(instructions, index) == first:
+                found["self_stored"].add(ins.argval)
             continue
         root = classify(ins)
         if root is not None and root[0] != "arg":
@@ -309,7 +341,7 @@ def _scan(
     flush(None)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            _scan(const, arguments, free, found)
+            _scan(const, arguments, free, found, first)
 
 
 _code_reads: dict[types.CodeType, CodeReads] = BoundedCache()
@@ -325,6 +357,7 @@ def code_reads(code: types.CodeType) -> CodeReads:
             "free",
             "super",
             "stored",
+            "self_stored",
             "dynamic",
             "mutated",
             "rebinds",
@@ -333,13 +366,15 @@ def code_reads(code: types.CodeType) -> CodeReads:
             "advanced",
         )
         found: dict[str, set] = {k: set() for k in kinds}
-        _scan(code, frozenset(_argument_names(code)), frozenset(code.co_freevars), found)
+        first = code.co_varnames[0] if code.co_argcount else None
+        _scan(code, frozenset(_argument_names(code)), frozenset(code.co_freevars), found, first)
         reads = _code_reads[code] = CodeReads(
             frozenset(found["global"]),
             frozenset(found["arg"]),
             frozenset(found["free"]),
             frozenset(found["super"]),
             frozenset(found["stored"]),
+            frozenset(found["self_stored"]),
             frozenset(found["dynamic"]),
             _parameter_chains(code, found["arg"]),
             frozenset(found["mutated"]),
@@ -976,6 +1011,7 @@ class ClassReads:
 
     self_chains: frozenset  # attribute tuples read from self
     stored: frozenset
+    self_stored: frozenset  # attributes its code assigns on ``self`` (counters, caches)
     dynamic: bool  # attributes read by computed names: fingerprint every plain attribute
     functions: tuple  # weak references to the user functions reached (their globals count)
     code: Any  # the forward's code when this was worked out
@@ -1020,6 +1056,7 @@ def class_reads(cls: type, forward: Any) -> ClassReads:
     ignored = _ignored_attributes(cls)
     chains: set = set()
     stored: set = set()
+    self_stored: set = set()
     advanced: set = set()
     calls: dict[tuple[int, tuple], tuple] = {}
     dynamic = False
@@ -1043,6 +1080,7 @@ def class_reads(cls: type, forward: Any) -> ClassReads:
             continue
         self_name = names[0]
         stored |= reads.stored
+        self_stored |= reads.self_stored
         advanced.update(
             a for kind, n, a in reads.advanced if kind == "arg" and n == self_name and a
         )
@@ -1059,6 +1097,7 @@ def class_reads(cls: type, forward: Any) -> ClassReads:
     result = per_class[id(forward)] = ClassReads(
         frozenset(c for c in chains if c[0] not in _MODULE_INTERNALS and c[0] not in ignored),
         frozenset(stored),
+        frozenset(self_stored),
         dynamic,
         tuple(weakref.ref(f) for f in functions),
         code,
@@ -1134,6 +1173,7 @@ class ModulePlan:
         "opaque",
         "iterators",
         "calls",
+        "inert",
         "__weakref__",
     )
     shape: tuple[int, ...]
@@ -1146,6 +1186,9 @@ class ModulePlan:
     stores_scalars: bool
     iterators: tuple[int, ...]  # chains holding an iterator its code advances
     calls: tuple  # (globals, chain, function): torch functions its torch forward calls
+    # a container that cannot be called (ModuleDict, ParameterDict, ModuleList: torch's
+    # unimplemented forward): no hook of its runs and no code reads its training flag
+    inert: bool
 
     def __init__(self, module: torch.nn.Module, loose: bool):
         self.cls = type(module)
@@ -1155,7 +1198,7 @@ class ModulePlan:
             self.shape, self.forward = (), 0
             self.params = self.buffers = self.chains = self.functions = ()
             self.iterators = self.calls = ()
-            self.class_dicts, self.stores_scalars = [], False
+            self.class_dicts, self.stores_scalars, self.inert = [], False, False
             return
         state = module.__dict__
         forward = forward_of(module)
@@ -1164,7 +1207,8 @@ class ModulePlan:
         self.forward = id(forward)  # an id: a forward closing over its module must not pin it
         self.functions = reads.functions
         self.calls = reads.calls
-        self.stores_scalars = bool(reads.stored)
+        self.inert = forward is _UNCALLABLE
+        self.stores_scalars = bool(reads.self_stored)
         chains = set(reads.self_chains)
         if reads.dynamic:
             chains.update(
