@@ -14,10 +14,12 @@ setting can steer is judged by evidence:
   ``torch.linspace``, ``torch.tensor(0.5)``, an integer tensor divided): its result follows
   the setting, so the recompute computes differently (certain);
 * a setting read inside an op's kernel (matmul precision, TF32, oneDNN and cuDNN flags,
-  deterministic algorithms): the op is run again on the same inputs with the settings put back
-  as the forward had them, and its result compared bitwise. An op that cannot be run twice
+  deterministic algorithms): the op is run again, twice, on the same inputs with the settings
+  put back as the forward had them, and its result compared bitwise (two runs that differ from
+  each other show a nondeterministic kernel: no evidence). An op that cannot be run again
   without changing something (an in-place op, one drawing random numbers) gives no evidence
-  either way: the recompute *may* differ;
+  either way: the recompute *may* differ; an op returning memory it did not write (``empty``)
+  is judged only against ``fill_uninitialized_memory`` (may);
 * the scaled-dot-product-attention backends, chosen before any op runs: the attention call is
   run again, without gradients, under the forward's backend flags and under the current ones
   (with dropout it may differ);
@@ -76,6 +78,11 @@ _ATTENTION_BACKENDS = frozenset(
         "torch.backends.cuda.math_sdp_enabled()",
         "torch.backends.cuda.cudnn_sdp_enabled()",
     }
+)
+_FILL = "torch.utils.deterministic.fill_uninitialized_memory"
+# ops that return memory they did not write (what fill_uninitialized_memory fills)
+_UNINITIALISED = frozenset(
+    {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"}
 )
 DEFAULT_DTYPE = "torch.get_default_dtype()"
 DEFAULT_DEVICE = "torch.get_default_device()"
@@ -265,16 +272,22 @@ class _OpWatch(TorchDispatchMode):
         steered = [s for s in watch.in_kernels if _in_family(s[0], name)]
         if not steered:
             return
+        if name in _UNINITIALISED:  # its contents are unspecified under any setting
+            if any(setting == _FILL for setting, _, _ in steered):
+                watch.verdicts.found(_FILL, f"{func} {_where()}", False)
+            return
         if any(switch is None for _, _, switch in steered) or not _runs_again(func, args, kwargs):
             watch.verdicts.found(steered[0][0], f"{func} {_where()}", False)
             return
         try:
             with watch.as_forward(steered):
-                again = func(*args, **kwargs)
+                again, twice = func(*args, **kwargs), func(*args, **kwargs)
         except RuntimeError:  # e.g. no deterministic implementation under the other flag
             watch.verdicts.found(steered[0][0], f"{func} {_where()}", False)
             return
-        if not _same(out, again):
+        if not _same(again, twice):  # a nondeterministic kernel: no evidence either way
+            watch.verdicts.found(steered[0][0], f"{func} {_where()}", False)
+        elif not _same(out, again):
             setting = _culprit(watch, steered, func, args, kwargs, out)
             evidence = f"{func} {_where()}, whose result under the forward's setting differs"
             watch.differs(out, setting, evidence)
