@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.modules.module as module_internals
+from torch.overrides import TorchFunctionMode
 from torch.utils import checkpoint as torch_checkpoint
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
@@ -49,10 +50,48 @@ MODULE_HOOK_DICTS = (
     "_backward_hooks",
 )
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# normalisation layers with running statistics (BatchNorm, SyncBatchNorm, InstanceNorm and
+# their lazy forms): the base class torch gives them all
+NORMS_WITH_STATISTICS: tuple[type, ...] = tuple(
+    filter(None, [getattr(torch.nn.modules.batchnorm, "_NormBase", None)])
+) or (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
 FSDP_STATE_MODULE = "torch.distributed._composable_state"
 
+
+def _segment_code() -> Any:
+    """The code of the closure ``checkpoint_sequential`` checkpoints for each segment (its
+    ``run_function``'s ``forward``), found among the constants of its code; None if absent."""
+    pending = [torch_checkpoint.checkpoint_sequential.__code__]
+    while pending:
+        code = pending.pop()
+        for const in code.co_consts:
+            if inspect.iscode(const):
+                if const.co_name == "forward" and code.co_name == "run_function":
+                    return const
+                pending.append(const)
+    return None
+
+
+# a method patched on torch.Tensor lands in its own dict (its C methods live in TensorBase)
+TENSOR_METHOD: Callable[[str], Any] = torch.Tensor.__dict__.get
+
+# checkpoint_sequential's segment closure, and where its list and bounds are in its closure:
+# an item of a plain list replaced after the forward is what the recompute runs
+SEGMENT_CODE: Any = _segment_code()
+SEGMENT_CELLS: tuple[int, ...] = (
+    tuple(SEGMENT_CODE.co_freevars.index(n) for n in ("functions", "start", "end"))
+    if SEGMENT_CODE is not None and {"functions", "start", "end"} <= set(SEGMENT_CODE.co_freevars)
+    else ()
+)
+
 # private helpers the dispatch-mode layers subclass or call, re-exported from here only
-__all__ = ["TorchDispatchMode", "disable_dispatch_modes", "no_python_dispatch", "tree_leaves"]
+__all__ = [
+    "TorchDispatchMode",
+    "TorchFunctionMode",
+    "disable_dispatch_modes",
+    "no_python_dispatch",
+    "tree_leaves",
+]
 disable_dispatch_modes = _disable_current_modes
 # a C++ guard: no Python dispatch (modes, subclasses) inside it; cheaper than popping modes
 no_python_dispatch = torch._C._DisableTorchDispatch
@@ -69,10 +108,7 @@ def _torch_state_getters() -> list[tuple[str, Callable[[], Any]]]:
     backends = torch.backends
     candidates: list[tuple[str, Any]] = [
         ("torch.get_default_dtype()", getattr(torch, "get_default_dtype", None)),
-        (
-            "torch.get_float32_matmul_precision()",
-            getattr(torch, "get_float32_matmul_precision", None),
-        ),
+        ("torch.get_float32_matmul_precision()", _float32_matmul_precision),
         (
             "torch.are_deterministic_algorithms_enabled()",
             getattr(torch, "are_deterministic_algorithms_enabled", None),
@@ -131,10 +167,24 @@ def _torch_state_getters() -> list[tuple[str, Callable[[], Any]]]:
     return getters
 
 
+_precision: _Precision | None = None
+
+
+def _float32_matmul_precision() -> Any:
+    """The legacy level, or the per-backend precisions where torch's getter raises because
+    they were set through both APIs (a program may do that; the guard must still read it)."""
+    global _precision
+    try:
+        return torch._C._get_float32_matmul_precision()
+    except RuntimeError:
+        if _precision is None:
+            _precision = _Precision()
+        return _precision.per_backend()
+
+
 # the C functions behind the public getters: every region reads each setting twice a step,
 # and a call straight into C costs a fraction of the Python wrapper or property around it
 _DIRECT_GETTERS = {
-    "torch.get_float32_matmul_precision()": "_get_float32_matmul_precision",
     "torch.are_deterministic_algorithms_enabled()": "_get_deterministic_algorithms",
     "torch.is_deterministic_algorithms_warn_only_enabled()": (
         "_get_deterministic_algorithms_warn_only"
@@ -153,6 +203,146 @@ _DIRECT_GETTERS = {
         "_get_deterministic_fill_uninitialized_memory"
     ),
 }
+
+
+def _deterministic(enabled: bool) -> None:
+    torch.use_deterministic_algorithms(
+        enabled, warn_only=torch.is_deterministic_algorithms_warn_only_enabled()
+    )
+
+
+def _deterministic_warn_only(warn_only: bool) -> None:
+    torch.use_deterministic_algorithms(
+        torch.are_deterministic_algorithms_enabled(), warn_only=warn_only
+    )
+
+
+class Switch:
+    """A setting as the guard sets it to run an op again under the forward's value: ``put``
+    a value its getter returned, ``state`` and ``restore`` what it is now, exactly."""
+
+    def __init__(self, get: Callable[[], Any], put: Callable[[Any], None]) -> None:
+        self.get, self.put = get, put
+
+    def state(self) -> Any:
+        return self.get()
+
+    def restore(self, state: Any) -> None:
+        self.put(state)
+
+
+# (backend, op) pairs of torch's per-backend float32 precision (torch.backends.*.fp32_precision)
+_PRECISION_SLOTS = tuple(
+    (backend, op)
+    for backend in ("generic", "cuda", "cudnn", "mkldnn")
+    for op in ("all", "matmul", "conv", "rnn")
+)
+
+
+def _precision_slots() -> list[tuple[str, str]]:
+    getter = getattr(torch._C, "_get_fp32_precision_getter", None)
+    if getter is None:
+        return []
+    found = []
+    for backend, op in _PRECISION_SLOTS:
+        try:
+            getter(backend, op)
+        except RuntimeError:  # a backend this build does not have
+            continue
+        found.append((backend, op))
+    return found
+
+
+class _Precision(Switch):
+    """The float32 matmul precision: torch keeps the legacy level and a precision per backend
+    (setting one through the other's API leaves them mixed, when the legacy getter raises).
+    Its value is the legacy level, or the per-backend precisions while they are mixed; its
+    state is both, restored legacy level first (which resets the backends), then backends."""
+
+    def __init__(self) -> None:
+        self.slots = _precision_slots()
+        super().__init__(self.value, self.put_value)
+
+    def per_backend(self) -> tuple:
+        getter = torch._C._get_fp32_precision_getter
+        return tuple(getter(backend, op) for backend, op in self.slots)
+
+    def value(self) -> Any:
+        try:
+            return torch._C._get_float32_matmul_precision()
+        except RuntimeError:  # mixed legacy and per-backend settings
+            return self.per_backend()
+
+    def put_value(self, value: Any) -> None:
+        if isinstance(value, str):
+            torch.set_float32_matmul_precision(value)
+        else:
+            self._put_backends(value)
+
+    def state(self) -> Any:
+        legacy = self.value()
+        return (legacy if isinstance(legacy, str) else None, self.per_backend())
+
+    def restore(self, state: Any) -> None:
+        legacy, backends = state
+        if legacy is not None:
+            torch._C._set_float32_matmul_precision(legacy)
+        self._put_backends(backends)
+
+    def _put_backends(self, values: tuple) -> None:
+        setter = torch._C._set_fp32_precision_setter
+        for (backend, op), value in zip(self.slots, values, strict=True):
+            setter(backend, op, value)
+
+
+def _flag(owner: Any, name: str) -> Switch:
+    return Switch(lambda: getattr(owner, name), lambda value: setattr(owner, name, value))
+
+
+def setting_switches() -> dict[str, Switch]:
+    """How to put a setting (named as in ``_torch_state_getters``) back to a value, to run an
+    op again under the forward's settings; the default dtype and device are judged otherwise."""
+    backends = torch.backends
+    cuda = backends.cuda
+    switches: dict[str, Switch] = {
+        "torch.get_float32_matmul_precision()": _Precision(),
+        "torch.are_deterministic_algorithms_enabled()": Switch(
+            torch.are_deterministic_algorithms_enabled, _deterministic
+        ),
+        "torch.is_deterministic_algorithms_warn_only_enabled()": Switch(
+            torch.is_deterministic_algorithms_warn_only_enabled, _deterministic_warn_only
+        ),
+        "torch.backends.cuda.flash_sdp_enabled()": Switch(
+            cuda.flash_sdp_enabled, cuda.enable_flash_sdp
+        ),
+        "torch.backends.cuda.mem_efficient_sdp_enabled()": Switch(
+            cuda.mem_efficient_sdp_enabled, cuda.enable_mem_efficient_sdp
+        ),
+        "torch.backends.cuda.math_sdp_enabled()": Switch(
+            cuda.math_sdp_enabled, cuda.enable_math_sdp
+        ),
+    }
+    if hasattr(cuda, "enable_cudnn_sdp"):
+        switches["torch.backends.cuda.cudnn_sdp_enabled()"] = Switch(
+            cuda.cudnn_sdp_enabled, cuda.enable_cudnn_sdp
+        )
+    for owner_name, attribute in (
+        ("torch.backends.mkldnn", "enabled"),
+        ("torch.backends.cuda.matmul", "allow_tf32"),
+        ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
+        ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"),
+        ("torch.backends.cudnn", "enabled"),
+        ("torch.backends.cudnn", "deterministic"),
+        ("torch.backends.cudnn", "benchmark"),
+        ("torch.backends.cudnn", "allow_tf32"),
+        ("torch.utils.deterministic", "fill_uninitialized_memory"),
+    ):
+        owner: Any = torch
+        for part in owner_name.split(".")[1:]:
+            owner = getattr(owner, part, None)
+        if owner is not None and hasattr(owner, attribute):
+            switches[f"{owner_name}.{attribute}"] = _flag(owner, attribute)
+    return switches
 
 
 @dataclass(frozen=True)

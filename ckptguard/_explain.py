@@ -268,6 +268,11 @@ def _storage_change(old: TensorFP, new: TensorFP) -> tuple[str, str]:
             f"was modified in place (version counter {old.version} -> {new.version}, e.g. an "
             "optimizer step or a .copy_/.add_)"
         )
+    if old.requires_grad != new.requires_grad:
+        return "tensor", (
+            f"had requires_grad switched from {old.requires_grad} to {new.requires_grad} "
+            "(requires_grad_())"
+        )
     return "tensor", "had its storage swapped (.data = ... or set_())"
 
 
@@ -656,6 +661,22 @@ def side_effect(
         f"a second time: {', '.join(names)}.\n"
         f"  effect: {effect}.\n"
         f"  how to fix: {fix}."
+    )
+    warn(message, CheckpointGuardWarning, fallback)
+
+
+def advanced_iterators(region: str, names: list[str], fallback: Location | None) -> None:
+    """At the forward: the region advanced an iterator or generator (``next(self.gains)``),
+    which its recompute will advance again."""
+    message = (
+        f"ckptguard [iterator]: checkpointed region {region} advanced {', '.join(names)} "
+        f"during its forward (next() or a for loop over an iterator or generator); the "
+        f"recompute will draw the next value from it.\n"
+        f"  effect: backward recomputes the region from other values than the forward's output "
+        f"was computed from, so its gradients belong to a different computation; plain "
+        f"PyTorch does not notice.\n"
+        f"  how to fix: draw the value before the checkpointed call and pass it to the region "
+        f"as an argument, or keep a sequence the region indexes."
     )
     warn(message, CheckpointGuardWarning, fallback)
 

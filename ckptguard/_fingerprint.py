@@ -52,9 +52,11 @@ class Described(str):
 
 
 class TensorFP(NamedTuple):
-    """Readable view of ``(TENSOR, id, version, data_ptr, dtype[, device, shape])``; parameters
-    and buffers leave out device and shape (a move or a resize changes the data pointer or the
-    version counter anyway), arguments keep them."""
+    """Readable view of ``(TENSOR, id, version, data_ptr, dtype[, device, shape,
+    requires_grad])``; parameters and buffers leave out device and shape (a move or a resize
+    changes the data pointer or the version counter anyway) and keep whether they require
+    grad (``requires_grad_(False)`` before a reentrant recompute leaves them without a
+    gradient), arguments keep device and shape."""
 
     ident: int
     version: int
@@ -62,6 +64,7 @@ class TensorFP(NamedTuple):
     dtype: torch.dtype
     device: torch.device | None = None
     shape: tuple | None = None
+    requires_grad: bool | None = None
 
 
 class LooseTensorFP(NamedTuple):
@@ -94,7 +97,7 @@ def tensor_fp(t: Any) -> Any:
         ptr = t.data_ptr()
     except (RuntimeError, ValueError):  # no storage: wrapper subclasses (DTensor, fake
         ptr = -1  # devices), lazy modules' uninitialised parameters
-    return (TENSOR, id(t), t._version, ptr, t.dtype)
+    return (TENSOR, id(t), t._version, ptr, t.dtype, None, None, t.requires_grad)
 
 
 def loose_tensor_fp(t: Any) -> Any:

@@ -196,6 +196,7 @@ class Region:
         "found",
         "forward_done",
         "unguarded",
+        "context_fn",
         "scoped",
         "pending",
         "opened",
@@ -225,6 +226,7 @@ class Region:
         self.found: list = []
         self.forward_done = False
         self.unguarded = False  # the guard failed on this region: torch runs it plainly
+        self.context_fn = False  # a user context_fn: its contexts may differ by design
         # strict mode's recompute pass is entered by a wrapped context_fn, under the user's
         # recompute context (whose dispatch mode must stay on top), not inside the function
         self.scoped = False
@@ -400,6 +402,9 @@ class Region:
         )
         self.modules = modules = fingerprint.modules
         self.root = _names.root_ref(modules[0]) if modules else None
+        if fingerprint.iterators:  # the recompute will draw their next values
+            advanced = _verify.advanced_iterators(fingerprint, self.name_module)
+            _explain.advanced_iterators(self.name, advanced, self.location())
         if self.strict_forward is not None:
             state_ids: set[int] = set()
             for module in observed if observer is None else observer.modules.values():
@@ -518,26 +523,18 @@ class Region:
     def _recompute(self, args: tuple, kwargs: dict) -> Any:
         # verified before any of the region's code runs. See NOTE [ Read twice ]
         verified = self.guarded("verify", self._verify, args, kwargs)
-        if verified is not None and verified[1] is not None:
-            self.guarded("explain what changed in", self._report_difference, verified[1])
         if self.unguarded or verified is None:
             return self.fn(*args, **kwargs)
-        settings = verified[0]
+        settings, found = verified
         resolved = _compat.resolve()
-        if not settings:
-            return self._recompute_body(args, kwargs, resolved)
-        # only torch settings changed: judged by what the recompute runs
-        watch = self.guarded("judge the torch settings of", _settings.SettingsWatch, settings)
-        if watch is None:
-            return self.fn(*args, **kwargs)
-        try:
-            with _Guarded(self, "judge the torch settings of", watch):
-                out = self._recompute_body(args, kwargs, resolved)
-        except resolved.stop_recomputation_error:
-            self._judge_settings(watch)
-            raise
-        self._judge_settings(watch)
-        return out
+        if found is not None:
+            mismatch = self.guarded("explain what changed in", self._mismatch, found)
+            if self.unguarded or mismatch is None:
+                return self.fn(*args, **kwargs)
+            if self.context_fn:
+                return self._recompute_then_report(mismatch, args, kwargs, settings, resolved)
+            self._report(mismatch)
+        return self._recompute_judged(args, kwargs, settings, resolved)
 
     def _verify(self, args: tuple, kwargs: dict) -> tuple[list, _explain.Difference | None]:
         """(torch settings that changed, the first other difference)."""
@@ -554,12 +551,50 @@ class Region:
             return [], difference
         return settings, None
 
-    def _report_difference(self, found: _explain.Difference) -> None:
-        self._report(
-            _explain.mismatch_error(
-                self.name, found.kind, found.name, found.where, found.old, found.new
-            )
+    def _mismatch(self, found: _explain.Difference) -> CheckpointGuardError:
+        return _explain.mismatch_error(
+            self.name, found.kind, found.name, found.where, found.old, found.new
         )
+
+    def _recompute_then_report(
+        self, error: CheckpointGuardError, args: tuple, kwargs: dict, settings: list, resolved: Any
+    ) -> Any:
+        """A region given a ``context_fn``, whose forward context may set state the recompute
+        context does not: the region's own exception, if its recompute raises one, is what the
+        user sees (the guard's finding added as a note); one that runs through is reported."""
+        stopped = None
+        try:
+            out = self._recompute_judged(args, kwargs, settings, resolved)
+        except resolved.stop_recomputation_error as stop:
+            stopped = stop
+        except BaseException as own:
+            if hasattr(own, "add_note"):  # Python 3.11+
+                found = "\n".join(str(error).splitlines()[:2])
+                own.add_note(f"ckptguard found before this recompute began:\n{found}")
+            raise
+        self._report(error)
+        if stopped is not None:
+            raise stopped
+        return out
+
+    def _recompute_judged(
+        self, args: tuple, kwargs: dict, settings: list, resolved: _compat.Torch
+    ) -> Any:
+        """The recompute, under a watch of the torch settings that changed, if any."""
+        if not settings:
+            return self._recompute_body(args, kwargs, resolved)
+        # only torch settings changed: judged by what the recompute runs
+        watch = self.guarded("judge the torch settings of", _settings.SettingsWatch, settings)
+        if watch is None:
+            return self.fn(*args, **kwargs)
+        try:
+            with _Guarded(self, "judge the torch settings of", watch):
+                out = self._recompute_body(args, kwargs, resolved)
+        except resolved.stop_recomputation_error:
+            self._judge_settings(watch)
+            raise
+        self._judge_settings(watch)
+        return out
 
     def _judge_settings(self, watch: _settings.SettingsWatch) -> None:
         if not self.unguarded:
@@ -569,9 +604,15 @@ class Region:
         if watch.failure is not None:
             raise watch.failure  # its dispatch mode's, noted inside the recompute
         found = watch.verdict()
-        if found is not None:
-            name, old, new, evidence, certain = found
-            self._report(_explain.torch_state_error(self.name, name, old, new, evidence, certain))
+        if found is None:
+            return
+        name, old, new, evidence, certain = found
+        error = _explain.torch_state_error(self.name, name, old, new, evidence, certain)
+        if certain or self.options.strict:
+            self._report(error)
+        else:  # a verdict the guard is not sure of is a warning, unless strict was asked
+            self.found.append((error.kind, error.details))
+            _explain.report(error, "warn", self.location())
 
     def _recompute_body(self, args: tuple, kwargs: dict, resolved: _compat.Torch) -> Any:
         if self.watch or self.strict_forward is not None or self.stats is not None:
@@ -850,6 +891,7 @@ def _guard_generator(original: Any) -> Any:
         region.prepare(preserve)
         context_fn = context_argument.get(args, kwargs)
         if context_fn is not noop_context:  # selective checkpointing's policy is watched
+            region.context_fn = True
             watched = _selective.watched(region, context_fn)
             args, kwargs = context_argument.replace(args, kwargs, watched)
         if region.options.strict:

@@ -19,6 +19,8 @@ model.
 from __future__ import annotations
 
 import operator
+import os
+import types
 import weakref
 from typing import Any
 
@@ -35,6 +37,7 @@ from ckptguard._fingerprint import (
     value_fp,
 )
 from ckptguard._readplan import (
+    FUNCTION,
     HOOKS,
     TORCH,
     BoundedCache,
@@ -42,16 +45,22 @@ from ckptguard._readplan import (
     FunctionPlan,
     Label,
     ModulePlan,
+    cache_state,
     cell_contents,
     cell_fp,
     code_reads,
     function_labels,
+    inline_spec,
     plan_cache_sizes,
     read_chain,
 )
 
 _NAMESPACE = {
     "MISSING": MISSING,
+    "cache_state": cache_state,
+    "ENV_GET": os.environ.get,
+    "ENV_COPY": os.environ.copy,
+    "TENSOR_METHOD": _compat.TENSOR_METHOD,
     "SKIPPED": SKIPPED,
     "PLAIN": SCALAR_TYPES | {type(MISSING)},
     "OGA": object.__getattribute__,
@@ -86,19 +95,28 @@ def _tensor(expression: str, loose: bool, safe: bool) -> str:
         return f"tensor_fp({expression})"
     return (
         f"(None if (_t := {expression}) is None else "
-        f"(TENSOR, id(_t), _t._version, _t.data_ptr(), _t.dtype))"
+        f"(TENSOR, id(_t), _t._version, _t.data_ptr(), _t.dtype, None, None, _t.requires_grad))"
     )
 
 
-def _global_chain(namespace: str, chain: tuple, spec: tuple | None, name: str) -> tuple:
-    """(expression, namespace entries) reading a global or an attribute chain from one,
-    through the plan's inline spec (see ``_readplan._inline_spec``) where there is one, else
-    ``read_chain``. ``name`` prefixes the namespace entries."""
-    root = f"{namespace}.get({chain[0]!r}, MISSING)"
+def _chain(root: str, chain: tuple, spec: tuple | None, name: str) -> tuple:
+    """(expression, namespace entries) reading an attribute chain from the value ``root``
+    evaluates to (a global, a module's attribute), through the plan's inline spec (see
+    ``_readplan.inline_spec``) where there is one, else ``read_chain``. ``name`` prefixes the
+    namespace entries."""
     if len(chain) == 1:
         return root, {}
     if spec is None:
         return f"read_chain({root}, {chain[1:]!r})", {}
+    if spec[0] == "modules":  # through modules' dicts: torch.nn.functional.dropout
+        entries = {f"{name}v": spec[1], "MODULE": types.ModuleType}
+        steps = [f"type(_r := {root}) is MODULE"]
+        steps += [
+            f"type(_r := OGA(_r, '__dict__').get({a!r}, MISSING)) is MODULE" for a in chain[1:-1]
+        ]
+        steps.append(f"type(_v := OGA(_r, '__dict__').get({chain[-1]!r}, MISSING)) is {name}v")
+        fallback = f"read_chain({root}, {chain[1:]!r})"
+        return f"(_v if {' and '.join(steps)} else {fallback})", entries
     attribute = chain[1]
     fallback = f"read_chain(_r, {chain[1:]!r})"
     if spec[0] == "own":
@@ -126,10 +144,6 @@ def _tuple(items: list[str]) -> str:
 
 def _returned(items: list[str]) -> str:
     return f"    return {_tuple(items)}"
-
-
-def _module_chain(expression: str, chain: tuple) -> str:
-    return expression if len(chain) == 1 else f"read_chain({expression}, {chain[1:]!r})"
 
 
 def _hooks_of(state: str, top: bool) -> str:
@@ -176,6 +190,16 @@ class _Source:
         self.self_written: list[int] = []  # containers the functions' own code mutates
         self.weak_functions: list[weakref.ref] = []  # functions the reader dereferences
         self.writes_shared = False  # a function's own code writes a global or closure cell
+        self.iterators: list[int] = []  # iterators the region's code advances
+        # (function id, chain index) -> (position of an lru_cache's state, its maxsize)
+        self.caches: dict[tuple[int, int], tuple[int, tuple]] = {}
+        # position -> the lru_cache only through which it is read: (its state's position, size)
+        self.behind_cache: dict[int, tuple[int, tuple]] = {}
+        # (id of a library forward's globals, chain) -> (globals, chain, the function it led
+        # to, the forward's name)
+        self.library_calls: dict[tuple[int, tuple], tuple[dict, tuple, Any, str]] = {}
+        self.library_objects: dict[int, Any] = {}  # the torch functions those chains led to
+        self.method_names: dict[int, tuple[str, ...]] = {}  # position -> tensor methods it reads
 
     def add(
         self,
@@ -232,25 +256,23 @@ class _Source:
             f'    p{i} = s{i}["_parameters"]',
             f'    b{i} = s{i}["_buffers"]',
             f'    m{i} = s{i}["_modules"]',
-            f'    f{i} = s{i}.get("forward") or C{i}.forward',
         ]
-        # a wrapper module (torch.compile's) keeps its flag in the module it wraps
-        self.add(f's{i}.get("training", MISSING)', Label(i, "training", "training", None))
-        forward = Label(i, "function", "forward", None)
-        self.add(f"id(f{i})", forward, shape=plan.forward, identity=True)
-        code = Label(i, "function", "forward.__code__", None)
-        if plan.code is not None:
-            self.add(f"f{i}.__code__", code, shape=plan.code)
-        else:
-            self.add(f'getattr(f{i}, "__code__", None)', code)
-        self.add(_hooks_of(f"s{i}", top), Label(i, "hook", "hooks", None))
+        if not plan.inert:
+            self.module_lines.append(f'    f{i} = s{i}.get("forward") or C{i}.forward')
+        if not plan.inert:  # a container's shape below covers a forward added to it
+            # a wrapper module (torch.compile's) keeps its flag in the module it wraps
+            self.add(f's{i}.get("training", MISSING)', Label(i, "training", "training", None))
+            # its code is read with the functions' part (torch's own forwards aside)
+            forward = Label(i, "function", "forward", None)
+            self.add(f"id(f{i})", forward, shape=plan.forward, identity=True)
+            self.add(_hooks_of(f"s{i}", top), Label(i, "hook", "hooks", None))
         for table, names in ((f"p{i}", plan.params), (f"b{i}", plan.buffers)):
             loose = plan.loose and table.startswith("p")
             for name in names:
                 expression = _tensor(f"{table}.get({name!r})", loose, self.safe)
                 label = Label(i, "tensor", name, None)
                 self.tensor_positions[(i, name)] = self.add(expression, label)
-        for read in plan.chains:
+        for number, read in enumerate(plan.chains):
             chain, source, kind = read.chain, read.source, read.kind
             if source[0] == "class":
                 self.namespace[f"cd{i}_{source[1]}"] = plan.class_dicts[source[1]]
@@ -258,11 +280,20 @@ class _Source:
             else:
                 table = {"dict": "s", "_parameters": "p", "_buffers": "b"}.get(source[0], "m")
                 expression = f"{table}{i}.get({source[1]!r}, MISSING)"
-            self.add(
-                _convert(_module_chain(expression, chain), kind),
+            expression, inline = _chain(expression, chain, read.spec, f"M{i}_{number}")
+            self.namespace.update(inline)
+            at = self.add(
+                _convert(expression, kind),
                 Label(i, "attribute", ".".join(chain), None),
                 identity=kind == "object",
             )
+            if number in plan.iterators:
+                self.iterators.append(at)
+        for namespace, chain, target in plan.calls:  # read with the functions' part
+            key = (id(namespace), chain)
+            if key not in self.library_calls:
+                caller = f"{plan.cls.__qualname__}.forward"
+                self.library_calls[key] = (namespace, chain, target, caller)
         for table, size, name in zip(("s", "p", "b", "m"), plan.shape, _SIZED, strict=True):
             # small ints: nothing allocated
             self.add(f"len({table}{i})", Label(i, "shape", name, None), shape=size)
@@ -281,12 +312,16 @@ class _Source:
         """Each function once, however many plans reach it: the region's own functions come
         in as ``roots``, the others are dereferenced by the reader (``live_functions`` keeps
         them)."""
+        self._add_library_calls()
         entries: list[FunctionEntry] = []
         sources: list[int | weakref.ref] = []  # index into ``roots``, or a weak reference
+        starts: list[int] = []  # where each entry's plan starts in ``entries``
         roots = len(function_plans) - len(class_functions)
         for index, plan in enumerate(function_plans):
+            start = len(entries)
             for number, entry in enumerate(plan.entries):
                 entries.append(entry)
+                starts.append(start)
                 if number:
                     assert entry.ref is not None  # only a plan's root has none
                     sources.append(entry.ref)
@@ -298,13 +333,41 @@ class _Source:
         ):
             if id(func) not in seen:
                 seen.add(id(func))
-                self._add_function(position, func, entry, source)
+                cache = None
+                if entry.behind is not None:  # reached only through an lru_cache wrapper
+                    caller, chain = entry.behind
+                    cache = (id(functions[starts[position] + caller]), chain)
+                self._add_function(position, func, entry, source, cache)
+
+    def _add_library_calls(self) -> None:
+        """The torch functions torch's own module code calls (``F.linear`` in ``Linear``),
+        once per region however many modules share it, with what the region shares."""
+        for number, (namespace, chain, target, caller) in enumerate(self.library_calls.values()):
+            self.namespace[f"LG{number}"] = namespace
+            spec = inline_spec(namespace.get(chain[0], MISSING), chain, target)
+            root = f"LG{number}.get({chain[0]!r}, MISSING)"
+            expression, inline = _chain(root, chain, spec, f"L{number}_")
+            self.namespace.update(inline)
+            label = Label(
+                FUNCTION, "function", ".".join(chain), f"torch function called by {caller}"
+            )
+            self.add(f"id({expression})", label, identity=True)
+            self.library_objects[id(target)] = target
 
     def _add_function(
-        self, position: int, func: Any, entry: FunctionEntry, source: int | weakref.ref
+        self,
+        position: int,
+        func: Any,
+        entry: FunctionEntry,
+        source: int | weakref.ref,
+        cache: tuple[int, int] | None,
     ) -> None:
-        """A function's code, then its globals, closure cells, chains read through them and
-        its defaults, in the order of ``function_labels``."""
+        """A function's code, then its globals (with the state of an lru_cache among them),
+        closure cells, chains read through them, its defaults, the environment variables and
+        tensor methods its code reads, in the order of ``function_labels``. ``cache``: the
+        (caller, chain) of the lru_cache only through which it runs; its values matter only
+        where that cache lost what it held."""
+        first = len(self.items)
         name = f"F{position}"
         if isinstance(source, int):
             self.function_lines.append(f"    {name} = roots[{source}]")
@@ -322,19 +385,27 @@ class _Source:
         # the function reads. See NOTE [ Stale plans ]
         self.add(f"{name}.__code__", next(labels), shape=entry.code)
         followed = dict(entry.followed)
+        iterators = set(entry.iterators)
         for number, read in enumerate(entry.chains):
-            expression, inline = _global_chain(
-                f"G{position}", read.chain, read.spec, f"I{position}_{number}"
-            )
+            root = f"G{position}.get({read.chain[0]!r}, MISSING)"
+            expression, inline = _chain(root, read.chain, read.spec, f"I{position}_{number}")
             self.namespace.update(inline)
             own = len(read.chain) == 1 and read.chain[0] in mutated
-            self.add(
+            at = self.add(
                 _convert(expression, read.kind),
                 next(labels),
                 shape=followed.get(number, _NO_SHAPE),
                 identity=read.kind == "object",
                 self_written=own and read.kind != "object",
             )
+            if ("chain", number) in iterators:
+                self.iterators.append(at)
+            if read.called:  # a torch function: named in a message if it is patched later
+                target = read_chain(func.__globals__.get(read.chain[0], MISSING), read.chain[1:])
+                self.library_objects[id(target)] = target
+            if read.cache is not None:
+                at = self.add(f"cache_state({expression})", next(labels), raw=True)
+                self.caches[(id(func), number)] = (at, read.cache)
         freevars = func.__code__.co_freevars if func is not None else ()
         for c, kind in enumerate(entry.cells):
             own = c < len(freevars) and freevars[c] in mutated
@@ -342,12 +413,14 @@ class _Source:
                 expression = f"cell_fp({name}, {c}, {kind == 'object'})"
             else:
                 expression = _convert(f"{name}.__closure__[{c}].cell_contents", kind)
-            self.add(
+            at = self.add(
                 expression,
                 next(labels),
                 identity=kind == "object",
                 self_written=own and kind != "object",
             )
+            if ("cell", c) in iterators:
+                self.iterators.append(at)
         for through in entry.cell_chains:
             expression = f"read_chain(cell_contents({name}, {through.cell}), {through.attrs!r})"
             kind = through.kind
@@ -358,22 +431,27 @@ class _Source:
             self.add(f"value_fp({name}.__defaults__)", next(labels))
         if entry.kwdefaults:
             self.add(f"value_fp({name}.__kwdefaults__)", next(labels))
+        for key in entry.environment:
+            self.add(f"ENV_GET({key!r})" if key is not None else "ENV_COPY()", next(labels))
+        if entry.methods:
+            self.namespace[f"TM{position}"] = entry.methods
+            at = self.add(f"tuple(map(TENSOR_METHOD, TM{position}))", next(labels), raw=True)
+            self.method_names[at] = entry.methods
         assert next(labels, None) is None, "a label for each value"
+        found = self.caches.get(cache) if cache is not None else None
+        if found is not None:
+            for at in range(first, len(self.items)):
+                self.behind_cache[at] = found
 
     # the compiled functions -----------------------------------------------------------------
 
-    def compile(self, heads: int, modules_end: int) -> tuple[Any, Any, Any]:
-        """(read, read_modules, read_shared): the whole read; the modules' part; the torch
-        settings and global hooks, and the functions' part.
+    def compile(self, heads: int, modules_end: int) -> _Compiled:
+        """The modules' part, and the torch settings, global hooks and functions' part.
         See NOTE [ Shared state, read once per backward pass ]"""
         items = self.items
         head, own_items, shared = items[:heads], items[heads:modules_end], items[modules_end:]
         source = "\n".join(
             [
-                "def read(mods, roots, own):",
-                *self.module_lines,
-                *self.function_lines,
-                _returned(items),
                 "def read_modules(mods):",
                 *self.module_lines,
                 _returned(own_items),
@@ -382,9 +460,43 @@ class _Source:
                 f"    return {_tuple(head)}, {_tuple(shared)}",
             ]
         )
-        namespace = self.namespace
+        return _compiled_for(source, self.namespace)
+
+
+class _Compiled:
+    """A reader's two compiled functions, shared by the readers whose source and namespace
+    are the same: the layers of a model, read one after another, run one copy of the code,
+    so its bytes are fetched into the CPU caches once per pass, not once per layer."""
+
+    __slots__ = ("read_modules", "read_shared", "__weakref__")
+
+    def __init__(self, source: str, namespace: dict) -> None:
         exec(compile(source + "\n", "<ckptguard region reader>", "exec"), namespace)
-        return namespace["read"], namespace["read_modules"], namespace["read_shared"]
+        self.read_modules = namespace["read_modules"]
+        self.read_shared = namespace["read_shared"]
+
+
+# (source, identities of the namespace's values) -> weak reference to the readers' _Compiled.
+# The compiled functions hold their namespace, so while an entry's functions live its ids
+# name the same objects; the entry goes with them.
+# See NOTE [ Never keeps a user's object alive ]
+_compiled: dict[tuple, weakref.ref] = {}
+
+
+def _compiled_for(source: str, namespace: dict) -> _Compiled:
+    key = (source, tuple([(name, id(value)) for name, value in namespace.items()]))
+    ref = _compiled.get(key)
+    found = ref() if ref is not None else None
+    if found is not None:
+        return found
+    found = _Compiled(source, namespace)
+
+    def forget(dead: weakref.ref, key: tuple = key) -> None:
+        if _compiled.get(key) is dead:
+            del _compiled[key]
+
+    _compiled[key] = weakref.ref(found, forget)
+    return found
 
 
 class RegionReader:
@@ -395,7 +507,7 @@ class RegionReader:
     """
 
     __slots__ = (
-        "read",
+        "compiled",
         "read_modules",
         "read_shared",
         "shared_signature",
@@ -414,6 +526,11 @@ class RegionReader:
         "identity_positions",
         "stateful",
         "self_written",
+        "iterators",
+        "behind_cache",
+        "library_objects",
+        "library_calls",
+        "method_names",
         "safe",
         "top_hooks",
         "_getters",
@@ -451,7 +568,8 @@ class RegionReader:
             source.add_module(index, plan, module, top_hooks and index == 0)
         modules_end = len(source.items)
         source.add_functions(function_plans, class_functions, functions)
-        self.read, self.read_modules, self.read_shared = source.compile(heads, modules_end)
+        self.compiled = compiled = source.compile(heads, modules_end)
+        self.read_modules, self.read_shared = compiled.read_modules, compiled.read_shared
 
         self.labels = tuple(source.labels)
         self.weak_functions = tuple(source.weak_functions)
@@ -461,6 +579,11 @@ class RegionReader:
         self.raw_positions = frozenset(source.raw)
         self.identity_positions = frozenset(source.identity)
         self.self_written = tuple(source.self_written)
+        self.iterators = tuple(source.iterators)
+        self.behind_cache = source.behind_cache
+        self.library_objects = source.library_objects
+        self.library_calls = tuple(source.library_calls.values())
+        self.method_names = source.method_names
         positions = source.shape_positions
         self._shape_of = operator.itemgetter(*positions) if positions else None
         self.writes_shared = source.writes_shared
@@ -472,7 +595,14 @@ class RegionReader:
             tuple(name for name, _ in torch_state),
             tuple(map(id, function_plans)),
             tuple(map(id, class_functions)),
+            tuple(source.library_calls),  # torch functions the modules' torch code calls
         )
+
+    def read(self, modules: list, roots: list, own: frozenset) -> tuple:
+        """The whole read: torch settings and global hooks, the modules' part, the functions'
+        part, in that order (the positions of ``labels``)."""
+        head, functions = self.read_shared(roots, own)
+        return head + self.read_modules(modules) + functions
 
     def shape_of(self, values: tuple) -> tuple:
         if self._shape_of is None:
@@ -510,11 +640,8 @@ class RegionReader:
             self.top_hooks,
             safe=True,
         )
-        self.read, self.read_modules, self.read_shared = (
-            safe.read,
-            safe.read_modules,
-            safe.read_shared,
-        )
+        self.compiled = safe.compiled
+        self.read_modules, self.read_shared = safe.read_modules, safe.read_shared
         self.safe = True
         return self.read(modules, roots, own)
 

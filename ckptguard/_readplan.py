@@ -15,6 +15,7 @@ replaced; See NOTE [ Stale plans ]).
 from __future__ import annotations
 
 import builtins
+import collections.abc
 import dis
 import functools
 import inspect
@@ -28,7 +29,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ckptguard._compat import torch_dir
+from ckptguard._compat import NORMS_WITH_STATISTICS, torch_dir
 from ckptguard._fingerprint import (
     MISSING,
     SCALAR_TYPES,
@@ -52,6 +53,7 @@ _STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 _PACKAGE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 _LIBRARY_ROOTS = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch", "ckptguard"}
 _MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__)
+_UNCALLABLE = torch.nn.Module.forward  # what a container's forward is: it raises
 
 
 # NOTE [ Never keeps a user's object alive ]
@@ -135,10 +137,14 @@ class CodeReads:
     free_chains: frozenset  # (free variable name, (attr, ...)), attributes possibly empty
     super_names: frozenset  # names read through super()
     stored: frozenset  # attribute names assigned or deleted (outputs, not inputs)
+    self_stored: frozenset  # those assigned on the first argument (a method's ``self``)
     dynamic_args: frozenset  # arguments whose attributes are read by computed names
     parameter_chains: tuple  # sorted (named parameter, its position or None, (attr, ...))
     mutated: frozenset  # global and free names whose contents the code changes in place
     rebinds: frozenset  # global and free names the code assigns or deletes
+    attributes: frozenset  # every attribute name the code loads (tensor methods among them)
+    keyed: frozenset  # (global chain, constant key) read as ``chain["KEY"]`` or ``chain("KEY")``
+    advanced: frozenset  # (root kind, name, attrs) passed to next() or iterated
 
 
 def _argument_names(code: types.CodeType) -> tuple[str, ...]:
@@ -194,21 +200,60 @@ def _subscript_container(instructions: list, index: int) -> Any:
     return found if found.opname in _SIMPLE_LOADS or found.opname in _PAIR_LOADS else None
 
 
+def _stores_on(instructions: list, index: int) -> str | None:
+    """The local whose attribute the ``STORE_ATTR`` at ``index`` writes, where the object is
+    one load: ``self.x = v`` (the load right before it) and ``self.x += v`` (loaded, copied,
+    its attribute read: ``LOAD_FAST self, COPY 1, LOAD_ATTR x, ..., SWAP 2, STORE_ATTR x``)."""
+    before = instructions[index - 1] if index else None
+    if before is None:
+        return None
+    if before.opname in _OBJECT_LOADS:
+        return before.argval
+    if before.opname == "SWAP":
+        at = index - 2
+        while at > 1 and instructions[at].opname != "COPY":
+            at -= 1
+        loaded = instructions[at - 1]
+        if at > 0 and instructions[at].opname == "COPY" and loaded.opname in _OBJECT_LOADS:
+            return loaded.argval
+    return None
+
+
+_OBJECT_LOADS = _FAST_LOADS | {"LOAD_DEREF"}  # ``self`` in a closure is a cell
+
+
 def _scan(
-    code: types.CodeType, arguments: frozenset, free: frozenset, found: dict[str, set]
+    code: types.CodeType,
+    arguments: frozenset,
+    free: frozenset,
+    found: dict[str, set],
+    first: str | None,
 ) -> None:
+    """``first``: the outermost code's first argument (a method's ``self``, also where a
+    nested function or comprehension uses it)."""
     instructions = list(dis.get_instructions(code))
     root: tuple | None = None
     attrs: list[str] = []
     pending_super = False
     line_roots: dict[int | None, set[str]] = {}  # global and free names loaded per line
+    after_next = False  # the chain flushed next is next()'s argument
 
-    def flush() -> None:
+    def flush(trigger: dis.Instruction | None) -> None:
+        nonlocal after_next
         if root is None:
             return
         kind, name = root
+        if kind == "global" and name == "next" and not attrs:
+            after_next = True
+            return
+        if after_next or (trigger is not None and trigger.opname == "GET_ITER"):
+            found["advanced"].add((kind, name, tuple(attrs)))
+        after_next = False
         if kind != "arg" and attrs and attrs[-1] in _MUTATORS:
             found["mutated"].add(name)
+        if kind == "global" and trigger is not None and trigger.opname == "LOAD_CONST":
+            if isinstance(trigger.argval, str):  # os.environ["KEY"], os.getenv("KEY")
+                found["keyed"].add(((name, *attrs), trigger.argval))
         if kind == "global":
             found["global"].add((name, *attrs))
         elif kind == "arg":
@@ -258,17 +303,21 @@ def _scan(
             if op in _SUPER_SKIPPED:
                 continue
             pending_super = False
-        if op in _ATTR_LOADS and root is not None:
-            if len(attrs) < MAX_CHAIN:
-                attrs.append(ins.argval)
-            continue
-        flush()
+        if op in _ATTR_LOADS:
+            found["attributes"].add(ins.argval)
+            if root is not None:
+                if len(attrs) < MAX_CHAIN:
+                    attrs.append(ins.argval)
+                continue
+        flush(ins)
         root, attrs = None, []
         if op == "LOAD_SUPER_ATTR":
             found["super"].add(ins.argval)
             continue
         if op in ("STORE_ATTR", "DELETE_ATTR"):
             found["stored"].add(ins.argval)
+            if _stores_on(instructions, index) == first:
+                found["self_stored"].add(ins.argval)
             continue
         root = classify(ins)
         if root is not None and root[0] != "arg":
@@ -289,10 +338,10 @@ def _scan(
                 elif target[0] == "arg" and root[1] != "hasattr":
                     found["dynamic"].add(target[1])
             root = None
-    flush()
+    flush(None)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            _scan(const, arguments, free, found)
+            _scan(const, arguments, free, found, first)
 
 
 _code_reads: dict[types.CodeType, CodeReads] = BoundedCache()
@@ -302,19 +351,37 @@ def code_reads(code: types.CodeType) -> CodeReads:
     """Cached per code object (code objects are immutable, so the cache never goes stale)."""
     reads = _code_reads.get(code)
     if reads is None:
-        kinds = ("global", "arg", "free", "super", "stored", "dynamic", "mutated", "rebinds")
+        kinds = (
+            "global",
+            "arg",
+            "free",
+            "super",
+            "stored",
+            "self_stored",
+            "dynamic",
+            "mutated",
+            "rebinds",
+            "attributes",
+            "keyed",
+            "advanced",
+        )
         found: dict[str, set] = {k: set() for k in kinds}
-        _scan(code, frozenset(_argument_names(code)), frozenset(code.co_freevars), found)
+        first = code.co_varnames[0] if code.co_argcount else None
+        _scan(code, frozenset(_argument_names(code)), frozenset(code.co_freevars), found, first)
         reads = _code_reads[code] = CodeReads(
             frozenset(found["global"]),
             frozenset(found["arg"]),
             frozenset(found["free"]),
             frozenset(found["super"]),
             frozenset(found["stored"]),
+            frozenset(found["self_stored"]),
             frozenset(found["dynamic"]),
             _parameter_chains(code, found["arg"]),
             frozenset(found["mutated"]),
             frozenset(found["rebinds"]),
+            frozenset(found["attributes"]),
+            frozenset(found["keyed"]),
+            frozenset(found["advanced"]),
         )
     return reads
 
@@ -475,7 +542,7 @@ def _follow_target(value: Any) -> types.FunctionType | None:
 # ------------------------------------------------------------------------- function plans
 
 
-def _inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
+def inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
     """How a reader may read a global's attribute (``cfg.SCALE``, ``Config.SCALE``,
     ``logger.warning_once``) without calling ``read_chain``, which costs far more than the
     lookup itself in a step's cold caches. ``("own", T, V)``: in the root's own ``__dict__``;
@@ -483,6 +550,8 @@ def _inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
     type. The reader checks the root's type ``T``, that nothing earlier shadows the attribute
     and the value's type ``V``, and calls ``read_chain`` whenever one of them fails, so the
     result is always ``static_attribute``'s. None: no shortcut (longer chains, modules)."""
+    if len(chain) > 2 and of_type(root, types.ModuleType):
+        return _through_modules(root, chain, value)
     if len(chain) != 2 or of_type(root, torch.nn.Module):
         return None
     name = chain[1]
@@ -508,6 +577,17 @@ def _inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
     return None
 
 
+def _through_modules(root: types.ModuleType, chain: tuple, value: Any) -> tuple | None:
+    """``("modules", V)`` where every step of ``chain`` before its last attribute is a module
+    (``nn.functional.dropout``): read through the modules' dicts, the value's type checked."""
+    found: Any = root
+    for name in chain[1:]:
+        if not of_type(found, types.ModuleType):
+            return None
+        found = object.__getattribute__(found, "__dict__").get(name, MISSING)
+    return ("modules", type(value)) if found is value else None
+
+
 def _defaults_kind(defaults: tuple | None) -> str | None:
     """ "scalars": a tuple of scalars only (immutable, so the tuple itself is its fingerprint)."""
     if defaults is None:
@@ -520,7 +600,11 @@ class GlobalChain(NamedTuple):
 
     chain: tuple[str, ...]  # the global's name, then attributes
     kind: str  # how its value is fingerprinted (``sample_kind``)
-    spec: tuple | None  # how the reader inlines it (``_inline_spec``), None: ``read_chain``
+    spec: tuple | None  # how the reader inlines it (``inline_spec``), None: ``read_chain``
+    # its value is a ``functools.lru_cache`` wrapper (its ``maxsize``, None: unbounded): the
+    # functions reached only through it run only when the cache misses
+    cache: tuple[int | None] | None = None
+    called: bool = False  # a torch function it calls (reached through a torch module)
 
 
 class CellChain(NamedTuple):
@@ -544,6 +628,13 @@ class FunctionEntry(NamedTuple):
     # the code object the entry was made from: a plan cached for a caller keeps its callees'
     # entries, so a callee's ``__code__`` swapped since shows here. See NOTE [ Stale plans ]
     code: types.CodeType
+    environment: tuple[str | None, ...] = ()  # keys of os.environ it reads (None: any key)
+    methods: tuple[str, ...] = ()  # torch.Tensor methods its code may call (x.view, x.softmax)
+    # values it advances (next() or a for loop) that are iterators: ("chain", index into
+    # chains) or ("cell", index into cells); the recompute draws their next value
+    iterators: tuple[tuple[str, int], ...] = ()
+    # (entry index, chain index) of the lru_cache only through which the entry is reached
+    behind: tuple[int, int] | None = None
 
 
 class FunctionPlan:
@@ -559,17 +650,26 @@ class FunctionPlan:
 
     def __init__(self, root: types.FunctionType):
         entries: list[FunctionEntry] = []
-        pending: list[tuple[types.FunctionType, bool]] = [(root, True)]
-        seen: set[int] = set()
+        # (function, is the root, the entry and chain index of the call that led to it, and
+        # whether that call goes through an lru_cache)
+        pending: list[tuple[types.FunctionType, bool, tuple[int, int] | None, bool]] = [
+            (root, True, None, False)
+        ]
+        seen: dict[int, int] = {}  # id of a function -> its entry
+        edges: list[tuple[int, int, tuple[int, int] | None]] = []  # caller, callee, its cache
         while pending and len(entries) < MAX_FUNCTIONS:
-            func, is_root = pending.pop()
+            func, is_root, via, cached = pending.pop()
             if id(func) in seen:
+                if via is not None:
+                    edges.append((via[0], seen[id(func)], via if cached else None))
                 continue
-            seen.add(id(func))
+            index = seen[id(func)] = len(entries)
+            if via is not None:
+                edges.append((via[0], index, via if cached else None))
             code = func.__code__
             reads = code_reads(code) if not is_library_code(code) else None
             namespace = func.__globals__
-            chains = []
+            chains: list[GlobalChain] = []
             followed = []
             for chain in sorted(reads.global_chains) if reads is not None else ():
                 name = chain[0]
@@ -577,26 +677,36 @@ class FunctionPlan:
                     continue
                 value = namespace.get(name, MISSING)
                 if of_type(value, types.ModuleType):
-                    if len(chain) == 1 or _is_library_module(value):
+                    if len(chain) == 1:
+                        continue
+                    if _is_library_module(value):
+                        # a torch function it calls: patched between the passes, the
+                        # recompute would call the patch
+                        target = read_chain(value, chain[1:])
+                        if _is_torch_function(value, target):
+                            spec = inline_spec(value, chain, target)
+                            chains.append(GlobalChain(chain, "object", spec, called=True))
                         continue
                 elif len(chain) > 1 and of_type(value, type):
                     chain = chain[:2]  # a class attribute; deeper is the class's business
                 for read in chains_through_code(value, chain):
                     target = read_chain(value, read[1:])
                     kind = sample_kind(target)
-                    chains.append(GlobalChain(read, kind, _inline_spec(value, read, target)))
+                    cache = _lru_cache_size(target)
+                    chains.append(GlobalChain(read, kind, inline_spec(value, read, target), cache))
                     callee = _follow_target(target)
                     if callee is not None:
                         if kind == "object":
                             followed.append((len(chains) - 1, id(target)))
-                        pending.append((callee, False))
+                        call = (index, len(chains) - 1)
+                        pending.append((callee, False, call, cache is not None))
             cells = []
             cell_chains = []
             wrapped = getattr(func, "__wrapped__", None)
             if wrapped is not None:
                 target = unwrap_function(wrapped)
                 if target is not None and not is_library_code(target.__code__):
-                    pending.append((target, False))
+                    pending.append((target, False, (index, -1), False))
             else:
                 for cell in func.__closure__ or ():
                     try:
@@ -607,12 +717,12 @@ class FunctionPlan:
                     cells.append(sample_kind(contents))
                     callee = _follow_target(contents)
                     if callee is not None:
-                        pending.append((callee, False))
-                for index, attrs, target in _cell_chains(func, reads):
-                    cell_chains.append(CellChain(index, attrs, sample_kind(target)))
+                        pending.append((callee, False, (index, -1), False))
+                for cell_index, attrs, target in _cell_chains(func, reads):
+                    cell_chains.append(CellChain(cell_index, attrs, sample_kind(target)))
                     callee = _follow_target(target)
                     if callee is not None:
-                        pending.append((callee, False))
+                        pending.append((callee, False, (index, -1), False))
             entries.append(
                 FunctionEntry(
                     ref=None if is_root else weakref.ref(func),
@@ -623,13 +733,150 @@ class FunctionPlan:
                     kwdefaults=func.__kwdefaults__ is not None,
                     followed=tuple(followed),
                     code=code,
+                    environment=_environment_reads(namespace, reads),
+                    methods=_tensor_methods(reads),
+                    iterators=_advanced_iterators(func, reads, chains, namespace),
                 )
             )
-        self.entries = tuple(entries)
+        self.entries = tuple(_behind_caches(entries, edges))
 
     def functions(self, root: types.FunctionType) -> list:
         """The function of each entry now (None where a followed one was collected)."""
         return [root if entry.ref is None else entry.ref() for entry in self.entries]
+
+
+def _is_torch_function(module: types.ModuleType, target: Any) -> bool:
+    """A function of torch's (``torch.sin``, ``F.gelu``), reached through a torch module."""
+    return module.__name__.partition(".")[0] == "torch" and of_type(
+        target, (types.FunctionType, types.BuiltinFunctionType)
+    )
+
+
+_LRU_WRAPPER: type = type(functools.lru_cache(maxsize=None)(lambda: None))
+
+
+def _lru_cache_size(value: Any) -> tuple[int | None] | None:
+    """(maxsize,) of an ``functools.lru_cache`` wrapper (``functools.cache``: None)."""
+    if type(value) is not _LRU_WRAPPER:
+        return None
+    wrapper: Any = value
+    return (wrapper.cache_parameters()["maxsize"],)
+
+
+def cache_state(wrapper: Any) -> Any:
+    """What tells whether an lru_cache still holds what it held: its misses and its size (a
+    ``cache_clear()`` resets both, a full cache evicts on a miss)."""
+    if type(wrapper) is not _LRU_WRAPPER:
+        return MISSING
+    info = wrapper.cache_info()  # type: ignore[attr-defined]
+    return (info.misses, info.currsize)
+
+
+def cache_kept(old: Any, new: Any, size: tuple[int | None]) -> bool:
+    """Whether a cache whose state went from ``old`` to ``new`` still holds every entry it
+    held: nothing cleared, and no miss that could have evicted one."""
+    if type(old) is not tuple or type(new) is not tuple:
+        return False
+    (misses, held), (misses_now, held_now) = old, new
+    if misses_now < misses or held_now < held:
+        return False
+    maxsize = size[0]
+    return maxsize is None or held + (misses_now - misses) <= maxsize
+
+
+def _behind_caches(entries: list[FunctionEntry], edges: list) -> list[FunctionEntry]:
+    """Entries reached from the root only through calls of one lru_cache wrapper: they run
+    at the recompute only if that cache no longer holds the forward's result."""
+    plain = {0}
+    changed = True
+    while changed:
+        changed = False
+        for caller, callee, cache in edges:
+            if cache is None and caller in plain and callee not in plain:
+                plain.add(callee)
+                changed = True
+    caches: dict[int, set] = {}
+    changed = True
+    while changed:
+        changed = False
+        for caller, callee, cache in edges:
+            if callee in plain:
+                continue
+            found = {cache} if cache is not None else caches.get(caller, set())
+            known = caches.setdefault(callee, set())
+            if not found <= known:
+                known |= found
+                changed = True
+    return [
+        entry._replace(behind=next(iter(caches[i])))
+        if i not in plain and len(caches.get(i, ())) == 1
+        else entry
+        for i, entry in enumerate(entries)
+    ]
+
+
+def _environment_reads(namespace: dict, reads: CodeReads | None) -> tuple[str | None, ...]:
+    """Keys of ``os.environ`` the code reads (``os.environ["K"]``, ``os.environ.get("K")``,
+    ``os.getenv("K")``, from any alias); None where it reads a key it computes."""
+    if reads is None:
+        return ()
+    keys: set[str | None] = set()
+    for chain in reads.global_chains:
+        if _reads_environment(namespace, chain):
+            found = [key for read, key in reads.keyed if read == chain]
+            keys.update(found if found else [None])
+    return tuple(sorted(keys, key=lambda k: (k is None, k or "")))
+
+
+def _reads_environment(namespace: dict, chain: tuple) -> bool:
+    root = namespace.get(chain[0], MISSING)
+    target = read_chain(root, chain[1:])
+    if target is os.environ or target is os.getenv:
+        return True
+    return chain[-1] == "get" and read_chain(root, chain[1:-1]) is os.environ
+
+
+_tensor_method_names: frozenset | None = None
+
+
+def _tensor_methods(reads: CodeReads | None) -> tuple[str, ...]:
+    """Methods of ``torch.Tensor`` among the attributes the code loads: one patched on
+    ``torch.Tensor`` between the passes is what the recompute calls."""
+    global _tensor_method_names
+    if reads is None:
+        return ()
+    if _tensor_method_names is None:
+        _tensor_method_names = frozenset(
+            name
+            for name in dir(torch.Tensor)
+            if not name.startswith("__")
+            and callable(inspect.getattr_static(torch.Tensor, name, None))
+        )
+    return tuple(sorted(reads.attributes & _tensor_method_names))
+
+
+_ITERATOR_TYPES = (collections.abc.Iterator,)
+
+
+def is_iterator(value: Any) -> bool:
+    return of_type(value, _ITERATOR_TYPES)
+
+
+def _advanced_iterators(
+    func: types.FunctionType, reads: CodeReads | None, chains: list, namespace: dict
+) -> tuple[tuple[str, int], ...]:
+    """Globals and closure cells holding an iterator the code advances."""
+    if reads is None or not reads.advanced:
+        return ()
+    found: list[tuple[str, int]] = []
+    for index, read in enumerate(chains):
+        if ("global", read.chain[0], read.chain[1:]) in reads.advanced:
+            if is_iterator(read_chain(namespace.get(read.chain[0], MISSING), read.chain[1:])):
+                found.append(("chain", index))
+    for index, name in enumerate(func.__code__.co_freevars):
+        if ("free", name, ()) in reads.advanced and is_iterator(cell_contents(func, index)):
+            found.append(("cell", index))
+    return tuple(found)
 
 
 def _cell_chains(func: types.FunctionType, reads: CodeReads | None) -> list[tuple]:
@@ -686,10 +933,14 @@ def function_labels(func: Any, entry: FunctionEntry) -> list[Label]:
     location = code_location(getattr(func, "__code__", None))
     of = f"{name} ({location})"
     out = [Label(FUNCTION, "function", f"{name}.__code__", f"code of {of}")]
-    out += [
-        Label(FUNCTION, "global", ".".join(c.chain), f"global of {module}, read by {of}")
-        for c in entry.chains
-    ]
+    for read in entry.chains:
+        dotted = ".".join(read.chain)
+        if read.called:
+            out.append(Label(FUNCTION, "function", dotted, f"torch function called by {of}"))
+        else:
+            out.append(Label(FUNCTION, "global", dotted, f"global of {module}, read by {of}"))
+        if read.cache is not None:
+            out.append(Label(FUNCTION, "cache", f"{dotted}.cache_info()", f"read by {of}"))
     cells = entry.cells
     names = func.__code__.co_freevars if func is not None else ("?",) * len(cells)
     out += [Label(FUNCTION, "closure", var, f"closure cell of {of}") for var in names[: len(cells)]]
@@ -708,6 +959,14 @@ def function_labels(func: Any, entry: FunctionEntry) -> list[Label]:
         out.append(
             Label(FUNCTION, "closure", f"{name}.__kwdefaults__", f"keyword defaults of {of}")
         )
+    out += [
+        Label(FUNCTION, "global", f"os.environ[{key!r}]", f"environment variable read by {of}")
+        if key is not None
+        else Label(FUNCTION, "global", "os.environ", f"environment read by {of}")
+        for key in entry.environment
+    ]
+    if entry.methods:
+        out.append(Label(FUNCTION, "methods", "torch.Tensor", f"tensor methods called by {of}"))
     return out
 
 
@@ -752,9 +1011,14 @@ class ClassReads:
 
     self_chains: frozenset  # attribute tuples read from self
     stored: frozenset
+    self_stored: frozenset  # attributes its code assigns on ``self`` (counters, caches)
     dynamic: bool  # attributes read by computed names: fingerprint every plain attribute
     functions: tuple  # weak references to the user functions reached (their globals count)
     code: Any  # the forward's code when this was worked out
+    advanced: frozenset  # attribute tuples of self its code advances (next(), a for loop)
+    # (globals, chain) of the torch functions torch's own code of the class calls (``F.linear``
+    # in ``Linear.forward``): patched between the passes, the recompute calls the patch
+    calls: tuple
 
 
 # id of a class -> (weak reference to it, {id of a forward: its reads}); an entry goes with
@@ -789,8 +1053,12 @@ def class_reads(cls: type, forward: Any) -> ClassReads:
     cached = per_class.get(id(forward))
     if cached is not None and cached.code is code:
         return cached
+    ignored = _ignored_attributes(cls)
     chains: set = set()
     stored: set = set()
+    self_stored: set = set()
+    advanced: set = set()
+    calls: dict[tuple[int, tuple], tuple] = {}
     dynamic = False
     functions: list = []
     start = [f for f in (unwrap_function(forward), _follow_target(forward)) if f is not None]
@@ -801,14 +1069,21 @@ def class_reads(cls: type, forward: Any) -> ClassReads:
         if id(func) in seen:
             continue
         seen.add(id(func))
+        reads = code_reads(func.__code__)
         if not is_library_code(func.__code__):
             functions.append(func)
-        reads = code_reads(func.__code__)
+        else:  # its torch calls; a user function's are in its own plan
+            for chain in reads.global_chains:
+                calls.setdefault((id(func.__globals__), chain), (func.__globals__, chain))
         names = _argument_names(func.__code__)
         if not names:
             continue
         self_name = names[0]
         stored |= reads.stored
+        self_stored |= reads.self_stored
+        advanced.update(
+            a for kind, n, a in reads.advanced if kind == "arg" and n == self_name and a
+        )
         dynamic = dynamic or self_name in reads.dynamic_args
         for name, attrs in reads.arg_chains:
             if name != self_name:
@@ -820,13 +1095,44 @@ def class_reads(cls: type, forward: Any) -> ClassReads:
         for name in reads.super_names:
             pending.extend(_method_on(cls, name, after=defining))
     result = per_class[id(forward)] = ClassReads(
-        frozenset(c for c in chains if c[0] not in _MODULE_INTERNALS),
+        frozenset(c for c in chains if c[0] not in _MODULE_INTERNALS and c[0] not in ignored),
         frozenset(stored),
+        frozenset(self_stored),
         dynamic,
         tuple(weakref.ref(f) for f in functions),
         code,
+        frozenset(advanced),
+        tuple(_torch_calls(calls.values())),
     )
     return result
+
+
+# NOTE [ Momentum feeds only the running statistics ]
+# A normalisation layer with running statistics (BatchNorm, InstanceNorm with
+# track_running_stats) reads ``momentum`` only to update those statistics, which are the
+# region's output (See NOTE [ Outputs are not inputs ]): in training its output comes from the
+# batch's own statistics, in eval from the running ones, which momentum does not touch. So a
+# momentum changed between forward and recompute changes the recompute's second update of the
+# statistics (a side effect, warned as such), never what backward uses: it is not read.
+_STATISTICS_ONLY = frozenset({"momentum"})
+
+
+def _ignored_attributes(cls: type) -> frozenset:
+    """See NOTE [ Momentum feeds only the running statistics ]"""
+    return _STATISTICS_ONLY if issubclass(cls, NORMS_WITH_STATISTICS) else frozenset()
+
+
+def _torch_calls(found: Any) -> list[tuple[dict, tuple, Any]]:
+    """(globals, chain, the function) of the chains through torch modules that lead to a
+    function (``F.linear``), sorted."""
+    calls = []
+    for namespace, chain in sorted(found, key=lambda item: (id(item[0]), item[1])):
+        root = namespace.get(chain[0], MISSING)
+        if len(chain) > 1 and of_type(root, types.ModuleType):
+            target = read_chain(root, chain[1:])
+            if _is_torch_function(root, target):
+                calls.append((namespace, chain, target))
+    return calls
 
 
 def _is_plain_attribute(value: Any) -> bool:
@@ -841,6 +1147,7 @@ class ModuleChain(NamedTuple):
     chain: tuple[str, ...]
     source: tuple  # where its first attribute lives (``ModulePlan._source_of``)
     kind: str  # how its value is fingerprinted (``sample_kind``)
+    spec: tuple | None = None  # how the reader inlines its second attribute (``inline_spec``)
 
 
 class ModulePlan:
@@ -856,7 +1163,6 @@ class ModulePlan:
         "cls",
         "shape",
         "forward",
-        "code",
         "params",
         "buffers",
         "chains",
@@ -865,36 +1171,44 @@ class ModulePlan:
         "functions",
         "stores_scalars",
         "opaque",
+        "iterators",
+        "calls",
+        "inert",
         "__weakref__",
     )
     shape: tuple[int, ...]
     forward: int
-    code: types.CodeType | None
     params: tuple[str, ...]
     buffers: tuple[str, ...]
     chains: tuple[ModuleChain, ...]
     class_dicts: list[Any]  # the class dicts attributes are read from (mappingproxy)
     functions: tuple[weakref.ref, ...]
     stores_scalars: bool
+    iterators: tuple[int, ...]  # chains holding an iterator its code advances
+    calls: tuple  # (globals, chain, function): torch functions its torch forward calls
+    # a container that cannot be called (ModuleDict, ParameterDict, ModuleList: torch's
+    # unimplemented forward): no hook of its runs and no code reads its training flag
+    inert: bool
 
     def __init__(self, module: torch.nn.Module, loose: bool):
         self.cls = type(module)
         self.loose = loose
         self.opaque = of_type(module, torch.jit.ScriptModule)
         if self.opaque:  # TorchScript: no Python code to read, no hooks; its tensors count
-            self.shape, self.forward, self.code = (), 0, None
+            self.shape, self.forward = (), 0
             self.params = self.buffers = self.chains = self.functions = ()
-            self.class_dicts, self.stores_scalars = [], False
+            self.iterators = self.calls = ()
+            self.class_dicts, self.stores_scalars, self.inert = [], False, False
             return
         state = module.__dict__
         forward = forward_of(module)
         reads = class_reads(type(module), forward)
         self.shape = module_shape(module)
         self.forward = id(forward)  # an id: a forward closing over its module must not pin it
-        # the forward's code when it is a plain function (read directly), else None
-        self.code = forward.__code__ if isinstance(forward, types.FunctionType) else None
         self.functions = reads.functions
-        self.stores_scalars = bool(reads.stored)
+        self.calls = reads.calls
+        self.inert = forward is _UNCALLABLE
+        self.stores_scalars = bool(reads.self_stored)
         chains = set(reads.self_chains)
         if reads.dynamic:
             chains.update(
@@ -907,6 +1221,7 @@ class ModulePlan:
         registered = {*self.params, *self.buffers}
         self.class_dicts = []
         resolved = {}
+        iterators: list[tuple] = []
         for chain in sorted(
             c for c in chains if c[0] not in reads.stored and c[0] not in registered
         ):
@@ -917,8 +1232,12 @@ class ModulePlan:
             for read in chains_through_code(root, chain):
                 sample = read_chain(root, read[1:])
                 if sample is not SKIPPED:  # SKIPPED: a property whose getter is not readable
-                    resolved[read] = ModuleChain(read, source, sample_kind(sample))
+                    spec = inline_spec(root, read, sample)  # self.config.scale: config's dict
+                    resolved[read] = ModuleChain(read, source, sample_kind(sample), spec)
+                    if read in reads.advanced and is_iterator(sample):
+                        iterators.append(read)
         self.chains = tuple(resolved.values())
+        self.iterators = tuple(i for i, c in enumerate(self.chains) if c.chain in iterators)
 
     def _source_of(self, module: torch.nn.Module, name: str) -> tuple | None:
         """Where ``getattr`` finds ``name`` now: ("dict"|"_parameters"|"_buffers"|"_modules",

@@ -40,7 +40,7 @@ BeforeRecompute = tuple[torch.nn.Module, dict, tuple[str, ...], tuple]
 
 def stored_scalars(module: torch.nn.Module) -> frozenset:
     """Attributes the module's code assigns on ``self``."""
-    return _readplan.class_reads(type(module), _readplan.forward_of(module)).stored
+    return _readplan.class_reads(type(module), _readplan.forward_of(module)).self_stored
 
 
 def state_before(module: torch.nn.Module) -> tuple[dict, dict] | None:

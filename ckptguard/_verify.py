@@ -36,6 +36,7 @@ from ckptguard._fingerprint import (
     MISSING,
     OBJECT,
     SCALAR_TYPES,
+    Described,
     arguments_fp,
     input_fp,
     of_type,
@@ -52,9 +53,12 @@ from ckptguard._readplan import (
     HOOKS,
     TORCH,
     BoundedCache,
+    cache_kept,
+    cell_contents,
     chains_through_code,
     code_reads,
     function_plan,
+    is_iterator,
     is_library_code,
     module_plan,
     read_chain,
@@ -84,14 +88,15 @@ class Binding(NamedTuple):
     code it runs under its decorators (what names it)."""
 
     bound_args: list
-    bound_kwargs: dict
+    keywords: tuple[dict, ...]  # the partials' own keyword dicts, outermost first (live)
     function: types.FunctionType | None
-    bound_values: list  # bound arguments but modules, then bound keywords, as fingerprinted
+    bound_values: list  # bound arguments but modules, as fingerprinted
     module: torch.nn.Module | None
     roots: list
     reached: list
     code: Any
     structure: Any  # its _Structure, which remembers the region's reader
+    segment: types.FunctionType | None  # checkpoint_sequential's closure, if that is the region
 
 
 def bind(fn: Any) -> Binding:
@@ -100,7 +105,7 @@ def bind(fn: Any) -> Binding:
     ``partial(Block.forward, block, ...)`` (transformers' layers). What the callable is made
     of is worked out once per structure (see ``_Structure``); the values bound into partials
     are taken from each call's callable."""
-    bound_args, bound_kwargs, key, objects, innermost = _take_apart(fn)
+    bound_args, keywords, key, objects, innermost = _take_apart(fn)
     structure = _structures.get(key) if key is not None else None
     parts = structure.parts() if structure is not None and structure.holds(objects) else None
     if (
@@ -112,18 +117,38 @@ def bind(fn: Any) -> Binding:
         parts = structure.parts()
         assert parts is not None, "what a new structure holds is alive: fn holds it"
     function, module, roots, reached = parts
-    bound_values = [v for v in bound_args if not of_type(v, torch.nn.Module)]
-    bound_values += bound_kwargs.values()
     return Binding(
         bound_args,
-        bound_kwargs,
+        keywords,
         function,
-        bound_values,
+        [v for v in bound_args if not of_type(v, torch.nn.Module)],
         module,
         roots,
         reached,
         structure.code,
         structure,
+        innermost if _is_segment(innermost) else None,
+    )
+
+
+def bound_keywords(binding: Binding) -> dict:
+    """The keywords the partials bind now: read from the partials' own dicts at every
+    fingerprint, so a keyword changed in place (``p.keywords["scale"] = 3.0``) is seen; an
+    outer partial's keyword overrides an inner one's, as a call does."""
+    keywords = binding.keywords
+    if len(keywords) == 1:
+        return keywords[0]
+    merged: dict = {}  # none: {}
+    for own in reversed(keywords):
+        merged.update(own)
+    return merged
+
+
+def _is_segment(fn: Any) -> bool:
+    return (
+        _compat.SEGMENT_CODE is not None
+        and type(fn) is types.FunctionType
+        and fn.__code__ is _compat.SEGMENT_CODE
     )
 
 
@@ -131,14 +156,14 @@ def bind(fn: Any) -> Binding:
 _INERT = frozenset({*SCALAR_TYPES, torch.Tensor, torch.nn.Parameter, tuple, list, dict})
 
 
-def _take_apart(fn: Any) -> tuple[list, dict, tuple | None, list, Any]:
-    """(bound args, bound keywords, structure key, objects of the structure, innermost
+def _take_apart(fn: Any) -> tuple[list, tuple, tuple | None, list, Any]:
+    """(bound args, the partials' keyword dicts, structure key, objects of the structure, innermost
     callable). The key lists the identities of the partials' functions and of the values bound
     into them that can reach code (modules, functions, partials, methods), of a method's
     function and owner, and of the innermost callable (a module with its forward). None: a
     bare function, often a new closure per call, worked out each time."""
     bound_args: list = []
-    bound_kwargs: dict = {}
+    keywords: list = []
     key: list = []
     objects: list = []
     while True:
@@ -154,7 +179,7 @@ def _take_apart(fn: Any) -> tuple[list, dict, tuple | None, list, Any]:
                     key += (name, id(value))
                     objects.append(value)
             bound_args[:0] = fn.args
-            bound_kwargs = {**fn.keywords, **bound_kwargs} if bound_kwargs else fn.keywords
+            keywords.append(fn.keywords)  # even empty: one may be added in place
             fn = fn.func
         elif issubclass(kind, types.MethodType):
             owner, func = fn.__self__, fn.__func__
@@ -174,11 +199,11 @@ def _take_apart(fn: Any) -> tuple[list, dict, tuple | None, list, Any]:
         key += (id(fn), id(forward))
         objects += (fn, forward)
     elif not key:
-        return bound_args, bound_kwargs, None, objects, fn
+        return bound_args, (), None, objects, fn
     else:
         key.append(id(fn))
         objects.append(fn)
-    return bound_args, bound_kwargs, tuple(key), objects, fn
+    return bound_args, tuple(keywords), tuple(key), objects, fn
 
 
 class _Structure:
@@ -339,6 +364,7 @@ class RegionFingerprint:
         "argument_chains",
         "argument_values",
         "code",
+        "iterators",
     )
 
     def __init__(
@@ -350,10 +376,11 @@ class RegionFingerprint:
         written: dict[int, frozenset],
         mask: tuple,
         values: tuple,
-        arguments: tuple[list, list],
+        arguments: tuple[list, list, Any],
         argument_chains: list[tuple[str, Any, tuple]],
         argument_values: list,
         code: Any,
+        iterators: list,
     ) -> None:
         self.reader = reader
         self.modules = modules  # what the values were read from
@@ -362,10 +389,26 @@ class RegionFingerprint:
         self.written = written  # module index -> buffers the forward itself wrote
         self.mask = mask  # their positions, left out of the comparison
         self.values = values
-        self.arguments = arguments  # (positional tensors, every other argument)
+        # (positional tensors, every other argument, the modules a segment runs)
+        self.arguments = arguments
         self.argument_chains = argument_chains  # (dotted name, object, attributes)
         self.argument_values = argument_values  # what those chains read
         self.code = code  # the code the region ran at its forward (what names it)
+        self.iterators = iterators  # labels of the iterators it advances, or argument names
+
+
+def advanced_iterators(fingerprint: RegionFingerprint, name_module: Any) -> list[str]:
+    """What the region's forward advanced that its recompute will advance again (a global,
+    closure cell, module attribute or argument holding an iterator or a generator)."""
+    names = []
+    for found in fingerprint.iterators:
+        if type(found) is str:
+            names.append(found)
+        elif type(found.owner) is int:
+            names.append(f"{name_module(fingerprint.modules[found.owner])}.{found.name}")
+        else:
+            names.append(f"{found.name} ({found.where})")
+    return names
 
 
 def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
@@ -588,7 +631,8 @@ def capture(
         positions = reader.tensor_positions
         mask = tuple(positions[(i, n)] for i, names in written_at.items() for n in names)
         values = _masked(values, mask)
-    arguments, chains, chain_values = _capture_arguments(binding, args, kwargs)
+    arguments, chains, chain_values, advanced = _capture_arguments(binding, args, kwargs)
+    iterators = [reader.labels[p] for p in reader.iterators] + advanced
     return RegionFingerprint(
         reader=reader,
         modules=modules,
@@ -601,6 +645,7 @@ def capture(
         argument_chains=chains,
         argument_values=chain_values,
         code=binding.code,
+        iterators=iterators,
     )
 
 
@@ -724,6 +769,11 @@ def _explain_values(
         if label.owner == TORCH:
             settings.append((label.name, old, new))
             continue
+        if label.kind == "cache" or _cache_kept(fingerprint, values, position):
+            continue  # the recompute gets the forward's result from the cache
+        if label.kind == "methods":
+            names = reader.method_names[position]
+            raise _method_difference(names, label.where, old, new, objects)
         old, new = objects.shown_pair(position, old, new)
         if label.owner == HOOKS:
             tables = _compat.GLOBAL_HOOK_DICTS
@@ -742,6 +792,31 @@ def _explain_values(
     for index in reshaped:
         _explain_reshaped(fingerprint, index, name_module)
     return settings
+
+
+def _cache_kept(fingerprint: RegionFingerprint, values: tuple, position: int) -> bool:
+    """Whether ``position`` is read only through an lru_cache that still holds every entry it
+    held at the forward: the recompute's call hits it and gets the forward's result."""
+    behind = fingerprint.reader.behind_cache.get(position)
+    if behind is None:
+        return False
+    at, size = behind
+    return cache_kept(fingerprint.values[at], values[at], size)
+
+
+def _method_difference(
+    names: tuple[str, ...], where: str | None, old: tuple, new: tuple, objects: Any
+) -> Difference:
+    """A method of ``torch.Tensor`` the region's code calls, patched since its forward (None:
+    not in ``torch.Tensor``'s own dict, so its C implementation)."""
+    for name, before, now in zip(names, old, new, strict=True):
+        if before is not now:
+            shown = [
+                Described(f"torch's own {name}") if value is None else objects.describe(value)
+                for value in (before, now)
+            ]
+            return Difference("function", f"torch.Tensor.{name}", where, *shown)
+    return Difference("function", "torch.Tensor", where, old, new)
 
 
 class _KnownObjects:
@@ -776,8 +851,18 @@ class _KnownObjects:
                 for chain in code_reads(function.__code__).global_chains:
                     value = read_chain(namespace.get(chain[0], MISSING), chain[1:])
                     found.setdefault(id(value), value)
+            reader = fingerprint.reader
+            for namespace, chain, _, _ in reader.library_calls:  # what torch's code calls now
+                value = read_chain(namespace.get(chain[0], MISSING), chain[1:])
+                found.setdefault(id(value), value)
+            for ident, value in reader.library_objects.items():  # ... and called at the forward
+                found.setdefault(ident, value)
             self._by_id = found
         return self._by_id
+
+    def describe(self, value: Any) -> Described:
+        """An object by what it is (see ``_explain.describe_object``)."""
+        return describe_object(value, self.name_module)
 
     def shown_pair(self, position: int, old: Any, new: Any) -> tuple[Any, Any]:
         """The forward's and the current value of one position, objects read by identity
@@ -855,13 +940,15 @@ def _shown(reader: RegionReader, position: int, value: Any) -> Any:
 
 def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
     """(positional tensors, every other argument) of a call, in a fixed order: call arguments,
-    then objects bound into partials and methods (modules aside: they have their own plans)."""
+    then objects bound into partials and methods (modules aside: they have their own plans),
+    then the keywords the partials bind now."""
     tensors: list = []
     others: list = []
     for value in args:
         (tensors if of_type(value, torch.Tensor) else others).append(value)
     others += kwargs.values()
     others += binding.bound_values
+    others += bound_keywords(binding).values()
     return tensors, others
 
 
@@ -877,30 +964,34 @@ def _argument_labels(binding: Binding, args: tuple, kwargs: dict) -> tuple[list,
         for i, v in enumerate(binding.bound_args)
         if not of_type(v, torch.nn.Module)
     ]
-    others += [f"bound keyword {k} ({where})" for k in binding.bound_kwargs]
+    others += [f"bound keyword {k} ({where})" for k in bound_keywords(binding)]
     return tensors, others
 
 
 def _capture_arguments(
     binding: Binding, args: tuple, kwargs: dict
-) -> tuple[tuple[list, list], list[tuple[str, Any, tuple]], list]:
-    """(the arguments' fingerprints: positional tensors held weakly, every other argument;
-    the attribute chains the region's function reads from its arguments, as (dotted name,
-    object, attributes); the values those chains read)."""
+) -> tuple[tuple[list, list, Any], list[tuple[str, Any, tuple]], list, list[str]]:
+    """(the arguments' fingerprints: positional tensors held weakly, every other argument,
+    the modules a ``checkpoint_sequential`` segment runs; the attribute chains the region's
+    function reads from its arguments, as (dotted name, object, attributes); the values those
+    chains read; the arguments holding an iterator the function advances)."""
     tensors, others = _arguments(binding, args, kwargs)
     held = [(weakref.ref(tensor), input_fp(tensor)) for tensor in tensors]
-    arguments = (held, arguments_fp(others))
+    arguments = (held, arguments_fp(others), _segment(binding))
     chains: list[tuple[str, Any, tuple]] = []
     function = binding.function
-    parameter_chains = code_reads(function.__code__).parameter_chains if function else ()
+    reads = code_reads(function.__code__) if function else None
+    parameter_chains = reads.parameter_chains if reads is not None else ()
+    advanced = _advanced_arguments(binding, reads, args, kwargs)
     if not parameter_chains:
-        return arguments, chains, []
+        return arguments, chains, [], advanced
     positional = [*binding.bound_args, *args]
+    keywords = bound_keywords(binding)
     for name, position, attrs in parameter_chains:
         if name in kwargs:
             value = kwargs[name]
-        elif name in binding.bound_kwargs:
-            value = binding.bound_kwargs[name]
+        elif name in keywords:
+            value = keywords[name]
         elif position is not None and position < len(positional):
             value = positional[position]
         else:
@@ -909,14 +1000,48 @@ def _capture_arguments(
             continue  # tensors are arguments above; modules have their own plans
         for chain in chains_through_code(value, (name, *attrs)):
             chains.append((".".join(chain), value, chain[1:]))
-    return arguments, chains, [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
+    values = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
+    return arguments, chains, values, advanced
+
+
+def _advanced_arguments(binding: Binding, reads: Any, args: tuple, kwargs: dict) -> list[str]:
+    """Arguments holding an iterator the region's function advances (``next(it)``)."""
+    if reads is None or not reads.advanced or binding.function is None:
+        return []
+    code = binding.function.__code__
+    positional = [*binding.bound_args, *args]
+    keywords = {**bound_keywords(binding), **kwargs}
+    found = []
+    for index, name in enumerate(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]):
+        if ("arg", name, ()) not in reads.advanced:
+            continue
+        value = keywords.get(name, positional[index] if index < len(positional) else MISSING)
+        if is_iterator(value):
+            found.append(f"argument {name}")
+    return found
+
+
+def _segment(binding: Binding) -> Any:
+    """The modules a ``checkpoint_sequential`` segment runs, by identity (its closure holds
+    the list and the segment's bounds: an item of a plain list replaced after the forward is
+    what the recompute runs), None for any other region."""
+    segment: Any = binding.segment
+    if segment is None:
+        return None
+    functions, start, end = (cell_contents(segment, i) for i in _compat.SEGMENT_CELLS)
+    try:
+        return tuple(map(id, functions[start : end + 1]))
+    except TypeError:  # not a sequence any more
+        return MISSING
 
 
 def _compare_arguments(
     fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
 ) -> None:
     tensors, others = _arguments(binding, args, kwargs)
-    old_tensors, old_others = fingerprint.arguments
+    old_tensors, old_others, old_segment = fingerprint.arguments
+    if old_segment is not None and _segment(binding) != old_segment:
+        raise segment_difference(binding, old_segment, _segment(binding))
     for index, ((ref, old), tensor) in enumerate(zip(old_tensors, tensors, strict=False)):
         # nested and reentrant recomputes get new input objects: only the same object is
         # comparable (torch checks the versions of the tensors it saved itself)
@@ -926,7 +1051,8 @@ def _compare_arguments(
     new_others = arguments_fp(others)
     if new_others != old_others:
         index = _first_difference(old_others, new_others)
-        label = _argument_labels(binding, args, kwargs)[1][index]
+        labels = _argument_labels(binding, args, kwargs)[1]
+        label = labels[index] if index < len(labels) else "a keyword bound into a partial"
         raise argument_difference(label, _at(old_others, index), _at(new_others, index))
     chains = fingerprint.argument_chains
     if chains:
@@ -936,6 +1062,24 @@ def _compare_arguments(
             index = _first_difference(old_chains, new_chains)
             old, new = old_chains[index], new_chains[index]
             raise argument_attribute_difference(chains[index][0], old, new)
+
+
+def segment_difference(binding: Binding, old: tuple, new: Any) -> Difference:
+    """An item of the plain list a ``checkpoint_sequential`` segment runs, replaced since the
+    forward (``nn.Sequential`` is copied into a list of its own at the call)."""
+    segment: Any = binding.segment
+    functions, start, end = (cell_contents(segment, i) for i in _compat.SEGMENT_CELLS)
+    try:
+        now = list(functions[start : end + 1])
+    except TypeError:  # not a sequence any more
+        now = []
+    shown = [
+        Described(f"{type(item).__name__}{'' if id(item) in old else ' (another object)'}")
+        for item in now
+    ]
+    name = f"functions[{start}:{end + 1}]"
+    where = "the plain list checkpoint_sequential runs this segment from"
+    return Difference("attribute", name, where, Described(f"{len(old)} modules"), shown)
 
 
 def _raise_module(

@@ -21,7 +21,7 @@ MISMATCH_KINDS = (
     "selective_policy",
     "selective_cache",
 )
-GUARD_KINDS = ("side_effect", "lost_gradients", "ddp_reentrant")
+GUARD_KINDS = ("side_effect", "lost_gradients", "ddp_reentrant", "iterator")
 
 
 class CheckpointGuardError(RuntimeError):

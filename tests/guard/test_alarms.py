@@ -381,22 +381,27 @@ def test_default_dtype_the_region_creates_tensors_from_is_named() -> None:
     assert "was recomputed differently" in str(error)
 
 
-def test_a_setting_the_guard_cannot_judge_says_may() -> None:
+def test_a_setting_that_changes_no_recomputed_value_is_silent() -> None:
+    """Issue 28: the matmul precision changed before backward of a small CPU Linear region,
+    whose recomputed matmul is bit-identical under either precision: no alarm (the guard runs
+    the op again under the forward's precision to know; test_settings.py covers the rest)."""
     model = _linear()
-    x = _input()
-    ckptguard.enable()
-    out = checkpoint(model, x, use_reentrant=False)
     previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("medium" if previous != "medium" else "high")
-    try:
-        with pytest.raises(ckptguard.CheckpointMismatchError) as info:
+    other = "medium" if previous != "medium" else "high"
+
+    def run() -> list:
+        x = _input()
+        out = checkpoint(model, x, use_reentrant=False)
+        torch.set_float32_matmul_precision(other)
+        try:
             out.sum().backward()
-    finally:
-        torch.set_float32_matmul_precision(previous)
-    error = info.value
-    assert error.kind == "torch_state" and error.details["certain"] is False
-    assert "may have been recomputed differently" in str(error)
-    assert "the gradients may differ" in str(error) and "aten.addmm" in str(error)
+        finally:
+            torch.set_float32_matmul_precision(previous)
+        grads = grads_of(model, x)
+        model.zero_grad(set_to_none=True)
+        return grads
+
+    _guarded_and_plain(run)
 
 
 # ------------------------------------------------------------------------------- messages

@@ -6,6 +6,8 @@ with ``torch.equal``; any ``CheckpointMismatchError`` (or warning) fails the tes
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import warnings
 
@@ -17,6 +19,8 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 import ckptguard
 from ckptguard import _verify
+
+VARIANTS = pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
 
 output = torch.zeros(4)  # notebook style: a global that shares a name with an attribute
 
@@ -437,3 +441,122 @@ def test_changes_between_steps_and_outputs_of_the_region(reentrant: bool, region
         with ckptguard.guard():
             guarded = steps(Growing())
     assert grads_equal(plain, guarded)
+
+
+# ---------------------------------------------------- issue 28: alarms that went silent
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+@VARIANTS
+def test_batchnorm_momentum_changed_in_training_is_silent(strict: bool, reentrant: bool) -> None:
+    """BatchNorm reads momentum only to update its running statistics (its output in training
+    comes from the batch): a momentum changed before backward changes no gradient. The
+    statistics updated twice stay the side-effect warning they always were."""
+
+    def run(guard: dict | None) -> list:
+        torch.manual_seed(0)
+        block = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+        block.train()
+        x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        context = ckptguard.guard(**guard) if guard is not None else contextlib.nullcontext()
+        with context, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = checkpoint(block, x, use_reentrant=reentrant)
+            block[1].momentum = 0.5
+            out.sum().backward()
+        mismatches = [
+            w for w in caught if issubclass(w.category, ckptguard.CheckpointMismatchWarning)
+        ]
+        assert not mismatches, [str(w.message) for w in mismatches]
+        return [p.grad.clone() for p in block.parameters()] + [x.grad.clone()]
+
+    plain = run(None)
+    assert grads_equal(plain, run({"strict": strict}))
+
+
+CACHE_SCALE = 2.0
+
+
+@functools.cache
+def _cached_gains(n: int) -> torch.Tensor:
+    return torch.linspace(1.0, CACHE_SCALE, n)
+
+
+def _cached_region(x: torch.Tensor) -> torch.Tensor:
+    return torch.sin(x * _cached_gains(x.shape[-1]))
+
+
+def _set_cache_scale(value: float) -> None:
+    global CACHE_SCALE
+    CACHE_SCALE = value
+
+
+@VARIANTS
+def test_lru_cached_helper_whose_global_changed_while_the_cache_holds(reentrant: bool) -> None:
+    """The helper's global changes before backward, but the cache still holds the forward's
+    result, which the recompute's call gets: same values, no alarm. Cleared, the recompute
+    would compute from the new global: named."""
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)
+
+    def run(clear: bool) -> list:
+        x.grad = None
+        _cached_gains.cache_clear()
+        out = checkpoint(_cached_region, x, use_reentrant=reentrant)
+        _set_cache_scale(5.0)
+        if clear:
+            _cached_gains.cache_clear()
+        try:
+            out.sum().backward()
+        finally:
+            _set_cache_scale(2.0)
+        return [x.grad.clone()]
+
+    _strict_silence(lambda: run(clear=False), strict=False)
+    with ckptguard.guard(), pytest.raises(ckptguard.CheckpointMismatchError) as info:
+        run(clear=True)
+    assert info.value.kind == "global" and "CACHE_SCALE" in str(info.value)
+
+
+class Flagged(nn.Module):
+    """Its forward needs ``ready``, which the region's context_fn sets for the forward only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.ready:
+            raise RuntimeError("Flagged runs only under its forward context")
+        return torch.sin(x)
+
+
+def test_context_fn_setting_state_for_the_forward_only_lets_the_model_s_error_through() -> None:
+    """The forward context sets ``ready``, the recompute context does not: the recompute
+    raises the model's own error, which is what the user sees under the guard too (the
+    guard's finding added as a note)."""
+    module = Flagged()
+
+    @contextlib.contextmanager
+    def ready():
+        module.ready = True
+        try:
+            yield
+        finally:
+            module.ready = False
+
+    def run() -> BaseException:
+        x = torch.randn(3, requires_grad=True)
+        out = checkpoint(
+            module, x, use_reentrant=False, context_fn=lambda: (ready(), contextlib.nullcontext())
+        )
+        with pytest.raises(RuntimeError) as info:
+            out.sum().backward()
+        return info.value
+
+    plain = run()
+    with ckptguard.guard():
+        guarded = run()
+    assert type(guarded) is type(plain) and str(guarded) == str(plain)
+    assert not isinstance(guarded, ckptguard.CheckpointMismatchError)
+    if hasattr(guarded, "__notes__"):
+        assert "Flagged" in guarded.__notes__[0] and "ready" in guarded.__notes__[0]

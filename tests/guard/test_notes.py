@@ -32,6 +32,7 @@ def test_each_note_is_defined_once_and_cited() -> None:
         "Never keeps a user's object alive",
         "Shared state, read once per backward pass",
         "Stale plans",
+        "Momentum feeds only the running statistics",
     }
     assert [name for name, count in defined.items() if count > 1] == []
     assert sorted(set(cited) - set(defined)) == []  # cited, never written
