@@ -131,7 +131,7 @@ STAGES = {
     "torch settings watch inside the recompute": (
         "settings",
         False,
-        [(_settings.SettingsWatch, "_look")],
+        [(_settings._OpWatch, "_look")],
         _fail,
     ),
     "DDP check": ("ddp", False, [(_ddp, "reentrant_forward")], _fail),
