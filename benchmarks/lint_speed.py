@@ -6,9 +6,9 @@ benchmarks/.cache), in one run with interleaved repetitions and medians. The tre
 its own as on a user's machine (inside this repository the git work tree would be the
 project):
 
-- **cold**: ``ckptlint --no-cache .`` run from inside each tree in turn, its own project
-  (every file read, candidates parsed and analysed, worker processes as the CLI chooses
-  them), the times summed;
+- **cold**: ``ckptlint --no-cache -j 1 .`` run from inside each tree in turn, its own
+  project (every file read, candidates parsed and analysed, one process), the times summed;
+  also with worker processes as the CLI chooses them;
 - **warm**: the same again, nothing changed (each tree's cache is reused);
 - **from the parent folder**: ``ckptlint TREE1 ... TREE15`` from the folder holding the
   trees, cold and warm: each tree is still its own project (its setup.py, pyproject.toml or
@@ -17,7 +17,9 @@ project):
 - **parse floor**: CPython's ``ast.parse`` alone on the files that name a region source (the
   files any cold run must parse), spread over the cores: what no Python linter can go under;
 - **pre-commit, one changed file**: transformers 5.24 as a project, its cache warm, one file
-  (``modeling_llama.py``) edited, then ``ckptlint`` on that file alone (what a commit runs);
+  (``modeling_llama.py``) edited, then ``ckptlint`` on that file alone (what a commit runs):
+  a comment added, a statement added to a method body no other module reads
+  (``LlamaForCausalLM.forward``), and a new wrapper function (a new exported name);
 - **chunks**: all of transformers 5.24's files passed in two chunks run at once, as
   pre-commit does on a 2-CPU machine, cold and warm, beside one whole-tree run;
 - **flake8**: ``flake8 --select E9`` on transformers 4.34.1 in two virtualenvs, without and
@@ -133,12 +135,29 @@ def parse_floor(folders: list[Path]) -> tuple[int, float]:
     return len(texts), statistics.median(passes)
 
 
-def edit(path: Path, round_number: int) -> None:
+EDITS = {
+    "a comment": "comment",
+    "a method body": "body",
+    "a new exported name": "export",
+}
+
+
+def edit(path: Path, round_number: int, kind: str = "comment") -> None:
     """A new version of the file (a new file replaces the link: the shared tree stays)."""
     original = path.with_suffix(".py.original")
     if not original.exists():
         shutil.copyfile(path, original)
-    text = original.read_text() + f"\n# edited in round {round_number}\n"
+    text = original.read_text()
+    if kind == "body":  # a statement in LlamaForCausalLM.forward, which no module subclasses
+        where = text.index("        outputs", text.index("class LlamaForCausalLM"))
+        text = f"{text[:where]}        edited = {round_number}\n{text[where:]}"
+    elif kind == "export":  # a wrapper: its name is a new word for discovery
+        text += (
+            f"\n\ndef checkpointed_{round_number}(function, *args):\n"
+            "    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False)\n"
+        )
+    else:
+        text += f"\n# edited in round {round_number}\n"
     temporary = path.with_suffix(".py.tmp")
     temporary.write_text(text)
     os.replace(temporary, path)
@@ -185,6 +204,7 @@ def main() -> None:
 
     runs: dict[str, list[tuple[float, float]]] = {
         "cold": [],
+        "cold workers": [],
         "warm": [],
         "parent cold": [],
         "parent warm": [],
@@ -193,9 +213,10 @@ def main() -> None:
     memory = []
     ruff = [RUFF, "check", "--select", "E9", "--no-cache", "--isolated", "--quiet"]
     for _ in range(arguments.repeat):
-        wall, cpu, peak = inside("--no-cache")
+        wall, cpu, peak = inside("--no-cache", "-j", "1")
         runs["cold"].append((wall, cpu))
         memory.append(peak)
+        runs["cold workers"].append(inside("--no-cache")[:2])
         runs["warm"].append(inside()[:2])
         runs["parent cold"].append(timed([*CKPTLINT, "--no-cache", *names], WORK)[:2])
         runs["parent warm"].append(timed([*CKPTLINT, *names], WORK)[:2])
@@ -208,7 +229,8 @@ def main() -> None:
     say("| run | wall s | vs ruff | vs parse floor | CPU s | CPU vs parse floor's CPU |")
     say("| --- | --- | --- | --- | --- | --- |")
     labels = {
-        "cold": "ckptlint, cold (`--no-cache`), each tree from inside it",
+        "cold": "ckptlint, cold (`--no-cache -j 1`), each tree from inside it",
+        "cold workers": "ckptlint, cold (`--no-cache`, workers as chosen), each from inside",
         "warm": "ckptlint, warm (nothing changed), each tree from inside it",
         "parent cold": "ckptlint, cold, the 15 trees named from their parent folder",
         "parent warm": "ckptlint, warm, the 15 trees named from their parent folder",
@@ -223,7 +245,16 @@ def main() -> None:
         f"| `ast.parse` of the {count:,} files naming a source (wall: per core) | "
         f"{floor / cores:.2f} | x{floor / cores / wall['ruff']:.2f} | x1 | {floor:.2f} | x1 |"
     )
-    say(f"peak memory of a cold run (one tree): {max(memory) / 1024:.0f} MiB")
+    say(f"peak memory of a cold `-j 1` run (the largest tree): {max(memory) / 1024:.0f} MiB")
+    project = WORK / next(n for n in names if n.startswith("transformers-5.24"))
+    alone = [timed([*CKPTLINT, "--no-cache", "-j", "1", "."], project) for _ in range(3)]
+    own_count, own_floor = parse_floor([project])
+    alone_cpu = statistics.median(r[1] for r in alone)
+    say(
+        f"transformers 5.24 alone, cold `-j 1`: {alone_cpu:.2f} s CPU, x{alone_cpu / own_floor:.2f}"
+        f" the CPU of `ast.parse` of its {own_count:,} files naming a source ({own_floor:.2f} s);"
+        f" peak memory {max(r[2] for r in alone) / 1024:.0f} MiB"
+    )
     for state in ("cold", "warm"):
         say(
             f"from the parent folder against from inside, {state}: wall "
@@ -232,7 +263,6 @@ def main() -> None:
         )
 
     # -- transformers 5.24: pre-commit, one changed file; chunks ------------------------------
-    project = WORK / next(n for n in names if n.startswith("transformers-5.24"))
     edited = project / EDITED
     restore(edited)
     every = sorted(str(p.relative_to(project)) for p in project.rglob("*.py"))
@@ -240,19 +270,21 @@ def main() -> None:
     base = [sys.executable, "-m", "ckptlint", "--exit-zero", "--quiet"]
     timed([*base, "."], project)
     runs = {
-        "one file": [],
-        "one file CPU": [],
+        **{f"one file, {label}": [] for label in EDITS},
+        **{f"one file CPU, {label}": [] for label in EDITS},
         "whole tree": [],
         "chunks warm": [],
         "chunks cold": [],
         "whole tree cold": [],
     }
     for round_number in range(arguments.repeat):
-        edit(edited, round_number)
-        one_file = timed([*base, EDITED], project)
-        runs["one file"].append(one_file[0])
-        runs["one file CPU"].append(one_file[1])
-        restore(edited)
+        for label, kind in EDITS.items():
+            edit(edited, round_number, kind)
+            one_file = timed([*base, EDITED], project)
+            runs[f"one file, {label}"].append(one_file[0])
+            runs[f"one file CPU, {label}"].append(one_file[1])
+            restore(edited)
+            timed([*base, "."], project)
         runs["whole tree"].append(timed([*base, "."], project)[0])
         runs["chunks warm"].append(timed_together([[*base, *h] for h in halves], project))
         shutil.rmtree(project / ".ckptlint_cache", ignore_errors=True)
@@ -264,10 +296,11 @@ def main() -> None:
     say(f"transformers 5.24 as a project ({len(every):,} files), 2 chunks as pre-commit makes:")
     say("| run | seconds |")
     say("| --- | --- |")
-    say(
-        f"| pre-commit: one changed file (`{EDITED.rsplit('/', 1)[1]}`), warm | "
-        f"{medians['one file']:.2f} (CPU {medians['one file CPU']:.2f}) |"
-    )
+    for label in EDITS:
+        say(
+            f"| pre-commit: one changed file (`{EDITED.rsplit('/', 1)[1]}`, {label}), warm | "
+            f"{medians[f'one file, {label}']:.2f} (CPU {medians[f'one file CPU, {label}']:.2f}) |"
+        )
     say(f"| whole tree, warm | {medians['whole tree']:.2f} |")
     say(f"| two chunks at once, warm | {medians['chunks warm']:.2f} |")
     say(f"| two chunks at once, cold | {medians['chunks cold']:.2f} |")
