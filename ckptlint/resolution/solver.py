@@ -219,12 +219,11 @@ class Solver:
 
     def facts(self, reads: int) -> Iterator[tuple[Hashable, Any]]:
         """The facts of a bit mask, with the values they had when read."""
-        index = 0
+        values = self.fact_values
         while reads:
-            if reads & 1:
-                yield self.fact_values[index]
-            reads >>= 1
-            index += 1
+            lowest = reads & -reads  # one set bit at a time: as many steps as facts read
+            yield values[lowest.bit_length() - 1]
+            reads ^= lowest
 
     @contextmanager
     def unit(self) -> Iterator[Unit]:
