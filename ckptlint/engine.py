@@ -69,6 +69,7 @@ from ckptlint.source import (
     UnreadableSource,
     decode,
     identifiers,
+    identifiers_in_bytes,
     lines_with_words,
     read_bytes,
     split_lines,
@@ -105,8 +106,20 @@ class Words:
 
     @cached_property
     def digest(self) -> str:
-        text = "\0".join(sorted(self.calls)) + "\1" + "\0".join(sorted(self.classes))
-        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        return _words_digest(self.calls, self.classes)
+
+    def digest_within(self, names: frozenset[bytes]) -> str:
+        """The digest of the words a file names (``names``: its identifiers): all that one
+        file's exports and findings depend on of the words, since the words decide only which
+        of its own lines and classes are looked at. A word learned elsewhere that the file
+        does not name leaves its stored results valid."""
+        named = {word for word in self.names if word.encode() in names}
+        return _words_digest(self.calls & named, self.classes & named)
+
+
+def _words_digest(calls: frozenset[str] | set[str], classes: frozenset[str] | set[str]) -> str:
+    text = "\0".join(sorted(calls)) + "\1" + "\0".join(sorted(classes))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -178,9 +191,8 @@ class Analyser:
                 internal_error = f"{type(bug).__name__}: {bug}"
         digest = project.files.digest(path)
         dependencies = self._dependencies(unit, shapes=True)
-        return Exported(
-            path, digest, self.words.digest, calls, classes, error, internal_error, dependencies
-        )
+        words = file_words(project.files, path, self.words)
+        return Exported(path, digest, words, calls, classes, error, internal_error, dependencies)
 
     def findings(self, path: str, fixes: bool) -> Analysed:
         project = self.project
@@ -242,6 +254,23 @@ class Analyser:
 
 
 _SHAPE_FACTS = frozenset({"skeleton", "part", "names", "versions"})
+
+
+def file_words(files: Snapshot, path: str, words: Words) -> str:
+    """``words.digest_within`` the identifiers of the file at ``path`` (unreadable: none)."""
+    digest = files.digest(path)
+    names = _IDENTIFIERS.get(digest)
+    if names is None:
+        try:
+            names = identifiers_in_bytes(files.data(path))
+        except UnreadableSource:
+            names = frozenset()
+        _IDENTIFIERS[digest] = names
+    return words.digest_within(names)
+
+
+# file digest: its identifiers (the bytes decide them, so a digest names them)
+_IDENTIFIERS: dict[str, frozenset[bytes]] = {}
 
 
 def analyze(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
@@ -666,7 +695,8 @@ class Engine:
     def _stored_findings(self, state: _State, path: str) -> Analysed | None:
         if self.store is None:
             return None
-        name = cache.findings_name(path, state.snapshot.digest(path), state.words.digest)
+        words = file_words(state.snapshot, path, state.words)
+        name = cache.findings_name(path, state.snapshot.digest(path), words)
         content = self.store.read(name)
         if content is None:
             return None
@@ -682,7 +712,8 @@ class Engine:
         if self.store is None or result.internal_error is not None:
             return
         digest = state.snapshot.digest(result.path)
-        name = cache.findings_name(result.path, digest, state.words.digest)
+        words = file_words(state.snapshot, result.path, state.words)
+        name = cache.findings_name(result.path, digest, words)
         entry = cache.StoredFindings(result.findings, result.dependencies)
         self.store.write(name, cache.encode_findings(entry))
 
@@ -885,7 +916,7 @@ class Engine:
         found: dict[str, Exported] = {}
         missing = []
         for path in paths:
-            earlier = known.get((path, words.digest))
+            earlier = known.get((path, file_words(state.snapshot, path, words)))
             if (
                 earlier is not None
                 and earlier.digest == state.snapshot.digest(path)
@@ -902,7 +933,7 @@ class Engine:
                 state.dirty = True
         results = [found[path] for path in paths]
         for result in results:
-            state.exported[(result.path, words.digest)] = result
+            state.exported[(result.path, result.words)] = result
         return results
 
     def _workers_for(self, state: _State, files: int) -> _Workers:

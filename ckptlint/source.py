@@ -123,6 +123,11 @@ class Prefilter:
         return False
 
 
+def identifiers_in_bytes(data: bytes) -> frozenset[bytes]:
+    """Every identifier-like word of raw bytes (strings and comments included)."""
+    return frozenset(_IDENTIFIER_BYTES.findall(data))
+
+
 def identifier_at(data: bytes, start: int, end: int) -> bool:
     """Whether ``data[start:end]`` is a whole identifier, not part of a longer one."""
     before = data[start - 1 : start] if start else b""

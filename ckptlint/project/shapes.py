@@ -7,8 +7,8 @@ else (imports, assignments, and the headers of the definitions: decorators, name
 parameters) is the module's skeleton, digested as one. A discovery result records the
 skeleton of each module it read, the parts whose bodies it read, the parts that hold a name
 it searched for, and whether the text tests versions; an edit that changes none of those
-(a body it never read, lines moved) leaves the result valid. Parts are found from the text
-with no parsing, so checking a changed file costs a split and a few digests.
+(a body it never read, lines moved, a comment) leaves the result valid. Parts are found from
+the text with no parsing, so checking a changed file costs a split and a few digests.
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ _DEFINITION_NAME = re.compile(r"[ \t]*(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
 _MAX_HEADER_LINES = 40
 
 
-def digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+def digest(lines: list[str]) -> str:
+    """The digest of the code of ``lines``: lines that are blank or only a comment left out,
+    so that adding a comment invalidates nothing."""
+    code = "".join(line for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    return hashlib.blake2b(code.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 @dataclass
@@ -95,14 +98,14 @@ def shape_of(lines: list[str], text: str) -> Shape:
         rank = ranks.get((kind, name), 0)
         ranks[(kind, name)] = rank + 1
         key = f"{kind} {name}#{rank}"
-        parts[key] = digest("".join(lines[start:end]))
+        parts[key] = digest(lines[start:end])
         starts.append(start + 1)
         ends.append(end)
         keys.append(key)
         previous = end
     skeleton.extend(lines[previous:])
     versions = "version" in text or "is_torch_" in text
-    return Shape(digest("".join(skeleton)), parts, starts, ends, keys, versions, lines, text)
+    return Shape(digest(skeleton), parts, starts, ends, keys, versions, lines, text)
 
 
 def _header_end(lines: list[str], start: int, end: int) -> int:
