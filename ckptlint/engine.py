@@ -71,6 +71,7 @@ from ckptlint.source import (
     identifiers,
     identifiers_in_bytes,
     lines_with_words,
+    parser_gave_up,
     read_bytes,
     split_lines,
     token_limit,
@@ -284,12 +285,16 @@ def analyze_safely(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
     a syntax error in a body parsed late, is one CKP901 finding."""
     try:
         found = analyze(module, analysis)
-        check_unparsed_bodies(module.tree, module.text, f"<{module.path}>")
+    except (RecursionError, MemoryError):
+        return [too_deep_finding(module.tree)]
+    name = f"<{module.path}>"
+    try:
+        check_unparsed_bodies(module.tree, module.text, name)
     except SyntaxError as error:  # in a lazily parsed body
         where = UnreadableSource(f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1)
         return [_finding(UnreadableFile.code, where)]
-    except (RecursionError, MemoryError):
-        return [too_deep_finding(module.tree)]
+    except (RecursionError, MemoryError) as error:  # a body the parser gives up on
+        return [_finding(UnreadableFile.code, parser_gave_up(error, module.lines, name))]
     return found
 
 

@@ -108,6 +108,20 @@ def check_unparsed_bodies(tree: ast.Module, text: str, filename: str) -> None:
         ast.parse(text, filename)
 
 
+def statement_too_deep(lines: list[str], filename: str) -> int:
+    """The first line of the first top-level statement the parser gives up on by itself
+    (``RecursionError`` or ``MemoryError`` while building its tree), else 1: where a text
+    nested too deeply to parse whole is reported."""
+    for chunk in _split(lines):
+        try:
+            ast.parse("\n" * chunk.start + "".join(lines[chunk.start : chunk.end]), filename)
+        except (RecursionError, MemoryError):
+            return chunk.start + 1
+        except (SyntaxError, ValueError):
+            continue
+    return 1
+
+
 def definition_chunks(lines: list[str]) -> list[tuple[int, int]]:
     """The lines (0-based start, end excluded) of each top-level ``def`` or ``class`` with its
     decorators, as the split finds them from the text alone."""

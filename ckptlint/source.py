@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, islice
 
-from ckptlint.lazy_tree import parse_lazily
+from ckptlint.lazy_tree import parse_lazily, statement_too_deep
 
 
 class UnreadableSource(Exception):
@@ -324,6 +324,16 @@ def _more_tokens_than(text: str, limit: int) -> bool:
     return sum(1 for _ in islice(_TOKEN.finditer(text), limit + 1)) > limit
 
 
+def parser_gave_up(
+    error: RecursionError | MemoryError, lines: list[str], filename: str
+) -> UnreadableSource:
+    """Why a text nested too deeply could not be parsed, at the statement that did it:
+    the same finding whether the file was parsed whole or its bodies one by one."""
+    reason = str(error) or type(error).__name__
+    message = f"too deeply nested to analyse: the parser gave up ({reason})"
+    return UnreadableSource(message, statement_too_deep(lines, filename))
+
+
 def parse(
     text: str,
     filename: str,
@@ -355,9 +365,7 @@ def parse(
             f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
         ) from None
     except (RecursionError, MemoryError) as error:
-        reason = str(error) or type(error).__name__
-        message = f"too deeply nested to analyse: the parser gave up ({reason})"
-        raise UnreadableSource(message) from None
+        raise parser_gave_up(error, lines, name) from None
     except ValueError as error:
         raise UnreadableSource(f"cannot parse file: {error}") from None
     return ParsedSource(text, lines, tree)

@@ -222,6 +222,37 @@ def test_a_body_that_does_not_parse_is_its_files_finding_only(tmp_path: Path) ->
     assert [f.split(":")[:2] for f in found["pkg/c.py"]] == [["6", "CKP001"]]
 
 
+def test_a_body_the_parser_gives_up_on_is_one_finding_at_its_definition(tmp_path: Path) -> None:
+    """A method body of 5,000 attribute lookups in a row: CPython cannot build its tree
+    (``RecursionError`` during ast construction), so neither can Python import the file. Read
+    lazily (the whole folder) or whole (stdin), it is one CKP901 at the class, and the other
+    file keeps its finding."""
+    deep = (
+        "from torch.utils.checkpoint import checkpoint\n\n\n"
+        "def forward(self, x):\n"
+        "    return checkpoint(self.block, x)\n\n\n"
+        "class Deep:\n"
+        "    def method(self, x):\n"
+        f"        return x{'.a' * 5000}\n"
+    )
+    code, found = lint_folder(tmp_path, {"deep.py": deep, "known.py": KNOWN})
+    assert code == 1
+    assert [f.split(":")[:2] for f in found["known.py"]] == [["5", "CKP001"]]
+    gave_up = "CKP901:too deeply nested to analyse: the parser gave up"
+    assert found["deep.py"] == [
+        f"8:{gave_up} (maximum recursion depth exceeded during ast construction)"
+    ]
+    one_file = run_cli("--no-cache", "deep.py", cwd=tmp_path)
+    from_stdin = run_cli(
+        "--no-cache", "--stdin-filename", "deep.py", "-", cwd=tmp_path, stdin=deep.encode()
+    )
+    for result in (one_file, from_stdin):
+        assert result.returncode == 1, result.stderr
+        assert result.stdout.splitlines()[0].startswith(
+            f"deep.py:8:1: {gave_up.replace(':', ' ', 1)}"
+        )
+
+
 def test_a_chain_past_the_lookup_limit_is_its_files_finding(tmp_path: Path) -> None:
     """A region read through 150 assignments in a row: the lookup gives up (a CKP901 saying
     so, at the region's file) and the other file's finding stays."""
