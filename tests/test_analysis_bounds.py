@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from ckptlint.config import Settings
 from ckptlint.engine import Engine
+from ckptlint.resolution.solver import Solver
 from tests.conftest import run_cli
 from tests.generated_projects import hypothesis_chooser, project
 
@@ -270,3 +271,33 @@ def test_a_chain_past_the_lookup_limit_is_its_files_finding(tmp_path: Path) -> N
     assert [f.split(":")[:2] for f in found["known.py"]] == [["5", "CKP001"]]
     assert all(f.split(":")[1] == "CKP901" for f in found["chain.py"]), found["chain.py"]
     assert any("too deeply nested to analyse" in f for f in found["chain.py"])
+
+
+# -- the size limit counts what a question asks once ----------------------------------------
+def _asked_thrice(solver: Solver, level: int) -> int:
+    """A question at ``level`` asking the one below three times (a wrapper reading its
+    callee's keywords, result and signature): 3**level uses, level + 1 answers."""
+    if level == 0:
+        return 1
+    key = ("level", level - 1)
+    return sum(solver.ask(key, _asked_thrice, solver, level - 1, fallback=0) for _ in range(3))
+
+
+def test_a_question_asked_again_by_the_same_one_counts_once_against_the_size_limit() -> None:
+    """Wrappers forwarding ``**kwargs`` through each other ask about the same callee several
+    times: 60 levels are 3**60 uses but 61 answers, within a limit of 1,000 (the pinned
+    trees' largest question fell from 796,418 to 39,668); a limit of 50 still stops it,
+    whichever level was asked first."""
+    solver = Solver(size_limit=1_000)
+    with solver.unit() as unit:
+        assert solver.ask(("top",), _asked_thrice, solver, 60, fallback=-1) == 3**60
+    assert unit.faults == [] and solver.largest == 61
+    for first in (None, 40, 5):
+        small = Solver(size_limit=50)
+        if first is not None:  # answers below the limit are kept: asked first, reused later
+            small.ask(("level", first), _asked_thrice, small, first, fallback=-1)
+        with small.unit() as unit:
+            assert small.ask(("top",), _asked_thrice, small, 60, fallback=-1) == -1
+        assert [fault.what for fault in unit.faults] == [
+            "too much to analyse: it uses more than 50 answers"
+        ]

@@ -13,7 +13,9 @@ keeps three promises (docs/analysis-semantics.md states them with their tests):
   ``fallback``); the number of distinct questions is finite (contexts are bounded where they
   are made), so a run ends. A chain of questions deeper than ``height_limit`` stops the whole
   outermost question, with the fallback and a note; whether that happens depends only on the
-  question, since every kept answer remembers how deep its computation went.
+  question, since every kept answer remembers how deep its computation went. So does a
+  question that uses more than ``size_limit`` answers (each answer counts itself and the
+  distinct answers it used, so a question asked again by the same one costs nothing more).
 - **One failure is one answer.** An exception raised while computing an answer (a bug, code
   that cannot be parsed) makes that answer the fallback, with a note naming what was raised;
   the questions around it go on.
@@ -34,8 +36,9 @@ T = TypeVar("T")
 
 # How deep a chain of questions may go before the outermost one gives up.
 HEIGHT_LIMIT = 100
-# How many answers an outermost question may use, counting an answer again each time it
-# is used (so the count depends on the question alone, not on what was kept before it).
+# How many answers an outermost question may use, counted along each chain of questions
+# (so the count depends on the question alone, not on what was kept before it): on the
+# pinned trees the largest is 39,668.
 SIZE_LIMIT = 2_000_000
 TOO_DEEP = "too deeply nested to analyse"
 TOO_BIG = "too much to analyse"
@@ -62,7 +65,9 @@ class _TooBig(Exception):
 class _Answer:
     value: Any
     height: int  # 1 + the deepest chain of questions below it
-    size: int  # 1 + the sizes of the answers it used (reused ones counted again), capped
+    # 1 + the sizes of the distinct answers it used: an answer shared by two of those is
+    # counted in each (so the size depends on the question alone, not on what was kept)
+    size: int
     reads: int  # facts read (bit mask)
     faults: tuple[Fault, ...]
 
@@ -76,6 +81,7 @@ class _Frame:
     reads: int = 0
     cut: bool = False  # met a question still in progress (or a provisional answer)
     faults: tuple[Fault, ...] = ()
+    used: set[Hashable] = field(default_factory=set)  # the questions it asked
 
 
 @dataclass
@@ -127,7 +133,7 @@ class Solver:
             if answer is not None and stack:
                 stack[-1].cut = True
         if answer is not None:
-            self._reuse(answer)
+            self._reuse(key, answer)
             return answer.value
         if key in self._active:
             stack[-1].cut = True
@@ -167,7 +173,7 @@ class Solver:
         if stack:
             parent = stack[-1]
             parent.cut = parent.cut or frame.cut
-            self._join(parent, answer)
+            self._join(parent, key, answer)
         else:
             self._provisional.clear()
             self.largest = max(self.largest, frame.size)
@@ -179,7 +185,7 @@ class Solver:
             return f"{TOO_BIG}: it uses more than {self.size_limit:,} answers"
         return f"{TOO_DEEP}: a chain of more than {self.height_limit} lookups"
 
-    def _reuse(self, answer: _Answer) -> None:
+    def _reuse(self, key: Hashable, answer: _Answer) -> None:
         stack = self._stack
         if not stack:
             self._record(answer)
@@ -187,17 +193,20 @@ class Solver:
         parent = stack[-1]
         if parent.depth + 1 + answer.height > self.height_limit:
             raise _TooDeep
-        self._join(parent, answer)
+        self._join(parent, key, answer)
 
-    def _join(self, parent: _Frame, answer: _Answer) -> None:
+    def _join(self, parent: _Frame, key: Hashable, answer: _Answer) -> None:
         if answer.height >= parent.height:
             parent.height = answer.height + 1
-        parent.size += answer.size
-        if parent.size > self.size_limit:
-            raise _TooBig
         parent.reads |= answer.reads
         if answer.faults:
             parent.faults = (*parent.faults, *(f for f in answer.faults if f not in parent.faults))
+        if key in parent.used:  # asked again by the same question: no new work
+            return
+        parent.used.add(key)
+        parent.size += answer.size
+        if parent.size > self.size_limit:
+            raise _TooBig
 
     def _record(self, answer: _Answer) -> None:
         for unit in self._units:
