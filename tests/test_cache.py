@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ckptlint.engine
 import ckptlint.project.index
 from ckptlint.project import cache
 from tests.conftest import run_cli
@@ -85,6 +86,21 @@ def test_a_second_run_parses_nothing(tree: Path, monkeypatch: pytest.MonkeyPatch
         raise AssertionError("parsed although nothing changed")
 
     monkeypatch.setattr(ckptlint.project.index, "parse", no_parse)
+    assert findings(tree, ".") == first
+    assert findings(tree, "model.py") == [f for f in first if f[0] == "model.py"]
+
+
+def test_a_second_run_reads_no_file_to_find_its_stored_results(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stored results are keyed by the words each file names; a warm run takes those from
+    the store (reading every file's identifiers again once took 60 % of a warm run)."""
+    first = findings(tree, ".")
+
+    def no_reading(*arguments: object) -> None:
+        raise AssertionError("read a file's words although nothing changed")
+
+    monkeypatch.setattr(ckptlint.engine, "file_words", no_reading)
     assert findings(tree, ".") == first
     assert findings(tree, "model.py") == [f for f in first if f[0] == "model.py"]
 
