@@ -18,6 +18,7 @@ from ckptlint.rules.base import (
     AddKeyword,
     Argument,
     Arguments,
+    Binding,
     ClassValue,
     Context,
     External,
@@ -70,9 +71,14 @@ class MissingUseReentrant(Rule):
     its fix makes the call run, since the non-reentrant variant passes those keywords on
     to the function.
 
-    Calls passing `**kwargs` are not reported (the keyword may be inside), nor are
-    `checkpoint_sequential` calls whose 4th positional argument (`use_reentrant`) is
-    given or may come from `*args`.
+    A `**mapping` is read for what it holds under `use_reentrant`: a `**kwargs` parameter
+    holds what its callers pass, and the edits a wrapper makes apply in order
+    (`setdefault`, `update`, `m["use_reentrant"] = ...`, `pop`, `del`, `{**m, ...}`,
+    `dict(m, ...)`); where the analysis cannot tell what a mapping holds, the call is not
+    reported. Neither are `checkpoint_sequential` calls whose 4th positional argument
+    (`use_reentrant`) is given or may come from `*args`. A value first read into a name
+    (`reentrant = kwargs.get("use_reentrant")`) is followed to that one assignment; a
+    conditional expression leaves it unset only where both branches do.
 
     Through your own wrappers the finding goes to the call that decides: a wrapper that
     hands `use_reentrant` on to torch (its own parameter, defaulting to `None`, or
@@ -305,11 +311,19 @@ def _follow(
     parameter's default."""
     context: Context | None
     expression, context = flow
+    followed: set[int] = set()  # the assignments followed (``a = b`` and ``b = a`` end)
     while True:
         if isinstance(expression, ast.Constant) and expression.value is None:
             return Decision("none", level, keyword, expression)
         if context is None:
             return Decision("given", level, keyword)
+        if isinstance(expression, ast.IfExp):  # unset only where both branches leave it so
+            branches = [
+                _follow(analysis, (branch, context), level, keyword, wrappers)
+                for branch in (expression.body, expression.orelse)
+            ]
+            unset = [d for d in branches if d.state in ("none", "omitted")]
+            return unset[0] if len(unset) == 2 else Decision("given", level, keyword)
         if isinstance(expression, ast.Call):
             return _read_from_mapping(analysis, expression, context, level, keyword, wrappers)
         if isinstance(expression, ast.Attribute):
@@ -319,6 +333,11 @@ def _follow(
             argument, level, keyword = found
         elif isinstance(expression, ast.Name):
             bindings = context.scope.lookup(expression.id, node_position(expression))
+            assigned = _assigned_once(bindings)
+            if assigned is not None and id(assigned) not in followed:
+                followed.add(id(assigned))  # ``r = kwargs.get("use_reentrant")``, then ``r``
+                expression, context = assigned.value, context.at(assigned.scope)
+                continue
             if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
                 return Decision("given", level, keyword)
             parameter, owner = bindings[0].node, bindings[0].scope.node
@@ -335,6 +354,16 @@ def _follow(
                 return Decision("omitted", level, keyword)
             return Decision("given", level, keyword)
         expression, context = argument.expression, argument.context
+
+
+def _assigned_once(bindings: list[Binding]) -> Binding | None:
+    """The one plain assignment (``name = value``) a name read has, if that is all it has."""
+    if len(bindings) != 1:
+        return None
+    (binding,) = bindings
+    if binding.value is None or binding.iterated or binding.path or binding.conditional:
+        return None
+    return binding if isinstance(binding.node, ast.Name) else None
 
 
 def _stored_by_constructor(
