@@ -22,6 +22,7 @@ from ckptlint.effects.reach import (
     GlobalWrite,
     Location,
     assigned_targets,
+    fills_from_key,
     global_writes,
     guarded_by_test_of,
     header_nodes,
@@ -221,6 +222,7 @@ class ChangeFinder:
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr in MUTATING_METHODS
                 and isinstance(node.func.value, ast.Attribute)
+                and not fills_from_key(node)  # a memo: the entries read stay
             ):
                 yield node.func.value, False
 
@@ -315,6 +317,7 @@ def _content_writes(statement: ast.stmt) -> Iterator[ast.Name]:
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr in MUTATING_METHODS
+            and not fills_from_key(node)  # a memo: the entries read stay
         ):
             root = root_name(node.func.value)
             if root is not None:

@@ -349,7 +349,7 @@ class ReachAnalysis:
                     what = f"`.{callee.attr}()`"
                     facts.draws.append(RandomDraw(what, Location(module, node.lineno)))
                 mutation = _mutation(node, scope, module)
-                if mutation is not None and not _is_memo_call(node):
+                if mutation is not None and not is_memo_call(node):
                     writes.append((mutation, scope))
             elif isinstance(node, _ASSIGNING):
                 writes.extend((w, scope) for w in _assignment_writes(node, scope, module))
@@ -523,7 +523,7 @@ def global_writes(statement: ast.stmt, scope: Scope, module: Module) -> Iterator
     if isinstance(statement, _ASSIGNING):
         yield from _assignment_writes(statement, scope, module)
     for node in header_nodes(statement):
-        if isinstance(node, ast.Call):
+        if isinstance(node, ast.Call) and not fills_from_key(node):
             mutation = _mutation(node, scope, module)
             if mutation is not None:
                 yield mutation
@@ -595,7 +595,7 @@ def _is_setdefault(node: ast.AST) -> bool:
     )
 
 
-def _is_memo_call(node: ast.AST) -> bool:
+def is_memo_call(node: ast.AST) -> bool:
     """``CACHE.setdefault(key, build(key))``: writes only a key that is missing, so running
     it again writes nothing. Not with an empty container as the value (``setdefault(key,
     [])``): that entry is made to be filled, by each run."""
@@ -612,6 +612,20 @@ def _is_memo_call(node: ast.AST) -> bool:
 
 
 _EMPTY_CONTAINERS = frozenset("list dict set defaultdict OrderedDict deque".split())
+
+
+def fills_from_key(node: ast.AST) -> bool:
+    """``CACHE.setdefault(key, build(key))``: a memo whose value is built from its key, so
+    whoever fills the entry, and whenever, a reader finds the same value. (A registration,
+    ``NORMS.setdefault(name, function)``, puts a value the key does not decide.)"""
+    if not is_memo_call(node):
+        return False
+    key, value = node.args[:2] if len(node.args) > 1 else (None, None)  # type: ignore[attr-defined]
+    if not isinstance(value, ast.Call) or key is None:
+        return False
+    keys = {n.id for n in ast.walk(key) if isinstance(n, ast.Name)}
+    used = [*value.args, *(k.value for k in value.keywords)]
+    return any(isinstance(n, ast.Name) and n.id in keys for u in used for n in ast.walk(u))
 
 
 def _callee_name(expression: ast.Name | ast.Attribute) -> str:

@@ -334,9 +334,9 @@ def _follow(
         elif isinstance(expression, ast.Name):
             bindings = context.scope.lookup(expression.id, node_position(expression))
             assigned = _assigned_once(bindings)
-            if assigned is not None and id(assigned) not in followed:
-                followed.add(id(assigned))  # ``r = kwargs.get("use_reentrant")``, then ``r``
-                expression, context = assigned.value, context.at(assigned.scope)
+            if assigned is not None and id(assigned[1]) not in followed:
+                followed.add(id(assigned[1]))  # ``r = kwargs.get("use_reentrant")``, then ``r``
+                expression, context = assigned[0], context.at(assigned[1].scope)
                 continue
             if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
                 return Decision("given", level, keyword)
@@ -356,14 +356,16 @@ def _follow(
         expression, context = argument.expression, argument.context
 
 
-def _assigned_once(bindings: list[Binding]) -> Binding | None:
-    """The one plain assignment (``name = value``) a name read has, if that is all it has."""
+def _assigned_once(bindings: list[Binding]) -> tuple[ast.expr, Binding] | None:
+    """The value of the one plain assignment (``name = value``) a name read has, if that is
+    all it has."""
     if len(bindings) != 1:
         return None
     (binding,) = bindings
-    if binding.value is None or binding.iterated or binding.path or binding.conditional:
+    value = binding.value
+    if value is None or binding.iterated or binding.path or binding.conditional:
         return None
-    return binding if isinstance(binding.node, ast.Name) else None
+    return (value, binding) if isinstance(binding.node, ast.Name) else None
 
 
 def _stored_by_constructor(

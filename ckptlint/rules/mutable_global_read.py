@@ -47,7 +47,9 @@ class MutableGlobalRead(Rule):
     `_init_weights`, and functions only they call); functions named for seeding or
     initialisation (`manual_seed`, `init_*`, `initialize_*`, `setup*`); a lazy
     initialisation or memo (a write after a test of the same global, or of a "loaded"
-    flag the function keeps: `if KERNEL is None: KERNEL = load()`). Globals read only
+    flag the function keeps: `if KERNEL is None: KERNEL = load()`; a lookup then a write
+    where it found nothing; `CACHE.setdefault(key, build(key))`, a value built from the
+    key), since a memo only adds the value its key decides. Globals read only
     deep inside what the region calls (a framework's accessors: a process group set up
     once) are not searched, and what cannot be resolved statically (a region passed in
     from outside the tree) stays silent. Changes made by the region itself are CKP203.
