@@ -259,19 +259,20 @@ _SHAPE_FACTS = frozenset({"skeleton", "part", "names", "versions"})
 
 def file_words(files: Snapshot, path: str, words: Words) -> str:
     """``words.digest_within`` the identifiers of the file at ``path`` (unreadable: none)."""
-    digest = files.digest(path)
-    names = _IDENTIFIERS.get(digest)
-    if names is None:
+    key = (files.digest(path), words.digest)
+    named = _NAMED.get(key)
+    if named is None:
         try:
             names = identifiers_in_bytes(files.data(path))
         except UnreadableSource:
             names = frozenset()
-        _IDENTIFIERS[digest] = names
-    return words.digest_within(names)
+        named = _NAMED[key] = words.digest_within(names)
+    return named
 
 
-# file digest: its identifiers (the bytes decide them, so a digest names them)
-_IDENTIFIERS: dict[str, frozenset[bytes]] = {}
+# (file digest, words digest): what ``file_words`` gave; the bytes and the words decide it.
+# Not the identifiers themselves: kept for every file of transformers 5.24, 49 MiB.
+_NAMED: dict[tuple[str, str], str] = {}
 
 
 def analyze(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
