@@ -754,6 +754,16 @@ class Engine:
                 return False
         return all(self._scan(state, key) == paths for key, paths in dependencies.scans.items())
 
+    def _refresh_shapes(self, state: _State, dependencies: Dependencies) -> None:
+        """Stored exports that hold for a changed file whose shape is the same: what they read
+        of it holds for its new bytes too, so the next run need not read it to know."""
+        shapes = dependencies.shapes
+        for path, read in shapes.items():
+            digest = state.snapshot.digest(path)
+            if read.digest != digest:
+                read.digest = digest
+                state.dirty = True
+
     def _same_shape(self, state: _State, path: str, read: ShapeRead) -> bool:
         """Whether a changed file still gives what was read of it (early cutoff)."""
         shape = state.shapes.get(path)
@@ -944,6 +954,7 @@ class Engine:
                 and self._holds(state, earlier.dependencies)
             ):
                 found[path] = earlier
+                self._refresh_shapes(state, earlier.dependencies)
             else:
                 missing.append(path)
         if missing:

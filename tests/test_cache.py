@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ckptlint.engine
+import ckptlint.project.files
 import ckptlint.project.index
 from ckptlint.project import cache
 from tests.conftest import run_cli
@@ -44,6 +45,15 @@ SETTER = """
 def set_scale(value):
     global SCALE
     SCALE = value
+"""
+HELPERS = """
+from torch.utils.checkpoint import checkpoint
+
+def run(fn, *args, **kwargs):
+    return checkpoint(fn, *args, **kwargs)
+
+def unrelated(x):
+    return x + 1
 """
 MISSING_KEYWORD = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(f, x)\n"
 
@@ -103,6 +113,36 @@ def test_a_second_run_reads_no_file_to_find_its_stored_results(
     monkeypatch.setattr(ckptlint.engine, "file_words", no_reading)
     assert findings(tree, ".") == first
     assert findings(tree, "model.py") == [f for f in first if f[0] == "model.py"]
+
+
+def test_after_an_edit_that_keeps_a_modules_shape_the_next_run_reads_nothing(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body edit in helpers.py leaves what wrap.py's stored exports read of it (early
+    cutoff); the run that sees the edit reads helpers.py once, and the stored exports then
+    hold for its new bytes, so the run after it does not read it (once, every warm run read
+    helpers.py again to compare its shape, and rewrote the stored project)."""
+    monkeypatch.setattr(ckptlint.project.files, "_RACY_NS", 0)  # trust a fresh mtime
+    write(tree, "helpers.py", HELPERS)
+    write(
+        tree,
+        "wrap.py",
+        "from helpers import run\n\ndef ckpt(fn, x, **kw):\n    return run(fn, x, **kw)\n",
+    )
+    write(tree, "user.py", "from wrap import ckpt\n\ndef forward(f, x):\n    return ckpt(f, x)\n")
+    first = agree(tree, ".")
+    assert ("user.py", 4, "CKP001") in first  # wrap.py exports ckpt, through helpers.run
+    write(tree, "helpers.py", HELPERS.replace("x + 1", "x + 2"))
+    assert findings(tree, "user.py") == [f for f in first if f[0] == "user.py"]
+
+    read_now = ckptlint.project.files.Snapshot._read_now
+
+    def no_reading(self: ckptlint.project.files.Snapshot, path: str, *rest: object) -> bytes:
+        assert not path.endswith("helpers.py"), "read helpers.py although it did not change"
+        return read_now(self, path, *rest)  # user.py's own text: its # noqa comments
+
+    monkeypatch.setattr(ckptlint.project.files.Snapshot, "_read_now", no_reading)
+    assert findings(tree, "user.py") == [f for f in first if f[0] == "user.py"]
 
 
 def test_an_edit_to_a_file_no_result_read_parses_nothing(
