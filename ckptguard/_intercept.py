@@ -200,6 +200,7 @@ class Region:
         "scoped",
         "pending",
         "opened",
+        "tree",
         "_name",
         "__weakref__",
     )
@@ -232,6 +233,8 @@ class Region:
         self.scoped = False
         self.pending: list | None = None  # the watched state, while a scoped recompute runs
         self.opened: list | None = None  # the guard's contexts open around the forward
+        # a module region's (reader, modules), found before its forward, read after it
+        self.tree: tuple | None = None
         self._name: str | None = None
 
     def prepare(self, preserve: bool) -> None:
@@ -341,7 +344,7 @@ class Region:
             _observation.start(observer)
             self.observer = observer
         else:
-            stateful = _verify.stateful_modules(
+            stateful, self.tree = _verify.stateful_modules(
                 self.target, self.binding, self.reentrant, self.loose
             )
             if stateful:
@@ -399,7 +402,9 @@ class Region:
             self.reentrant,
             _observation.own,
             self._loose(observed) if self.loose else self.loose,
+            self.tree,
         )
+        self.tree = None
         self.modules = modules = fingerprint.modules
         self.root = _names.root_ref(modules[0]) if modules else None
         if fingerprint.iterators:  # the recompute will draw their next values

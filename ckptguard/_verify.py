@@ -214,7 +214,7 @@ class _Structure:
     followed still hold what they held (``parts``); one with an object that has no weak
     references is used once."""
 
-    __slots__ = ("refs", "held", "code", "cells", "own", "readers")
+    __slots__ = ("refs", "held", "code", "cells", "own", "readers", "reads")
 
     def __init__(self, fn: Any, innermost: Any, bound_args: list, objects: list) -> None:
         module = function = None
@@ -239,6 +239,9 @@ class _Structure:
         # (reentrant, FSDP2 modules) -> weak reference to the reader of a module region; the
         # reader's shape tells when it no longer fits (See NOTE [ Stale plans ])
         self.readers: dict[tuple, weakref.ref] = {}
+        # (code, its CodeReads) of the function whose parameters' chains count: a code object
+        # hashes its contents on every lookup, so the capture checks this one by identity
+        self.reads: tuple | None = None
         self.cells = tuple(
             (position, index, id(contents))
             for position, func in enumerate(functions)
@@ -554,29 +557,21 @@ def reader_for(
 
 def _store(key: tuple, anchor: Any, reader: RegionReader) -> None:
     store_reader(key, anchor, reader)
-    if key[0] == "tree":
-        ident = id(anchor)
-        stateful = tuple(reader.module_refs[i] for i in reader.stateful)
-        _stateful[ident] = (weakref.ref(anchor, lambda _: _stateful.pop(ident, None)), stateful)
-
-
-# id of a region's module -> (weak reference to it, weak references to the modules of its tree
-# that hold buffers or assign attributes), as its latest reader found them.
-# See NOTE [ Never keeps a user's object alive ]
-_stateful: dict[int, tuple[weakref.ref, tuple]] = {}
 
 
 def stateful_modules(
     target: torch.nn.Module, binding: Binding, reentrant: bool, loose: AbstractSet[int]
-) -> list:
+) -> tuple[list, tuple[RegionReader, list]]:
     """The modules of a module region's tree that hold buffers or assign attributes (their
-    state before the forward tells what the forward wrote); the first call builds the tree's
+    state before the forward tells what the forward wrote), and the (reader, modules) of
+    ``reader_for`` they were found through, which the region's capture reads through (it
+    checks the reader's shape, as for any cached reader); the first call builds the tree's
     reader to know them."""
-    entry = _stateful.get(id(target))
-    if entry is None or entry[0]() is not target:
-        reader_for(target, [], binding, reentrant, loose)
-        entry = _stateful[id(target)]
-    return [m for m in (ref() for ref in entry[1]) if m is not None] if entry[1] else []
+    found = reader_for(target, [], binding, reentrant, loose)
+    reader, modules = found
+    if not reader.stateful:
+        return [], found
+    return [m for i in reader.stateful if (m := modules[i]) is not None], found
 
 
 def capture(
@@ -589,12 +584,16 @@ def capture(
     reentrant: bool,
     own_hooks: frozenset,
     loose: AbstractSet[int],
+    found: tuple[RegionReader, list] | None = None,
 ) -> RegionFingerprint:
     """Read everything the region reached; a reader that no longer matches its modules (a
-    child replaced, an attribute added, a followed global rebound) is rebuilt here. See
+    child replaced, an attribute added, a followed global rebound) is rebuilt here. ``found``:
+    a module region's (reader, modules) from ``stateful_modules`` before its forward. See
     NOTE [ Read twice ] and NOTE [ Stale plans ]"""
     target = binding.module
-    reader, modules = reader_for(target, observed, binding, reentrant, loose)
+    if found is None or target is None:
+        found = reader_for(target, observed, binding, reentrant, loose)
+    reader, modules = found
     roots = binding.roots
     values = functions = None
     for fresh in (False, True):
@@ -980,7 +979,14 @@ def _capture_arguments(
     arguments = (held, arguments_fp(others), _segment(binding))
     chains: list[tuple[str, Any, tuple]] = []
     function = binding.function
-    reads = code_reads(function.__code__) if function else None
+    reads = None
+    if function is not None:
+        code, known = function.__code__, binding.structure.reads
+        if known is not None and known[0] is code:
+            reads = known[1]
+        else:  # new, or a code swapped since (``f.__code__ = ...``)
+            reads = code_reads(code)
+            binding.structure.reads = (code, reads)
     parameter_chains = reads.parameter_chains if reads is not None else ()
     advanced = _advanced_arguments(binding, reads, args, kwargs)
     if not parameter_chains:
