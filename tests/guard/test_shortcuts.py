@@ -13,6 +13,11 @@ every change between forward and backward caught and every clean step silent.
   tensor's ``.data`` is seen, a config object changed during the pass is seen by the regions
   recomputed after it, and a region whose own code writes shared state makes the pass read it
   again (no alarm that a full read would not give).
+- A module region's reader is found before its forward (for the modules whose state the
+  forward may update) and read through after it, its modules dereferenced and its shape
+  checked then: a child replaced during the forward is what the capture reads.
+- The attribute chains a region's function reads from its arguments are kept with the code
+  they were worked out from: a code swapped since is worked out again.
 """
 
 from __future__ import annotations
