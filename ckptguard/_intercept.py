@@ -200,6 +200,7 @@ class Region:
         "scoped",
         "pending",
         "opened",
+        "tree",
         "_name",
         "__weakref__",
     )
@@ -232,6 +233,8 @@ class Region:
         self.scoped = False
         self.pending: list | None = None  # the watched state, while a scoped recompute runs
         self.opened: list | None = None  # the guard's contexts open around the forward
+        # a module region's reader, found before its forward, read through after it
+        self.tree: _verify.RegionReader | None = None
         self._name: str | None = None
 
     def prepare(self, preserve: bool) -> None:
@@ -319,11 +322,6 @@ class Region:
             return None
         return function.__code__.co_filename, function.__code__.co_firstlineno
 
-    def forward_fingerprint(self) -> _verify.RegionFingerprint:
-        """What the forward saw: taken once it ran, before torch can recompute it."""
-        assert self.fingerprint is not None, "a recompute follows its forward"
-        return self.fingerprint
-
     # forward ----------------------------------------------------------------------------
 
     def enter_forward(self) -> None:
@@ -341,7 +339,7 @@ class Region:
             _observation.start(observer)
             self.observer = observer
         else:
-            stateful = _verify.stateful_modules(
+            stateful, self.tree = _verify.stateful_modules(
                 self.target, self.binding, self.reentrant, self.loose
             )
             if stateful:
@@ -356,7 +354,8 @@ class Region:
                     opened.append(context)
 
     def exit_forward(self, exc: tuple) -> None:
-        if not self.unguarded:
+        # nothing to leave (no context opened, no observer): no stage to run
+        if not self.unguarded and (self.opened or self.observer is not None):
             self.guarded("record the forward of", self._exit_forward, exc)
 
     def _exit_forward(self, exc: tuple) -> None:
@@ -399,7 +398,9 @@ class Region:
             self.reentrant,
             _observation.own,
             self._loose(observed) if self.loose else self.loose,
+            self.tree,
         )
+        self.tree = None
         self.modules = modules = fingerprint.modules
         self.root = _names.root_ref(modules[0]) if modules else None
         if fingerprint.iterators:  # the recompute will draw their next values
@@ -534,13 +535,17 @@ class Region:
             if self.context_fn:
                 return self._recompute_then_report(mismatch, args, kwargs, settings, resolved)
             self._report(mismatch)
+        if not settings:  # the usual case: nothing to judge
+            return self._recompute_body(args, kwargs, resolved)
         return self._recompute_judged(args, kwargs, settings, resolved)
 
     def _verify(self, args: tuple, kwargs: dict) -> tuple[list, _explain.Difference | None]:
         """(torch settings that changed, the first other difference)."""
+        fingerprint = self.fingerprint
+        assert fingerprint is not None, "a recompute follows its forward"
         try:
             settings = _verify.compare(
-                self.forward_fingerprint(),
+                fingerprint,
                 self.binding,
                 args,
                 kwargs,
@@ -622,7 +627,9 @@ class Region:
         except resolved.stop_recomputation_error:
             self._refresh_own_writes()
             raise
-        self._refresh_own_writes()
+        fingerprint = self.fingerprint
+        if fingerprint is not None and fingerprint.reader.self_written:
+            self._refresh_own_writes()
         return out
 
     def _refresh_own_writes(self) -> None:

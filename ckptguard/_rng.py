@@ -66,7 +66,15 @@ def _get_state(module: Any, index: int) -> Any:
 
 
 def snapshot() -> dict[str, Any] | None:
-    """RNG states of every initialised accelerator; None when there is none."""
+    """RNG states of every initialised accelerator; None when there is none (every region
+    asks, before its forward: the flags are read without building the list)."""
+    known = _device_modules.get(_compat.resolve().privateuse1_name())
+    if known is not None:
+        for _, _, initialised in known:
+            if initialised("_initialized", False):
+                break
+        else:
+            return None
     modules = _initialised_modules()
     if not modules:
         return None

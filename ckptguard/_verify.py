@@ -214,7 +214,7 @@ class _Structure:
     followed still hold what they held (``parts``); one with an object that has no weak
     references is used once."""
 
-    __slots__ = ("refs", "held", "code", "cells", "own", "readers")
+    __slots__ = ("refs", "held", "code", "cells", "own", "readers", "reads")
 
     def __init__(self, fn: Any, innermost: Any, bound_args: list, objects: list) -> None:
         module = function = None
@@ -239,6 +239,9 @@ class _Structure:
         # (reentrant, FSDP2 modules) -> weak reference to the reader of a module region; the
         # reader's shape tells when it no longer fits (See NOTE [ Stale plans ])
         self.readers: dict[tuple, weakref.ref] = {}
+        # (code, its CodeReads) of the function whose parameters' chains count: a code object
+        # hashes its contents on every lookup, so the capture checks this one by identity
+        self.reads: tuple | None = None
         self.cells = tuple(
             (position, index, id(contents))
             for position, func in enumerate(functions)
@@ -529,20 +532,8 @@ def reader_for(
     modules; ``capture`` checks it and rebuilds it if stale."""
     roots = binding.roots
     if target is not None:
-        # the structure remembers its reader: it reads the same functions; a code swapped
-        # or a module changed shows in the read's shape, and capture rebuilds the reader
-        way = (reentrant, frozenset(loose) if loose else None)
-        known = binding.structure.readers.get(way)
-        reader = known() if known is not None else None
-        if reader is None or reader.module_refs[0]() is not target:
-            key, anchor = _reader_key(target, [], roots, reentrant, loose)
-            reader = cached_reader(key, anchor, None)
-            if reader is None:
-                modules = module_tree(target, loose)
-                reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
-                _store(key, anchor, reader)
-            binding.structure.readers[way] = weakref.ref(reader)
-        return reader, list(map(DEREFERENCE, reader.module_refs))
+        tree = tree_reader(target, binding, reentrant, loose)
+        return tree, list(map(DEREFERENCE, tree.module_refs))
     modules = _with_modules_read([*binding.reached, *observed], loose)
     key, anchor = _reader_key(None, modules, roots, reentrant, loose)
     reader = cached_reader(key, anchor, modules)
@@ -552,31 +543,43 @@ def reader_for(
     return reader, modules
 
 
+def tree_reader(
+    target: torch.nn.Module, binding: Binding, reentrant: bool, loose: AbstractSet[int]
+) -> RegionReader:
+    """A module region's reader: the structure remembers it (it reads the same functions; a
+    code swapped or a module changed shows in the read's shape, and capture rebuilds it)."""
+    way = (reentrant, frozenset(loose) if loose else None)
+    known = binding.structure.readers.get(way)
+    reader = known() if known is not None else None
+    if reader is None or reader.module_refs[0]() is not target:
+        roots = binding.roots
+        key, anchor = _reader_key(target, [], roots, reentrant, loose)
+        reader = cached_reader(key, anchor, None)
+        if reader is None:
+            modules = module_tree(target, loose)
+            reader = _build_reader(modules, roots, reentrant, loose, False, not reentrant)
+            _store(key, anchor, reader)
+        binding.structure.readers[way] = weakref.ref(reader)
+    return reader
+
+
 def _store(key: tuple, anchor: Any, reader: RegionReader) -> None:
     store_reader(key, anchor, reader)
-    if key[0] == "tree":
-        ident = id(anchor)
-        stateful = tuple(reader.module_refs[i] for i in reader.stateful)
-        _stateful[ident] = (weakref.ref(anchor, lambda _: _stateful.pop(ident, None)), stateful)
-
-
-# id of a region's module -> (weak reference to it, weak references to the modules of its tree
-# that hold buffers or assign attributes), as its latest reader found them.
-# See NOTE [ Never keeps a user's object alive ]
-_stateful: dict[int, tuple[weakref.ref, tuple]] = {}
 
 
 def stateful_modules(
     target: torch.nn.Module, binding: Binding, reentrant: bool, loose: AbstractSet[int]
-) -> list:
+) -> tuple[list, RegionReader]:
     """The modules of a module region's tree that hold buffers or assign attributes (their
-    state before the forward tells what the forward wrote); the first call builds the tree's
-    reader to know them."""
-    entry = _stateful.get(id(target))
-    if entry is None or entry[0]() is not target:
-        reader_for(target, [], binding, reentrant, loose)
-        entry = _stateful[id(target)]
-    return [m for m in (ref() for ref in entry[1]) if m is not None] if entry[1] else []
+    state before the forward tells what the forward wrote), and the tree's reader they were
+    found through: the region's capture reads through it, its modules dereferenced then
+    (whether they still live decided then, as for a reader looked up then), its shape
+    checked as for any cached reader. The first call builds the reader."""
+    reader = tree_reader(target, binding, reentrant, loose)
+    if not reader.stateful:
+        return [], reader
+    refs = reader.module_refs
+    return [m for i in reader.stateful if (m := refs[i]()) is not None], reader
 
 
 def capture(
@@ -589,12 +592,17 @@ def capture(
     reentrant: bool,
     own_hooks: frozenset,
     loose: AbstractSet[int],
+    tree: RegionReader | None = None,
 ) -> RegionFingerprint:
     """Read everything the region reached; a reader that no longer matches its modules (a
-    child replaced, an attribute added, a followed global rebound) is rebuilt here. See
+    child replaced, an attribute added, a followed global rebound) is rebuilt here. ``tree``:
+    a module region's reader, from ``stateful_modules`` before its forward. See
     NOTE [ Read twice ] and NOTE [ Stale plans ]"""
     target = binding.module
-    reader, modules = reader_for(target, observed, binding, reentrant, loose)
+    if tree is not None and target is not None:
+        reader, modules = tree, list(map(DEREFERENCE, tree.module_refs))
+    else:
+        reader, modules = reader_for(target, observed, binding, reentrant, loose)
     roots = binding.roots
     values = functions = None
     for fresh in (False, True):
@@ -632,7 +640,9 @@ def capture(
         mask = tuple(positions[(i, n)] for i, names in written_at.items() for n in names)
         values = _masked(values, mask)
     arguments, chains, chain_values, advanced = _capture_arguments(binding, args, kwargs)
-    iterators = [reader.labels[p] for p in reader.iterators] + advanced
+    iterators = (
+        [reader.labels[p] for p in reader.iterators] + advanced if reader.iterators else advanced
+    )
     return RegionFingerprint(
         reader=reader,
         modules=modules,
@@ -945,10 +955,15 @@ def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]
     tensors: list = []
     others: list = []
     for value in args:
-        (tensors if of_type(value, torch.Tensor) else others).append(value)
-    others += kwargs.values()
+        if type(value) is torch.Tensor or of_type(value, torch.Tensor):
+            tensors.append(value)
+        else:
+            others.append(value)
+    if kwargs:
+        others += kwargs.values()
     others += binding.bound_values
-    others += bound_keywords(binding).values()
+    keywords = binding.keywords
+    others += (keywords[0] if len(keywords) == 1 else bound_keywords(binding)).values()
     return tensors, others
 
 
@@ -977,12 +992,23 @@ def _capture_arguments(
     chains read; the arguments holding an iterator the function advances)."""
     tensors, others = _arguments(binding, args, kwargs)
     held = [(weakref.ref(tensor), input_fp(tensor)) for tensor in tensors]
-    arguments = (held, arguments_fp(others), _segment(binding))
+    arguments = (held, arguments_fp(others), None if binding.segment is None else _segment(binding))
     chains: list[tuple[str, Any, tuple]] = []
     function = binding.function
-    reads = code_reads(function.__code__) if function else None
+    reads = None
+    if function is not None:
+        code, known = function.__code__, binding.structure.reads
+        if known is not None and known[0] is code:
+            reads = known[1]
+        else:  # new, or a code swapped since (``f.__code__ = ...``)
+            reads = code_reads(code)
+            binding.structure.reads = (code, reads)
     parameter_chains = reads.parameter_chains if reads is not None else ()
-    advanced = _advanced_arguments(binding, reads, args, kwargs)
+    advanced = (
+        _advanced_arguments(binding, reads, args, kwargs)
+        if reads is not None and reads.advanced
+        else []
+    )
     if not parameter_chains:
         return arguments, chains, [], advanced
     positional = [*binding.bound_args, *args]

@@ -13,6 +13,11 @@ every change between forward and backward caught and every clean step silent.
   tensor's ``.data`` is seen, a config object changed during the pass is seen by the regions
   recomputed after it, and a region whose own code writes shared state makes the pass read it
   again (no alarm that a full read would not give).
+- A module region's reader is found before its forward (for the modules whose state the
+  forward may update) and read through after it, its modules dereferenced and its shape
+  checked then: a child replaced during the forward is what the capture reads.
+- The attribute chains a region's function reads from its arguments are kept with the code
+  they were worked out from: a code swapped since is worked out again.
 """
 
 from __future__ import annotations
@@ -497,3 +502,96 @@ def test_a_child_replaced_after_the_reader_was_built() -> None:
 
     silently_wrong_then_named(step, scale(2.0), scale(0.5), "tensor", "fc.weight")
     assert old.weight is not weight
+
+
+class TwoLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(self.fc2(torch.sin(self.fc1(x))))
+
+
+def test_a_child_replaced_during_the_forward_is_what_the_capture_reads() -> None:
+    """A module region's reader is found before its forward (for the modules whose state the
+    forward may update) and read through after it: a child replaced during the forward (by a
+    hook of another child, as each step begins with the original one) is what the capture
+    reads, so the new child's weight changed between forward and backward is named."""
+    layer = TwoLinear()
+    original = layer.fc2
+    torch.manual_seed(1)
+    replacement = nn.Linear(4, 4)
+
+    def swap(module, inputs, output) -> None:
+        layer._modules["fc2"] = replacement  # a plain dict write, inside the region
+
+    layer.fc1.register_forward_hook(swap)
+    x = torch.randn(3, 4, requires_grad=True)
+
+    def step(change):
+        layer._modules["fc2"] = original
+        for module in (layer, replacement):
+            module.zero_grad(set_to_none=True)
+        x.grad = None
+        out = checkpoint(layer, x, use_reentrant=False)
+        if change is not None:
+            change()
+        out.sum().backward()
+        return grads_of(replacement, x)
+
+    with ckptguard.guard():
+        step(None)  # the reader of the tree with the original child, remembered
+
+    def scale(factor: float):
+        def apply() -> None:
+            with torch.no_grad():
+                replacement.weight.mul_(factor)
+
+        return apply
+
+    silently_wrong_then_named(step, scale(2.0), scale(0.5), "tensor", "fc2.weight")
+
+
+def _region_reading_scale(x: torch.Tensor, settings) -> torch.Tensor:
+    return torch.sin(x * settings.scale)
+
+
+def _region_reading_gain(x: torch.Tensor, settings) -> torch.Tensor:
+    return torch.sin(x * settings.gain)
+
+
+def test_a_region_function_s_code_swapped_after_its_argument_chains_were_cached() -> None:
+    """The attribute chains a region's function reads from its arguments are worked out once
+    per structure and kept with the code they came from: after the first step the function's
+    code is swapped for code reading another attribute of the same argument, and that
+    attribute changes between forward and backward."""
+    settings = Config()
+    settings.scale = 1.0
+    region = functools.partial(_region_reading_scale, settings=settings)
+    x = torch.randn(5, requires_grad=True)
+
+    def step(change):
+        x.grad = None
+        out = checkpoint(region, x, use_reentrant=False)
+        if change is not None:
+            change()
+        out.sum().backward()
+        return [x.grad.clone()]
+
+    with ckptguard.guard():
+        step(None)  # the structure, with the chains of the code reading settings.scale
+    original = _region_reading_scale.__code__
+    _region_reading_scale.__code__ = _region_reading_gain.__code__
+    try:
+        silently_wrong_then_named(
+            step,
+            lambda: setattr(settings, "gain", 3.0),
+            lambda: setattr(settings, "gain", 1.0),
+            "attribute",
+            "settings.gain",
+        )
+    finally:
+        _region_reading_scale.__code__ = original
