@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ckptlint.effects.reach import (
     GlobalWrite,
@@ -94,28 +94,14 @@ class ChangeFinder:
     ) -> Iterator[GlobalWrite]:
         """``alias.NAME = ...``, ``alias.NAME[k] = ...``, ``alias.NAME.append(...)`` in another
         module's functions, where ``alias`` is ``owner``."""
-        if f".{name}" not in other.text:
-            return
-        for line in other.lines_naming(name):
-            if f".{name}" not in other.lines[line - 1]:
-                continue
-            located = self._statement_in_function(other, line)
-            if located is None:
-                continue
-            statement, functions, scope = located
-            context = Context(other, scope)
-            writes = [
-                (target, rebinds)
-                for target, rebinds in self._written_attributes(statement)
-                if target.attr == name
-                and any(
-                    isinstance(v, ModuleValue) and v.module is owner
-                    for v in self.evaluator.evaluate(target.value, context)
-                )
-            ]
-            if writes and not self.runs_at_setup_only(other, functions, 0):
-                how = "assigns" if any(rebinds for _, rebinds in writes) else "mutates"
-                yield GlobalWrite(owner, name, Location(other, statement.lineno), how)
+
+        def is_owner(receiver: ast.expr, functions: list[Function], context: Context) -> bool:
+            return any(
+                isinstance(v, ModuleValue) and v.module is owner
+                for v in self.evaluator.evaluate(receiver, context)
+            )
+
+        yield from self._attribute_writes(other, name, is_owner, owner, name)
 
     def _class_attribute_changes(
         self, module: Module, class_name: str, attribute: str
@@ -131,34 +117,47 @@ class ChangeFinder:
         if len(classes) != 1:
             return
         cls = classes[0]
+
+        def is_class(receiver: ast.expr, functions: list[Function], context: Context) -> bool:
+            return _is_class_parameter(receiver, functions[-1], cls) or any(
+                isinstance(v, ClassValue) and _same_class(v, module, cls)
+                for v in self.evaluator.evaluate(receiver, context)
+            )
+
         name = f"{class_name}.{attribute}"
         others = list(self._other_modules(module, ATTRIBUTE_WRITES, attribute))
         for other in [module, *others]:
-            if f".{attribute}" not in other.text:
+            yield from self._attribute_writes(other, attribute, is_class, module, name)
+
+    def _attribute_writes(
+        self,
+        other: Module,
+        attribute: str,
+        receives: Callable[[ast.expr, list[Function], Context], bool],
+        owner: Module,
+        name: str,
+    ) -> Iterator[GlobalWrite]:
+        """Statements in ``other``'s run-time functions that write ``X.attribute`` (rebind it,
+        or change its content) where ``receives`` says ``X`` is the object in question: a
+        change of ``owner``'s ``name``."""
+        if f".{attribute}" not in other.text:
+            return
+        for line in other.lines_naming(attribute):
+            if f".{attribute}" not in other.lines[line - 1]:
                 continue
-            for line in other.lines_naming(attribute):
-                if f".{attribute}" not in other.lines[line - 1]:
-                    continue
-                located = self._statement_in_function(other, line)
-                if located is None:
-                    continue
-                statement, functions, scope = located
-                context = Context(other, scope)
-                writes = [
-                    rebinds
-                    for target, rebinds in self._written_attributes(statement)
-                    if target.attr == attribute
-                    and (
-                        _is_class_parameter(target.value, functions[-1], cls)
-                        or any(
-                            isinstance(v, ClassValue) and _same_class(v, module, cls)
-                            for v in self.evaluator.evaluate(target.value, context)
-                        )
-                    )
-                ]
-                if writes and not self.runs_at_setup_only(other, functions, 0):
-                    how = "assigns" if any(writes) else "mutates"
-                    yield GlobalWrite(module, name, Location(other, statement.lineno), how)
+            located = self._statement_in_function(other, line)
+            if located is None:
+                continue
+            statement, functions, scope = located
+            context = Context(other, scope)
+            rebinds = [
+                rebinds
+                for target, rebinds in self._written_attributes(statement)
+                if target.attr == attribute and receives(target.value, functions, context)
+            ]
+            if rebinds and not self.runs_at_setup_only(other, functions, 0):
+                how = "assigns" if any(rebinds) else "mutates"
+                yield GlobalWrite(owner, name, Location(other, statement.lineno), how)
 
     def _changes_through_import(
         self, other: Module, owner: Module, name: str
