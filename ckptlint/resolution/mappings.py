@@ -192,7 +192,8 @@ def _dict_arguments(
 
 def _over(new: tuple[Held, ...], old: tuple[Held, ...]) -> tuple[Held, ...]:
     """A mapping spread (or ``update``-d) over another: where ``new`` may lack the key,
-    what ``old`` held stays."""
+    what ``old`` held stays. Also ``setdefault`` (``_over(state, value)``: where the key is
+    missing, it now holds ``value``)."""
     found: list[Held] = []
     for item in new:
         if isinstance(item, Absent):
@@ -204,23 +205,10 @@ def _over(new: tuple[Held, ...], old: tuple[Held, ...]) -> tuple[Held, ...]:
     return _unique(found)
 
 
-def _fill(state: tuple[Held, ...], value: tuple[Held, ...]) -> tuple[Held, ...]:
-    """``setdefault``: where the key is missing, it now holds ``value``."""
-    found: list[Held] = []
-    for item in state:
-        if isinstance(item, Absent):
-            found.extend(value)
-        elif isinstance(item, Passed):
-            found.append(Passed(item.keywords, item.owner, _fill(item.otherwise, value)))
-        else:
-            found.append(item)
-    return _unique(found)
-
-
 def with_default(state: tuple[Held, ...], flow: Flow | None) -> tuple[Held, ...]:
     """What ``m.get(key, default)`` gives where ``m`` holds ``state``: the default (``flow``)
     where the key is missing; missing stays missing without one."""
-    return state if flow is None else _fill(state, (Given(flow),))
+    return state if flow is None else _over(state, (Given(flow),))
 
 
 def _unique(items: list[Held] | tuple[Held, ...]) -> tuple[Held, ...]:
@@ -317,7 +305,7 @@ def _edit(
         method, arguments = node.func.attr, node.args
         given_key = _constant(arguments[0]) if arguments else None
         if method == "setdefault" and given_key == key and len(arguments) > 1:
-            return _fill(state, (Given((arguments[1], context)),))
+            return _over(state, (Given((arguments[1], context)),))
         if method == "setdefault":
             return state
         if method == "pop" and given_key == key:
