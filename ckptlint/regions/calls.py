@@ -103,9 +103,7 @@ def _statement_parts(
         return [(child, scope) for child in statement.orelse]  # its body never runs
     parts: list[tuple[ast.AST, Scope]] = []
     for child in ast.iter_child_nodes(statement):
-        if isinstance(child, ast.excepthandler):
-            parts.extend((part, scope) for part in ast.iter_child_nodes(child))
-        elif isinstance(child, ast.match_case):
+        if isinstance(child, (ast.excepthandler, ast.match_case)):
             parts.extend((part, scope) for part in ast.iter_child_nodes(child))
         else:
             parts.append((child, scope))
