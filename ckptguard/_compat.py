@@ -14,7 +14,7 @@ import inspect
 import os
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,34 @@ disable_dispatch_modes = _disable_current_modes
 no_python_dispatch = torch._C._DisableTorchDispatch
 
 
+# Flags of torch's backend modules that steer what an op computes, each with whether only
+# CUDA ops consult it.
+_BACKEND_FLAGS = (
+    ("torch.backends.mkldnn", "enabled", False),
+    ("torch.backends.cuda.matmul", "allow_tf32", True),
+    ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction", True),
+    ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction", True),
+    ("torch.backends.cudnn", "enabled", True),
+    ("torch.backends.cudnn", "deterministic", True),
+    ("torch.backends.cudnn", "benchmark", True),
+    ("torch.backends.cudnn", "allow_tf32", True),
+    ("torch.utils.deterministic", "fill_uninitialized_memory", False),
+)
+
+
+def _backend_flags(cuda: bool) -> Iterator[tuple[str, Any, str]]:
+    """(label, owner, attribute) of each backend flag this torch has; the CUDA-only ones
+    with ``cuda``."""
+    for owner_name, attribute, cuda_only in _BACKEND_FLAGS:
+        if cuda_only and not cuda:
+            continue
+        owner: Any = torch
+        for part in owner_name.split(".")[1:]:
+            owner = getattr(owner, part, None)
+        if owner is not None and hasattr(owner, attribute):
+            yield f"{owner_name}.{attribute}", owner, attribute
+
+
 def _backend_flag(owner: Any, name: str) -> Callable[[], Any]:
     return lambda: getattr(owner, name)
 
@@ -134,24 +162,9 @@ def _torch_state_getters() -> list[tuple[str, Callable[[], Any]]]:
             getattr(backends.cuda, "cudnn_sdp_enabled", None),
         ),
     ]
-    flags = [("torch.backends.mkldnn", "enabled")]
-    if torch.cuda.is_available():  # cuBLAS and cuDNN settings change nothing a CPU op computes
-        flags += [
-            ("torch.backends.cuda.matmul", "allow_tf32"),
-            ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
-            ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"),
-            ("torch.backends.cudnn", "enabled"),
-            ("torch.backends.cudnn", "deterministic"),
-            ("torch.backends.cudnn", "benchmark"),
-            ("torch.backends.cudnn", "allow_tf32"),
-        ]
-    flags.append(("torch.utils.deterministic", "fill_uninitialized_memory"))
-    for owner_name, attribute in flags:
-        owner: Any = torch
-        for part in owner_name.split(".")[1:]:
-            owner = getattr(owner, part, None)
-        if owner is not None and hasattr(owner, attribute):
-            candidates.append((f"{owner_name}.{attribute}", _backend_flag(owner, attribute)))
+    # cuBLAS and cuDNN settings change nothing a CPU op computes
+    for label, owner, attribute in _backend_flags(cuda=torch.cuda.is_available()):
+        candidates.append((label, _backend_flag(owner, attribute)))
     getters = []
     for label, getter in candidates:
         if getter is None:
@@ -326,22 +339,8 @@ def setting_switches() -> dict[str, Switch]:
         switches["torch.backends.cuda.cudnn_sdp_enabled()"] = Switch(
             cuda.cudnn_sdp_enabled, cuda.enable_cudnn_sdp
         )
-    for owner_name, attribute in (
-        ("torch.backends.mkldnn", "enabled"),
-        ("torch.backends.cuda.matmul", "allow_tf32"),
-        ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
-        ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"),
-        ("torch.backends.cudnn", "enabled"),
-        ("torch.backends.cudnn", "deterministic"),
-        ("torch.backends.cudnn", "benchmark"),
-        ("torch.backends.cudnn", "allow_tf32"),
-        ("torch.utils.deterministic", "fill_uninitialized_memory"),
-    ):
-        owner: Any = torch
-        for part in owner_name.split(".")[1:]:
-            owner = getattr(owner, part, None)
-        if owner is not None and hasattr(owner, attribute):
-            switches[f"{owner_name}.{attribute}"] = _flag(owner, attribute)
+    for label, owner, attribute in _backend_flags(cuda=True):
+        switches[label] = _flag(owner, attribute)
     return switches
 
 
