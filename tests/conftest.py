@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +41,23 @@ def run_ckptlint(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=120,
     )
+
+
+@contextmanager
+def hang_guard(seconds: int, what: str) -> Iterator[None]:
+    """Fail (rather than block the test run) if the block runs for ``seconds``: ``what`` did
+    not end (a loop, or a wait on a FIFO or a device)."""
+
+    def hung(*_: object) -> None:
+        raise AssertionError(f"{what} did not end within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,7 @@ file's finding (docs/analysis-semantics.md, "What the analysis promises").
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,7 +25,7 @@ from hypothesis import strategies as st
 from ckptlint.config import Settings
 from ckptlint.engine import Engine
 from ckptlint.resolution.solver import Solver
-from tests.conftest import run_cli
+from tests.conftest import hang_guard, run_cli
 from tests.generated_projects import hypothesis_chooser, project
 
 # Answers a generated package may take: over 30x the most any of 2,000 seeded packages took
@@ -36,22 +33,6 @@ from tests.generated_projects import hypothesis_chooser, project
 WORK_BUDGET = 100_000
 # Only a hang outlives this: a generated package takes well under a second.
 HANG_SECONDS = 120
-
-
-@contextmanager
-def hang_guard(seconds: int) -> Iterator[None]:
-    """Fail (rather than block the suite) if the block runs for ``seconds``."""
-
-    def hung(*_: object) -> None:
-        raise AssertionError(f"the analysis did not end within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def write(root: Path, files: dict[str, str]) -> list[str]:
@@ -77,7 +58,7 @@ def check_generated(files: dict[str, str], order: list[int]) -> None:
         saved = os.getcwd()
         os.chdir(root)
         try:
-            with hang_guard(HANG_SECONDS):
+            with hang_guard(HANG_SECONDS, "the analysis"):
                 whole = Engine(Settings(root=root), paths, jobs=1)
                 reference = findings_of(whole, paths)
                 assert whole.work <= WORK_BUDGET, f"{whole.work} answers"

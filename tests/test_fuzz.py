@@ -28,7 +28,6 @@ import ast
 import contextlib
 import json
 import os
-import signal
 import socket
 import stat
 import subprocess
@@ -36,7 +35,6 @@ import sys
 import tempfile
 import urllib.parse
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,7 +48,7 @@ from ckptlint.project.search import NAMES, matches
 from ckptlint.regions.sources import SourceTable
 from ckptlint.rules import ALL_RULES
 from ckptlint.source import Prefilter, UnreadableSource, decode
-from tests.conftest import run_cli
+from tests.conftest import hang_guard, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = settings(
@@ -494,22 +492,6 @@ def unescape_github(text: str) -> str:
     return text.replace("%25", "%")
 
 
-@contextlib.contextmanager
-def hang_guard(seconds: int = 120) -> Iterator[None]:
-    """Fail, instead of blocking the test run, if the CLI waits (on a FIFO, a device)."""
-
-    def hung(signal_number: int, frame: object) -> None:
-        raise TimeoutError(f"the CLI ran for more than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def report_in(tree: Path, output: str, names: list[str], to_file: bool) -> str:
     arguments = ["--no-cache", "--format", output, *(["-o", "../report"] if to_file else [])]
     result = run_cli(*arguments, "--", *names, cwd=tree)
@@ -523,7 +505,7 @@ def report_in(tree: Path, output: str, names: list[str], to_file: bool) -> str:
 
 
 def check_tree(files: list[tuple[bytes, str]], huge: int, to_file: bool) -> None:
-    with tempfile.TemporaryDirectory() as folder, hang_guard():
+    with tempfile.TemporaryDirectory() as folder, hang_guard(120, "the CLI"):
         tree = build_tree(Path(folder), files, huge)
         names = [os.fsdecode(name) for name, _ in files]
         expected = [
