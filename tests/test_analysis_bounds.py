@@ -235,6 +235,29 @@ def test_a_body_the_parser_gives_up_on_is_one_finding_at_its_definition(tmp_path
         )
 
 
+@pytest.mark.parametrize("other", ["None", "previous"])
+def test_use_reentrant_through_thousands_of_conditionals_costs_a_bounded_amount(
+    tmp_path: Path, other: str
+) -> None:
+    """``r1 = r0 if c else None`` ... 3,000 times (and ``r1 = r0 if c else r0``: two ways
+    down at each step), then ``use_reentrant=r2999``: CKP001 follows it only so far and
+    does not report it, and the same file's other call is still reported (once, following
+    every branch ran out of stack and the file was one CKP901)."""
+    chain = "".join(
+        f"r{i} = r{i - 1} if c else {'None' if other == 'None' else f'r{i - 1}'}\n"
+        for i in range(1, 3000)
+    )
+    text = (
+        "import os\nfrom torch.utils.checkpoint import checkpoint\n\n"
+        f"c = os.environ.get('X')\nr0 = None\n{chain}\n\n"
+        "def decided(block, x):\n    return checkpoint(block, x, use_reentrant=r2999)\n\n\n"
+        "def forward(block, x):\n    return checkpoint(block, x)\n"
+    )
+    code, found = lint_folder(tmp_path, {"conditionals.py": text})
+    assert code == 1
+    assert [f.split(":")[:2] for f in found["conditionals.py"]] == [["3012", "CKP001"]]
+
+
 def test_a_chain_past_the_lookup_limit_is_its_files_finding(tmp_path: Path) -> None:
     """A region read through 150 assignments in a row: the lookup gives up (a CKP901 saying
     so, at the region's file) and the other file's finding stays."""

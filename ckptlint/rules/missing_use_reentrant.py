@@ -303,23 +303,39 @@ def _decision(analysis: ProjectAnalysis, path: SourceCall) -> Decision:
     return Decision("omitted", level, name)
 
 
+# How many steps one decision may take (a name to its assignment, a parameter to its
+# argument, each branch of a conditional expression), so that a chain of them generated
+# thousands long costs a bounded amount and never the stack: then it is not reported.
+_FOLLOW_STEPS = 64
+
+
 def _follow(
-    analysis: ProjectAnalysis, flow: Flow, level: int, keyword: str, wrappers: Sequence[ast.AST]
+    analysis: ProjectAnalysis,
+    flow: Flow,
+    level: int,
+    keyword: str,
+    wrappers: Sequence[ast.AST],
+    steps: list[int] | None = None,
 ) -> Decision:
     """Follow a value through the wrappers' parameters it is passed on by (and the
     attributes a wrapper class stores them in), to the call that writes it or leaves it to a
-    parameter's default."""
+    parameter's default. ``steps``: what is left of the decision's budget (shared by the
+    branches of a conditional expression)."""
     context: Context | None
     expression, context = flow
+    steps = [_FOLLOW_STEPS] if steps is None else steps
     followed: set[int] = set()  # the assignments followed (``a = b`` and ``b = a`` end)
     while True:
+        steps[0] -= 1
+        if steps[0] < 0:
+            return Decision("given", level, keyword)
         if isinstance(expression, ast.Constant) and expression.value is None:
             return Decision("none", level, keyword, expression)
         if context is None:
             return Decision("given", level, keyword)
         if isinstance(expression, ast.IfExp):  # unset only where both branches leave it so
             branches = [
-                _follow(analysis, (branch, context), level, keyword, wrappers)
+                _follow(analysis, (branch, context), level, keyword, wrappers, steps)
                 for branch in (expression.body, expression.orelse)
             ]
             unset = [d for d in branches if d.state in ("none", "omitted")]
