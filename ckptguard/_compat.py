@@ -25,8 +25,7 @@ from torch.utils import checkpoint as torch_checkpoint
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
-from ckptguard._explain import compatibility_error
-from ckptguard.errors import derive_from_checkpoint_error
+from ckptguard.errors import compatibility_error, derive_from_checkpoint_error
 
 # torch 2.8 is the first with _top_saved_tensors_default_hooks (strict mode wraps the checkpoint
 # hooks it returns), so 2.4 to 2.7 fail the guard's tests (benchmarks/torch_versions.py). The
