@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import linecache
 import os
 import sys
@@ -37,6 +36,7 @@ from ckptguard._readplan import (
     module_plan,
     read_chain,
     static_attribute,
+    unwrap_function,
 )
 from ckptguard._verify import (
     ARGUMENT,
@@ -251,11 +251,7 @@ def _short(value: Any) -> str:
 def _python_function(value: Any) -> types.FunctionType | None:
     """The Python function a function, method or decorated function runs, else None."""
     function = value.__func__ if of_type(value, types.MethodType) else value
-    try:
-        function = inspect.unwrap(function)
-    except ValueError:  # a __wrapped__ cycle
-        return None
-    return function if of_type(function, types.FunctionType) else None
+    return unwrap_function(function)
 
 
 def _extra_repr(module: torch.nn.Module) -> str:
@@ -656,6 +652,17 @@ def _read_difference(
         return Difference(label.kind, label.name, label.where, old, new)
     assert type(label.owner) is int, "a module's index"
     module = fingerprint.modules[label.owner]
+    planned = reader.module_plans[label.owner].cls
+    if label.name == "forward" and type(module) is not planned:  # module.__class__ = Other
+        where = f"class of the module ({planned.__qualname__} at the forward)"
+        path = f"{name_module(module)}.__class__"
+        return Difference(
+            "function",
+            path,
+            where,
+            Described(planned.__qualname__),
+            Described(type(module).__qualname__),
+        )
     if label.kind == "shape":  # a container's contents
         owner = type(module).__name__
         return contents_difference(label.name, name_module(module), owner, old, new)

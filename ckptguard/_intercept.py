@@ -35,6 +35,7 @@ from ckptguard import (
     _ddp,
     _explain,
     _names,
+    _readplan,
     _recompute,
     _report,
     _rng,
@@ -431,11 +432,9 @@ class Region:
         ]
         if parameters or nested:
             root = self.found_root()
-            model_fix = (
-                "enable_input_require_grads"
-                if callable(getattr(root, "enable_input_require_grads", None))
-                else None
-            )
+            fix = "enable_input_require_grads"  # transformers' and PEFT's models have it
+            found = _readplan.attribute_of(root, fix) if root is not None else None
+            model_fix = fix if callable(found) else None
             _explain.lost_gradients(
                 self.name,
                 list(dict.fromkeys(parameters)),

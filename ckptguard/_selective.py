@@ -41,7 +41,14 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from ckptguard import _compat, _explain
 from ckptguard._barrier import stage
-from ckptguard._readplan import BoundedCache, code_location, function_name, is_library_code
+from ckptguard._fingerprint import instance_dict
+from ckptguard._readplan import (
+    BoundedCache,
+    code_location,
+    code_of,
+    function_name,
+    is_library_code,
+)
 from ckptguard.errors import CheckpointGuardError
 
 _SAVE = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
@@ -171,7 +178,7 @@ _mutations: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _policy_key(policy: Any) -> Any:
     function = _function_of(policy)
-    code = getattr(function, "__code__", None)
+    code = code_of(function)
     if code is None:
         return id(type(policy))
     if is_library_code(code):  # torch's own policy for an op list: one per list
@@ -329,13 +336,12 @@ MAX_CONTAINER = 256  # elements of a container of ops read
 
 def _is_list_form(policy: Any) -> bool:
     """torch's own policy for ``create_selective_checkpoint_contexts([ops])``."""
-    code = getattr(_function_of(policy), "__code__", None)
+    code = code_of(_function_of(policy))
     return code is not None and is_library_code(code)
 
 
 def policy_label(policy: Any) -> str:
-    function = _function_of(policy)
-    code = getattr(function, "__code__", None)
+    code = code_of(_function_of(policy))
     if _is_list_form(policy):
         listed = [v for _, v in _named_ops(policy) if isinstance(v, _OP_TYPES)]
         return f"for the op list [{', '.join(map(str, listed))}]"
@@ -470,8 +476,8 @@ def _follow(found: dict, label: str, value: Any, attrs: tuple[str, ...]) -> None
             except Exception:  # an op name that does not exist
                 break
         else:
-            state = getattr(value, "__dict__", None)
-            if type(state) is not dict or name not in state:
+            state = instance_dict(value)
+            if state is None or name not in state:
                 break
             value = state[name]
         label = f"{label}.{name}"

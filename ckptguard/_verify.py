@@ -207,7 +207,9 @@ class _Structure:
         if of_type(innermost, torch.nn.Module):
             module = innermost
             forward = innermost.__dict__.get("forward") or type(innermost).forward
-            function = unwrap_function(getattr(forward, "__func__", forward))
+            function = unwrap_function(
+                forward.__func__ if of_type(forward, types.MethodType) else forward
+            )
         elif of_type(innermost, types.FunctionType):
             function = innermost
             if bound_args and of_type(bound_args[0], torch.nn.Module):
