@@ -646,6 +646,8 @@ def _read_difference(
     if label.kind == "methods":
         return _method_difference(reader.method_names[position], label.where, old, new, objects)
     old, new = objects.shown_pair(position, old, new)
+    if label.kind == "hook":  # the hooks that count (see ``_verify.hooks_differ``)
+        old, new = _counted(old, fingerprint.inert_hooks), _counted(new, fingerprint.inert_hooks)
     if label.owner == HOOKS:
         return global_hooks_difference(label.kind, GLOBAL_HOOK_DICTS, label.where, old, new)
     if label.owner == FUNCTION:
@@ -667,6 +669,13 @@ def _read_difference(
         owner = type(module).__name__
         return contents_difference(label.name, name_module(module), owner, old, new)
     return _module_difference(label.kind, label.name, module, old, new, name_module)
+
+
+def _counted(keys: tuple, inert: frozenset) -> tuple:
+    """Hook keys per table without the hooks that changed nothing at the forward."""
+    if not inert:
+        return keys
+    return tuple(tuple(k for k in table if k not in inert) for table in keys)
 
 
 def _module_difference(

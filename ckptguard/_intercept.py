@@ -34,6 +34,7 @@ from ckptguard import (
     _compat,
     _ddp,
     _explain,
+    _hooks,
     _names,
     _readplan,
     _recompute,
@@ -121,13 +122,14 @@ class Observer:
     """The modules a region's forward runs, and their state before it first ran them (to tell
     the state the region itself updates, such as BatchNorm's running statistics)."""
 
-    __slots__ = ("modules", "before", "observing", "failure")
+    __slots__ = ("modules", "before", "observing", "failure", "hooks")
 
-    def __init__(self) -> None:
+    def __init__(self, hooks: _hooks.HookWatch | None = None) -> None:
         self.modules: dict[int, torch.nn.Module] = {}
         self.before: dict[int, tuple] = {}
         self.observing = False
         self.failure: Exception | None = None
+        self.hooks = hooks  # a function region's: the forward hooks of the modules it runs
 
     def see(self, module: torch.nn.Module) -> None:
         key = id(module)
@@ -138,6 +140,8 @@ class Observer:
             return
         try:
             before = _side_effects.state_before(module)
+            if self.hooks is not None and _hooks.has_forward_hooks(module):
+                self.hooks.watch_module(module, pre_hooks=False)  # torch has read those
         except Exception as error:  # runs inside the user's forward: reported once it returns
             self.failure = error  # See NOTE [ The guard never stops training ]
             return
@@ -181,6 +185,7 @@ class Region:
         "pending",
         "opened",
         "tree",
+        "hooks",
         "_name",
         "__weakref__",
     )
@@ -215,6 +220,7 @@ class Region:
         self.opened: list | None = None  # the guard's contexts open around the user's code
         # a module region's reader, found before its forward, read through after it
         self.tree: _verify.RegionReader | None = None
+        self.hooks: _hooks.HookWatch | None = None  # the forward's hooks, while it runs
         self._name: str | None = None
 
     @stage("prepare")
@@ -313,20 +319,31 @@ class Region:
         if _compat.fsdp2_in_use():
             self.loose = _compat.fsdp2_managed_modules()
         if self.target is None:
-            observer = Observer()
+            self.hooks = _hooks.HookWatch()
+            observer = Observer(self.hooks)
             _observation.start(observer)
             self.observer = observer
         else:
             stateful, self.tree = _verify.stateful_modules(
                 self.target, self.binding, self.reentrant, self.loose
             )
+            hooked = [m for m in self.tree.live_modules() if _hooks.has_forward_hooks(m)]
+            if hooked:
+                self.hooks = _hooks.HookWatch()
+                for module in hooked:
+                    self.hooks.watch_module(module)
             if stateful:
                 self.observer = observer = Observer()
                 for module in stateful:
                     observer.see(module)
-        if self.random_ops is not None or self.strict_forward is not None:
+        own = _observation.own
+        if _hooks.has_global_forward_hooks(own):
+            self.hooks = self.hooks or _hooks.HookWatch()
+            self.hooks.watch_globals(own)
+        contexts = (self.hooks, self.random_ops, self.strict_forward)
+        if any(context is not None for context in contexts):
             self.opened = opened = []
-            for context in (self.random_ops, self.strict_forward):
+            for context in contexts:
                 if context is not None:
                     context.__enter__()
                     opened.append(context)
@@ -369,9 +386,10 @@ class Region:
             self.reentrant,
             _observation.own,
             self._loose(observed) if self.loose else self.loose,
+            self.hooks.inert() if self.hooks is not None else frozenset(),
             self.tree,
         )
-        self.tree = None
+        self.tree = self.hooks = None
         self.modules = modules = fingerprint.modules
         self.root = _names.root_ref(modules[0]) if modules else None
         if fingerprint.iterators:  # the recompute will draw their next values

@@ -617,6 +617,10 @@ class RegionReader:
             ref() is module for ref, module in zip(self.module_refs, modules, strict=True)
         )
 
+    def live_modules(self) -> list:
+        """The modules it reads that are still alive."""
+        return [m for m in map(DEREFERENCE, self.module_refs) if m is not None]
+
     def live_functions(self) -> list | None:
         """The functions the reader dereferences itself, to hold while a fingerprint needs
         them; None if one was collected (the plans must be rebuilt)."""

@@ -30,6 +30,7 @@ from ckptguard._fingerprint import (
     of_type,
     value_fp,
 )
+from ckptguard._hooks import FORWARD_TABLES
 from ckptguard._reader import (
     DEREFERENCE,
     RegionReader,
@@ -356,6 +357,7 @@ class RegionFingerprint:
         "argument_values",
         "code",
         "iterators",
+        "inert_hooks",
     )
 
     def __init__(
@@ -372,6 +374,7 @@ class RegionFingerprint:
         argument_values: list,
         code: Any,
         iterators: list,
+        inert_hooks: frozenset,
     ) -> None:
         self.reader = reader
         self.modules = modules  # what the values were read from
@@ -386,6 +389,8 @@ class RegionFingerprint:
         self.argument_values = argument_values  # what those chains read
         self.code = code  # the code the region ran at its forward (what names it)
         self.iterators = iterators  # labels of the iterators it advances, or argument names
+        # forward hooks that ran in the forward and changed nothing: their removal is none
+        self.inert_hooks = inert_hooks
 
 
 def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
@@ -566,6 +571,7 @@ def capture(
     reentrant: bool,
     own_hooks: frozenset,
     loose: AbstractSet[int],
+    inert_hooks: frozenset,
     tree: RegionReader | None = None,
 ) -> RegionFingerprint:
     """Read everything the region reached; a reader that no longer matches its modules (a
@@ -630,6 +636,7 @@ def capture(
         argument_values=chain_values,
         code=binding.code,
         iterators=iterators,
+        inert_hooks=inert_hooks,
     )
 
 
@@ -800,6 +807,8 @@ def _first_difference_read(
             continue
         if label.kind == "cache" or _cache_kept(fingerprint, values, position):
             continue  # the recompute gets the forward's result from the cache
+        if label.kind == "hook" and not hooks_differ(old, new, fingerprint.inert_hooks):
+            continue  # only hooks that changed nothing at the forward were removed
         if label.kind == "shape" and type(label.owner) is int:
             contents = label.name in CONTENTS and of_type(modules[label.owner], CONTAINERS)
             if not contents:
@@ -810,6 +819,24 @@ def _first_difference_read(
     if reshaped:
         return settings, Found(RESHAPED, tuple(reshaped), None, None)
     return settings, None
+
+
+def hooks_differ(old: Any, new: Any, inert: frozenset) -> bool:
+    """Whether the hook keys a position holds (per table, () where every table is empty)
+    differ in a way the recompute sees: a hook added, a forward hook or pre-hook removed that
+    changed what the forward computed (or was not watched), any backward hook change. The
+    forward tables come first (``MODULE_HOOK_DICTS``, ``GLOBAL_HOOK_DICTS``)."""
+    tables = max(len(old), len(new))
+    before, after = old or ((),) * tables, new or ((),) * tables
+    for index, (then, now) in enumerate(zip(before, after, strict=True)):
+        if then == now:
+            continue
+        if index >= len(FORWARD_TABLES):
+            return True
+        removed, added = set(then) - set(now), set(now) - set(then)
+        if added or not removed <= inert:
+            return True
+    return False
 
 
 def _cache_kept(fingerprint: RegionFingerprint, values: tuple, position: int) -> bool:
