@@ -23,7 +23,7 @@ import torch.nn.modules.module as module_internals
 from torch.overrides import TorchFunctionMode
 from torch.utils import checkpoint as torch_checkpoint
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 from ckptguard.errors import compatibility_error, derive_from_checkpoint_error
 
@@ -90,6 +90,7 @@ __all__ = [
     "disable_dispatch_modes",
     "no_python_dispatch",
     "tree_leaves",
+    "tree_map",
 ]
 disable_dispatch_modes = _disable_current_modes
 # a C++ guard: no Python dispatch (modes, subclasses) inside it; cheaper than popping modes

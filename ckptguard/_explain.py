@@ -905,6 +905,52 @@ def torch_state_error(
     return CheckpointMismatchError(message, kind="torch_state", region=region, details=details)
 
 
+def state_read_error(
+    region: str, name: str, evidence: str, certain: bool
+) -> CheckpointMismatchError:
+    """Module state the region's own forward updated (an observer's statistics, a fake
+    quantization's scale, spectral_norm's vectors, a counter) and its recompute computes from:
+    the recompute starts from the forward's update, not from what the forward read."""
+    if certain:
+        headline = "was recomputed differently from its forward pass"
+        effect = (
+            f"the recompute ran {evidence}, and backward uses what it computed, so the "
+            f"gradients belong to a different computation than the forward's output; plain "
+            f"PyTorch does not notice"
+        )
+    else:
+        headline = "may have been recomputed differently from its forward pass"
+        effect = (
+            f"the recompute ran {evidence}, and backward uses what it computed; the guard "
+            f"could not run it again as the forward ran it to know whether its result differs "
+            f"(strict=True compares the values backward uses)"
+        )
+    fix = (
+        "keep modules that update state they compute from (observers, fake quantization, "
+        "spectral_norm) outside checkpointed regions, or skip the update during the recompute "
+        "(freeze the observers, e.g. torch.ao.quantization.disable_observer, or a flag checked "
+        "in forward)"
+    )
+    message = (
+        f"ckptguard [tensor]: checkpointed region {region} {headline}.\n"
+        f"  what changed: {name} (state the region's own forward updated) was updated by the "
+        f"forward, and the recompute computes from the update\n"
+        f"  forward saw:  its value before the forward\n"
+        f"  now:          the value the forward left\n"
+        f"  effect: {effect}.\n"
+        f"  how to fix: {fix}."
+    )
+    details = {
+        "name": name,
+        "where": "state the region's own forward updated",
+        "old": "its value before the forward",
+        "new": "the value the forward left",
+        "certain": certain,
+        "evidence": evidence,
+    }
+    return CheckpointMismatchError(message, kind="tensor", region=region, details=details)
+
+
 def rng_device_error(region: str, devices: list[str], preserve: bool) -> CheckpointMismatchError:
     reason = (
         "preserve_rng_state=False, so torch restores no RNG state"

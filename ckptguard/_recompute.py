@@ -84,20 +84,22 @@ class Watch:
     """What one recompute runs under: the watch of the torch settings that changed, the state
     the region's forward updated as it was before the recompute, strict mode's pass."""
 
-    __slots__ = ("region", "settings", "before", "strict")
+    __slots__ = ("region", "settings", "before", "state", "strict")
 
     def __init__(
         self,
         region: Any,
         settings: _settings.SettingsWatch | None,
         before: list | None,
+        state: _side_effects.StateReads | None,
         strict: _strict.StrictRecompute | None,
     ) -> None:
-        self.region, self.settings, self.before, self.strict = region, settings, before, strict
+        self.region, self.settings, self.before = region, settings, before
+        self.state, self.strict = state, strict
 
     def run(self, args: tuple, kwargs: dict) -> Any:
         region = self.region
-        contexts = [c for c in (self.settings, self.strict) if c is not None]
+        contexts = [c for c in (self.settings, self.state, self.strict) if c is not None]
         mark = _open(region, contexts) if contexts else len(region.opened or ())
         if mark is None:
             return region.fn(*args, **kwargs)
@@ -123,7 +125,7 @@ class Watch:
             _record_outputs(region, strict, out)
         refresh_own_writes(region)
         if strict is not None or self.before is not None:
-            check(region, self.before, strict, stopped)
+            check(region, self.before, strict, stopped, self.state)
         if self.settings is not None:
             _judge_settings(region, self.settings)
 
@@ -131,7 +133,10 @@ class Watch:
 @stage("watch the recompute of")
 def _watch(region: Any, changes: list) -> Watch:
     settings = _settings.SettingsWatch(changes) if changes else None
-    before = _side_effects.state_before_recompute(region.watch) if region.watch else None
+    before = state = None
+    if region.watch:
+        before = _side_effects.state_before_recompute(region.watch)
+        state = _side_effects.state_reads(region.watch, region.name_module)
     strict = None
     if region.strict_forward is not None:
         if region.scoped:  # strict mode's pass runs around this call already (StrictScope)
@@ -139,7 +144,7 @@ def _watch(region: Any, changes: list) -> Watch:
             before = None
         else:
             strict = region.last_strict = _strict.StrictRecompute(region.strict_forward)
-    return Watch(region, settings, before, strict)
+    return Watch(region, settings, before, state, strict)
 
 
 @stage("watch the recompute of")
@@ -197,11 +202,26 @@ def refresh_own_writes(region: Any) -> None:
 
 @stage("check the recompute of")
 def check(
-    region: Any, before: list | None, strict: _strict.StrictRecompute | None, stopped: bool
+    region: Any,
+    before: list | None,
+    strict: _strict.StrictRecompute | None,
+    stopped: bool,
+    state: _side_effects.StateReads | None = None,
 ) -> None:
     changed, statistics_only = (
         _side_effects.updated_again(before, region.name_module) if before else ([], True)
     )
+    found_state = state.verdict() if state is not None else None
+    if found_state is not None:  # the cause, where strict mode would see only its effect
+        name, evidence, certain = found_state
+        error = _explain.worded(
+            _explain.state_read_error, region.name, "tensor", name, name, evidence, certain
+        )
+        if certain:
+            region.report(error)
+        elif strict is None:  # a 'may': strict mode measures the values backward uses instead
+            region.found.append((error.kind, error.details))
+            _explain.report(error, "warn", region.location())
     if strict is not None:  # wrong values first: a side effect may be their cause
         found = strict.difference(stopped)
         mutated = _selective.take_mutations(region) if region.scoped else None
@@ -209,11 +229,11 @@ def check(
         if mutated:  # selective checkpointing's saved outputs changed in place: measured
             what, difference = found if found is not None else (None, None)
             first_op = strict.first_diverging_op() if found is not None else None
-            error = _explain.selective_cache_measured(
+            measured = _explain.selective_cache_measured(
                 name, mutated, what, difference, first_op, region.location()
             )
-            if error is not None:
-                region.report(error)
+            if measured is not None:
+                region.report(measured)
         elif found is not None:
             what, difference = found
             region.report(
