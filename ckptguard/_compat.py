@@ -474,6 +474,27 @@ def torch_dir() -> str:
     return TORCH_DIR
 
 
+def compiled_by_dynamo(value: Any) -> bool:
+    """Whether ``torch.compile`` made ``value``: an ``OptimizedModule`` (``torch.compile(m)``),
+    a module compiled in place (``m.compile()``), or a compiled function. A dispatch mode makes
+    compiled code fall back to eager kernels (other ops, saved in another order), so strict
+    mode logs no ops where a region runs it. Read from the object's own dict, running none of
+    its code."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is None:  # never imported: nothing was compiled
+        return False
+    optimized = getattr(eval_frame, "OptimizedModule", None)
+    if optimized is not None and issubclass(type(value), optimized):
+        return True
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except Exception:
+        return False
+    if type(state) is not dict:
+        return False
+    return state.get("_compiled_call_impl") is not None or "_torchdynamo_orig_callable" in state
+
+
 def is_fsdp2_module(module: torch.nn.Module) -> bool:
     return any(cls.__name__ == "FSDPModule" for cls in type(module).__mro__)
 

@@ -230,8 +230,6 @@ class Region:
         self.preserve = preserve
         self.binding = binding = _verify.bind(self.fn)
         self.target = binding.module
-        if self.options.strict:
-            self.strict_forward = _strict.StrictForward(self.reentrant)
         if preserve:
             self.rng_before = _rng.snapshot()
         else:
@@ -336,6 +334,9 @@ class Region:
                 self.observer = observer = Observer()
                 for module in stateful:
                     observer.see(module)
+        if self.options.strict:
+            compiled = self.binding.torch_compiled or bool(self.tree and self.tree.torch_compiled)
+            self.strict_forward = _strict.StrictForward(self.reentrant, compiled)
         own = _observation.own
         if _hooks.has_global_forward_hooks(own):
             self.hooks = self.hooks or _hooks.HookWatch()

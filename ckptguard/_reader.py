@@ -535,6 +535,7 @@ class RegionReader:
         "method_names",
         "safe",
         "top_hooks",
+        "torch_compiled",
         "_getters",
         "_shape_of",
         "__weakref__",
@@ -561,6 +562,10 @@ class RegionReader:
         self.safe = safe
         self.top_hooks = top_hooks
         self._getters = torch_state
+        # it runs code torch.compile made (see ``_compat.compiled_by_dynamo``)
+        self.torch_compiled = any(map(_compat.compiled_by_dynamo, modules)) or any(
+            entry.compiled for plan in function_plans for entry in plan.entries
+        )
 
         source = _Source(safe)
         source.add_torch_state(torch_state)

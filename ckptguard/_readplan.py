@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ckptguard._compat import NORMS_WITH_STATISTICS, torch_dir
+from ckptguard._compat import NORMS_WITH_STATISTICS, compiled_by_dynamo, torch_dir
 from ckptguard._fingerprint import (
     MISSING,
     SCALAR_TYPES,
@@ -801,6 +801,7 @@ class FunctionEntry(NamedTuple):
     iterators: tuple[tuple[str, int], ...] = ()
     # (entry index, chain index) of the lru_cache only through which the entry is reached
     behind: tuple[int, int] | None = None
+    compiled: bool = False  # it calls code torch.compile made (``compiled_by_dynamo``)
 
 
 class FunctionPlan:
@@ -837,6 +838,7 @@ class FunctionPlan:
             namespace = func.__globals__
             chains: list[GlobalChain] = []
             followed = []
+            compiled = False
             for chain in sorted(reads.global_chains) if reads is not None else ():
                 name = chain[0]
                 if name not in namespace and name in _BUILTINS:
@@ -858,6 +860,7 @@ class FunctionPlan:
                     kind = sample_kind(target)
                     cache = _lru_cache_size(target)
                     chains.append(GlobalChain(read, kind, inline_spec(value, read, target), cache))
+                    compiled = compiled or compiled_by_dynamo(target)
                     callee = _follow_target(target)
                     if callee is not None:
                         if kind == "object":
@@ -879,6 +882,7 @@ class FunctionPlan:
                         cells.append("empty")
                         continue
                     cells.append(sample_kind(contents))
+                    compiled = compiled or compiled_by_dynamo(contents)
                     callee = _follow_target(contents)
                     if callee is not None:
                         pending.append((callee, False, (index, -1), False))
@@ -900,6 +904,7 @@ class FunctionPlan:
                     environment=_environment_reads(namespace, reads),
                     methods=_tensor_methods(reads),
                     iterators=_advanced_iterators(func, reads, chains, namespace),
+                    compiled=compiled,
                 )
             )
         self.entries = tuple(_behind_caches(entries, edges))

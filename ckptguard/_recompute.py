@@ -143,7 +143,9 @@ def _watch(region: Any, changes: list) -> Watch:
             region.pending = before if before is not None else []
             before = None
         else:
-            strict = region.last_strict = _strict.StrictRecompute(region.strict_forward)
+            strict = region.last_strict = _strict.StrictRecompute(
+                region.strict_forward, region.fingerprint.reader.torch_compiled
+            )
     return Watch(region, settings, before, state, strict)
 
 
@@ -348,7 +350,9 @@ class StrictScope:
 
 @stage("compare the values of")
 def _start_scoped(region: Any) -> _strict.StrictRecompute:
-    strict = region.last_strict = _strict.StrictRecompute(region.strict_forward)
+    fingerprint = region.fingerprint
+    compiled = fingerprint is not None and fingerprint.reader.torch_compiled
+    strict = region.last_strict = _strict.StrictRecompute(region.strict_forward, compiled)
     region.pending = None
     return strict
 

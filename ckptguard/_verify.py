@@ -84,6 +84,7 @@ class Binding(NamedTuple):
     code: Any
     structure: Any  # its _Structure, which remembers the region's reader
     segment: types.FunctionType | None  # checkpoint_sequential's closure, if that is the region
+    torch_compiled: bool  # it holds code torch.compile made (see ``_compat.compiled_by_dynamo``)
 
 
 def bind(fn: Any) -> Binding:
@@ -115,6 +116,7 @@ def bind(fn: Any) -> Binding:
         structure.code,
         structure,
         innermost if _is_segment(innermost) else None,
+        structure.torch_compiled,
     )
 
 
@@ -201,7 +203,7 @@ class _Structure:
     followed still hold what they held (``parts``); one with an object that has no weak
     references is used once."""
 
-    __slots__ = ("refs", "held", "code", "cells", "own", "readers", "reads")
+    __slots__ = ("refs", "held", "code", "cells", "own", "readers", "reads", "torch_compiled")
 
     def __init__(self, fn: Any, innermost: Any, bound_args: list, objects: list) -> None:
         module = function = None
@@ -222,6 +224,9 @@ class _Structure:
         if function is not None and is_library_code(function.__code__):
             function = None
         reached, functions = static_reach(fn)
+        self.torch_compiled = any(
+            map(_compat.compiled_by_dynamo, (fn, innermost, *reached, *functions))
+        )
         unwrapped = unwrap_function(function) if function is not None else None
         self.code = unwrapped.__code__ if unwrapped is not None else None
         self.own = tuple(i for i, f in enumerate(functions) if not is_library_code(f.__code__))
