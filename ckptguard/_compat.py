@@ -112,6 +112,33 @@ _BACKEND_FLAGS = (
 )
 
 
+# Settings read and written only through torch._C: label -> (getter, setter, CUDA only)
+SDP_PRIORITY = "SDPA backend priority (sdpa_kernel(..., set_priority=True))"
+SDP_OVERRIDEABLE = "SDPA overrideable backend enabled"
+SDP_FA3 = "SDPA FlashAttention-3 backend enabled"
+MATH_SDP_REDUCTION = "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()"
+CPU_FP16_REDUCTION = "CPU fp16 reduced-precision reduction"
+MKLDNN_DETERMINISTIC = "torch.backends.mkldnn.deterministic"
+NNPACK = "torch.backends.nnpack.enabled"
+C_SETTINGS = {
+    SDP_PRIORITY: ("_get_sdp_priority_order", "_set_sdp_priority_order", False),
+    SDP_OVERRIDEABLE: ("_get_overrideable_sdp_enabled", "_set_sdp_use_overrideable", False),
+    SDP_FA3: ("_get_fa3_sdp_enabled", "_set_sdp_use_fa3", True),
+    MATH_SDP_REDUCTION: (
+        "_get_math_sdp_allow_fp16_bf16_reduction",
+        "_set_math_sdp_allow_fp16_bf16_reduction",
+        False,
+    ),
+    CPU_FP16_REDUCTION: (
+        "_get_cpu_allow_fp16_reduced_precision_reduction",
+        "_set_cpu_allow_fp16_reduced_precision_reduction",
+        False,
+    ),
+    MKLDNN_DETERMINISTIC: ("_get_mkldnn_deterministic", "_set_mkldnn_deterministic", False),
+    NNPACK: ("_get_nnpack_enabled", "_set_nnpack_enabled", False),
+}
+
+
 def _backend_flags(cuda: bool) -> Iterator[tuple[str, Any, str]]:
     """(label, owner, attribute) of each backend flag this torch has; the CUDA-only ones
     with ``cuda``."""
@@ -163,8 +190,14 @@ def _torch_state_getters() -> list[tuple[str, Callable[[], Any]]]:
         ),
     ]
     # cuBLAS and cuDNN settings change nothing a CPU op computes
-    for label, owner, attribute in _backend_flags(cuda=torch.cuda.is_available()):
+    cuda = torch.cuda.is_available()
+    for label, owner, attribute in _backend_flags(cuda=cuda):
         candidates.append((label, _backend_flag(owner, attribute)))
+    # flags read only through torch._C (sdpa_kernel sets every backend's flag, and with
+    # set_priority=True their order), each with whether only CUDA ops consult it
+    for label, (getter, _, cuda_only) in C_SETTINGS.items():
+        if cuda or not cuda_only:
+            candidates.append((label, getattr(torch._C, getter, None)))
     getters = []
     for label, getter in candidates:
         if getter is None:
@@ -341,6 +374,10 @@ def setting_switches() -> dict[str, Switch]:
         )
     for label, owner, attribute in _backend_flags(cuda=True):
         switches[label] = _flag(owner, attribute)
+    for label, (getter, setter, _) in C_SETTINGS.items():
+        get, put = getattr(torch._C, getter, None), getattr(torch._C, setter, None)
+        if get is not None and put is not None:
+            switches[label] = Switch(get, put)
     return switches
 
 

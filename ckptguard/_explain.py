@@ -951,6 +951,14 @@ def state_read_error(
     return CheckpointMismatchError(message, kind="tensor", region=region, details=details)
 
 
+def setting_changed(name: str, old: Any, new: Any) -> dict[str, Any]:
+    """A torch setting that changed between the passes although no result the recompute
+    computed under it reached backward: kept to explain torch's own error, should torch find
+    the recompute saved other tensors (an attention backend saves its own)."""
+    where = "process-wide torch setting; the guard found no result it changed that backward uses"
+    return {"name": name, "where": where, "old": abbreviate(old), "new": abbreviate(new)}
+
+
 def rng_device_error(region: str, devices: list[str], preserve: bool) -> CheckpointMismatchError:
     reason = (
         "preserve_rng_state=False, so torch restores no RNG state"

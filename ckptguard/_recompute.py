@@ -257,7 +257,11 @@ def _judge_settings(region: Any, watch: _settings.SettingsWatch) -> None:
     if watch.failure is not None:
         raise watch.failure  # its dispatch mode's, noted inside the recompute
     found = watch.verdict()
-    if found is None:
+    if found is None:  # no result it changed reached backward; torch's own check may differ
+        region.found += [
+            ("torch_state", _explain.setting_changed(name, old, new))
+            for name, old, new in watch.changes
+        ]
         return
     name, old, new, evidence, certain = found
     error = _explain.worded(

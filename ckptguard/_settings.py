@@ -42,6 +42,13 @@ from typing import Any
 import torch
 
 from ckptguard._compat import (
+    CPU_FP16_REDUCTION,
+    MATH_SDP_REDUCTION,
+    MKLDNN_DETERMINISTIC,
+    NNPACK,
+    SDP_FA3,
+    SDP_OVERRIDEABLE,
+    SDP_PRIORITY,
     TorchDispatchMode,
     TorchFunctionMode,
     setting_switches,
@@ -67,6 +74,9 @@ _FAMILIES: dict[str, tuple[str, ...] | None] = {
     "torch.are_deterministic_algorithms_enabled()": None,
     "torch.is_deterministic_algorithms_warn_only_enabled()": (),
     "torch.utils.deterministic.fill_uninitialized_memory": ("empty",),
+    CPU_FP16_REDUCTION: _MATMUL_OPS,
+    MKLDNN_DETERMINISTIC: _MATMUL_OPS + ("mkldnn",),
+    NNPACK: ("conv",),
 }
 # settings that choose the attention backend before any op runs (judged by the call)
 _ATTENTION_BACKENDS = frozenset(
@@ -75,6 +85,10 @@ _ATTENTION_BACKENDS = frozenset(
         "torch.backends.cuda.mem_efficient_sdp_enabled()",
         "torch.backends.cuda.math_sdp_enabled()",
         "torch.backends.cuda.cudnn_sdp_enabled()",
+        SDP_PRIORITY,
+        SDP_OVERRIDEABLE,
+        SDP_FA3,
+        MATH_SDP_REDUCTION,
     }
 )
 _FILL = "torch.utils.deterministic.fill_uninitialized_memory"
