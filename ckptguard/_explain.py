@@ -1086,11 +1086,22 @@ def side_effect(
         )
     message = (
         f"ckptguard [side_effect]: the recompute of checkpointed region {region} updated state "
-        f"a second time: {', '.join(names)}.\n"
+        f"a second time: {', '.join(_counted_names(names))}.\n"
         f"  effect: {effect}.\n"
         f"  how to fix: {fix}."
     )
     warn(message, CheckpointGuardWarning, fallback)
+
+
+def _counted_names(names: list[str]) -> list[str]:
+    """Each name once, in order; one that several modules share (modules of one class outside
+    a model are named by their class) says how many: ``Net.counter (in 5 modules)``."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return [
+        name if count == 1 else f"{name} (in {count} modules)" for name, count in counts.items()
+    ]
 
 
 def advanced_iterators(region: str, names: list[str], fallback: Location | None) -> None:

@@ -1098,8 +1098,12 @@ def function_labels(func: Any, entry: FunctionEntry) -> list[Label]:
     """A label for each value an entry reads; ``where`` names the function by its qualified
     name and file:line."""
     name = function_name(func) if func is not None else "<collected function>"
-    module = getattr(func, "__module__", "?")
-    location = code_location(getattr(func, "__code__", None))
+    code = func.__code__ if func is not None else None
+    location = code_location(code)
+    # a function exec'd in globals without __name__ has no module: name where its code is
+    module = getattr(func, "__module__", None) or (
+        f"{code.co_filename} (run without a module name)" if code is not None else "?"
+    )
     of = f"{name} ({location})"
     out = [Label(FUNCTION, "function", f"{name}.__code__", f"code of {of}")]
     for read in entry.chains:
