@@ -511,6 +511,19 @@ def torch_dir() -> str:
     return TORCH_DIR
 
 
+# the global forward pre-hooks and forward hooks (dicts torch never replaces); resolve()
+# checks that they exist
+GLOBAL_FORWARD_HOOKS: tuple[dict, dict] = (
+    getattr(module_internals, GLOBAL_HOOK_DICTS[0], {}),
+    getattr(module_internals, GLOBAL_HOOK_DICTS[1], {}),
+)
+
+
+def hook_handles_made() -> int:
+    """How many hook handles torch has made in this process (its counter of handle ids)."""
+    return torch.utils.hooks.RemovableHandle.next_id
+
+
 def compiled_by_dynamo(value: Any) -> bool:
     """Whether ``torch.compile`` made ``value``: an ``OptimizedModule`` (``torch.compile(m)``),
     a module compiled in place (``m.compile()``), or a compiled function. A dispatch mode makes

@@ -34,12 +34,24 @@ def has_forward_hooks(module: torch.nn.Module) -> bool:
     return bool(state["_forward_hooks"] or state["_forward_pre_hooks"])
 
 
+def hooked_modules(reader: Any) -> list:
+    """The modules a reader reads that have forward hooks or pre-hooks. Scanned again only
+    when a hook handle was made since a scan found none (``RemovableHandle.next_id``; a hook
+    written into a dict without one is not watched, so its removal counts, as it always did)."""
+    made = _compat.hook_handles_made()
+    if reader.hookless_at == made:
+        return []
+    found = [m for m in reader.live_modules() if has_forward_hooks(m)]
+    reader.hookless_at = None if found else made
+    return found
+
+
 def has_global_forward_hooks(own: frozenset) -> bool:
     """Whether a global forward hook or pre-hook other than the guard's own is registered."""
-    for _, table in _compat.resolve().global_hook_dicts[:2]:
-        if any(key not in own for key in table):
-            return True
-    return False
+    pre, forward = _compat.GLOBAL_FORWARD_HOOKS
+    if not (pre or forward):
+        return False
+    return any(key not in own for table in (pre, forward) for key in table)
 
 
 class HookWatch:
@@ -60,7 +72,7 @@ class HookWatch:
         self._wrap(state["_forward_hooks"], False, frozenset())
 
     def watch_globals(self, own: frozenset) -> None:
-        (_, pre), (_, forward) = _compat.resolve().global_hook_dicts[:2]
+        pre, forward = _compat.GLOBAL_FORWARD_HOOKS
         self._wrap(pre, True, own)
         self._wrap(forward, False, own)
 

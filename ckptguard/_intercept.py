@@ -65,6 +65,7 @@ _local = threading.local()  # the observers of a function region's forward, per 
 
 
 _NO_MODULES: frozenset[int] = frozenset()
+_NO_HOOKS: frozenset = frozenset()
 # where torch.compile's own regions come from (tag_activation_checkpoint): torch owns them
 _COMPILER_DIRS = tuple(
     _compat.torch_dir() + name + "/"
@@ -225,8 +226,7 @@ class Region:
 
     @stage("prepare")
     def prepare(self, preserve: bool) -> None:
-        """Before the forward: take the callable apart, note the RNG states (strict mode: the
-        forward's records)."""
+        """Before the forward: take the callable apart, note the RNG states."""
         self.preserve = preserve
         self.binding = binding = _verify.bind(self.fn)
         self.target = binding.module
@@ -313,7 +313,8 @@ class Region:
     def enter_forward(self) -> None:
         """Before the forward, only what cannot wait: a function region watches which modules
         it runs; a module region notes the state of its modules that hold buffers or assign
-        attributes (known from its tree's reader)."""
+        attributes (known from its tree's reader); the forward hooks that can run are watched
+        (``_hooks``); strict mode starts its record of the forward."""
         if _compat.fsdp2_in_use():
             self.loose = _compat.fsdp2_managed_modules()
         if self.target is None:
@@ -325,7 +326,7 @@ class Region:
             stateful, self.tree = _verify.stateful_modules(
                 self.target, self.binding, self.reentrant, self.loose
             )
-            hooked = [m for m in self.tree.live_modules() if _hooks.has_forward_hooks(m)]
+            hooked = _hooks.hooked_modules(self.tree)
             if hooked:
                 self.hooks = _hooks.HookWatch()
                 for module in hooked:
@@ -387,7 +388,7 @@ class Region:
             self.reentrant,
             _observation.own,
             self._loose(observed) if self.loose else self.loose,
-            self.hooks.inert() if self.hooks is not None else frozenset(),
+            self.hooks.inert() if self.hooks is not None else _NO_HOOKS,
             self.tree,
         )
         self.tree = self.hooks = None

@@ -536,6 +536,7 @@ class RegionReader:
         "safe",
         "top_hooks",
         "torch_compiled",
+        "hookless_at",
         "_getters",
         "_shape_of",
         "__weakref__",
@@ -562,6 +563,7 @@ class RegionReader:
         self.safe = safe
         self.top_hooks = top_hooks
         self._getters = torch_state
+        self.hookless_at: int | None = None  # see ``_hooks.hooked_modules``
         # it runs code torch.compile made (see ``_compat.compiled_by_dynamo``)
         self.torch_compiled = any(map(_compat.compiled_by_dynamo, modules)) or any(
             entry.compiled for plan in function_plans for entry in plan.entries
