@@ -58,9 +58,10 @@ class HookWatch:
     """The forward hooks of a region's forward, each watched by a ``_Probe`` while it runs;
     leaving the context puts the hooks back."""
 
-    __slots__ = ("wrapped", "watched", "effective")
+    __slots__ = ("wrapped", "watched", "effective", "closed")
 
     def __init__(self) -> None:
+        self.closed = False
         self.wrapped: list[tuple[dict, Any, Any, _Probe]] = []  # (table, key, hook, probe)
         self.watched: set = set()  # keys of the hooks watched through the whole forward
         self.effective: set = set()  # keys of the hooks that changed what the forward computed
@@ -79,7 +80,7 @@ class HookWatch:
     def _wrap(self, table: dict, pre: bool, own: frozenset) -> None:
         for key, hook in list(table.items()):
             if key not in own:
-                probe = _Probe(hook, key, pre, self.effective)
+                probe = _Probe(hook, key, pre, self)
                 table[key] = probe
                 self.wrapped.append((table, key, hook, probe))
 
@@ -90,9 +91,13 @@ class HookWatch:
         """Each hook back in its dict, where the probe is still there (a hook removed during
         the forward stays removed)."""
         wrapped, self.wrapped = self.wrapped, []
+        self.closed = True
         self.watched.update(key for _, key, _, _ in wrapped)
         for table, key, hook, probe in reversed(wrapped):
             if table.get(key) is probe:
+                # another thread's forward, over when this one began, may have left its probe
+                while type(hook) is _Probe and hook.watch.closed:
+                    hook = hook.hook
                 table[key] = hook
 
     def inert(self) -> frozenset:
@@ -103,10 +108,10 @@ class HookWatch:
 class _Probe:
     """A hook as the forward runs it: what it returns and what it writes in place noted."""
 
-    __slots__ = ("hook", "key", "pre", "effective")
+    __slots__ = ("hook", "key", "pre", "watch")
 
-    def __init__(self, hook: Any, key: Any, pre: bool, effective: set) -> None:
-        self.hook, self.key, self.pre, self.effective = hook, key, pre, effective
+    def __init__(self, hook: Any, key: Any, pre: bool, watch: HookWatch) -> None:
+        self.hook, self.key, self.pre, self.watch = hook, key, pre, watch
 
     def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         # a pre-hook gets (args[, kwargs]), a forward hook (args[, kwargs], output)
@@ -115,7 +120,7 @@ class _Probe:
         result = self.hook(module, *args, **kwargs)
         replaced = result is not None and not _same_objects(result, given)
         if replaced or _versions(args) != versions:
-            self.effective.add(self.key)
+            self.watch.effective.add(self.key)
         return result
 
 

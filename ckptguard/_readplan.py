@@ -270,6 +270,8 @@ def _scan(
         if kind == "global" and name == "next" and not attrs:
             after_next = True
             return
+        if attrs[1:2] and attrs[0] == "__class__" and attrs[1].startswith("__"):
+            del attrs[1:]  # type(self).__name__: the class itself, not its dunders
         if after_next or (trigger is not None and trigger.opname == "GET_ITER"):
             found["advanced"].add((kind, name, tuple(attrs)))
         after_next = False
@@ -1382,8 +1384,9 @@ class ModulePlan:
         self.calls = reads.calls
         self.inert = forward is _UNCALLABLE
         self.stores_scalars = bool(reads.self_stored)
-        chains = set(reads.self_chains)
-        if reads.dynamic:
+        # a container's placeholder forward never runs: nothing it would read is read
+        chains = set() if self.inert else set(reads.self_chains)
+        if reads.dynamic and not self.inert:
             chains.update(
                 (key,)
                 for key, value in state.items()

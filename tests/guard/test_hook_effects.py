@@ -183,3 +183,24 @@ def test_the_hooks_are_back_in_their_dicts_after_the_forward(reentrant: bool) ->
         handle.remove()
         global_handle.remove()
         recorded.clear()
+
+
+def test_watches_that_end_out_of_order_leave_the_user_s_hook() -> None:
+    """Two forwards on two threads watch one module's hooks, the first ending before the
+    second: the dict holds the user's hook afterwards, not a probe of a watch that ended."""
+    from ckptguard import _hooks
+
+    net = Net()
+    handle = net.fc1.register_forward_hook(_records_output)
+    try:
+        first, second = _hooks.HookWatch(), _hooks.HookWatch()
+        first.watch_module(net.fc1)
+        second.watch_module(net.fc1)  # wraps the first's probe
+        first.__exit__(None, None, None)  # the second's probe is in the dict: left there
+        net(torch.randn(3, 4))  # runs through both probes
+        second.__exit__(None, None, None)
+        assert net.fc1._forward_hooks[handle.id] is _records_output
+        assert handle.id in first.inert() and handle.id in second.inert()
+    finally:
+        handle.remove()
+        recorded.clear()
