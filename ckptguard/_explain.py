@@ -1,4 +1,7 @@
-"""Messages and errors: one function builds each kind of error the guard raises or warns."""
+"""Messages and errors: one function builds each kind of error the guard raises or warns, and
+the description of what a comparison found (``mismatch``: the fingerprint's labels, objects
+known by identity, a module read again through a fresh plan). A verdict that cannot be
+described is raised all the same (``undescribed``, ``worded``)."""
 
 from __future__ import annotations
 

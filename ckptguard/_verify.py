@@ -1,5 +1,6 @@
 """A region's fingerprint: everything it can reach, read through plans after the forward and
-read again before each recompute; the first difference is handed to ``_explain``.
+read again before each recompute; the first difference is returned as a record of positions
+(``Found``), which ``_explain`` names (it alone re-reads to describe, and words).
 
 What a region reaches: process-wide torch settings; the global module hooks; the modules its
 forward ran (seen by ``_intercept``) plus modules bound into the callable; the functions it and
