@@ -317,8 +317,11 @@ class Region:
         (``_hooks``); strict mode starts its record of the forward."""
         if _compat.fsdp2_in_use():
             self.loose = _compat.fsdp2_managed_modules()
+        # what is entered here is left by exit_forward, or by give_up should a stage fail
+        opened = self.opened = []
         if self.target is None:
             self.hooks = _hooks.HookWatch()
+            opened.append(self.hooks)
             observer = Observer(self.hooks)
             _observation.start(observer)
             self.observer = observer
@@ -329,26 +332,26 @@ class Region:
             hooked = _hooks.hooked_modules(self.tree)
             if hooked:
                 self.hooks = _hooks.HookWatch()
+                opened.append(self.hooks)
                 for module in hooked:
                     self.hooks.watch_module(module)
             if stateful:
                 self.observer = observer = Observer()
                 for module in stateful:
                     observer.see(module)
+        own = _observation.own
+        if _hooks.has_global_forward_hooks(own):
+            if self.hooks is None:
+                self.hooks = _hooks.HookWatch()
+                opened.append(self.hooks)
+            self.hooks.watch_globals(own)
         if self.options.strict:
             compiled = self.binding.torch_compiled or bool(self.tree and self.tree.torch_compiled)
             self.strict_forward = _strict.StrictForward(self.reentrant, compiled)
-        own = _observation.own
-        if _hooks.has_global_forward_hooks(own):
-            self.hooks = self.hooks or _hooks.HookWatch()
-            self.hooks.watch_globals(own)
-        contexts = (self.hooks, self.random_ops, self.strict_forward)
-        if any(context is not None for context in contexts):
-            self.opened = opened = []
-            for context in contexts:
-                if context is not None:
-                    context.__enter__()
-                    opened.append(context)
+        for context in (self.random_ops, self.strict_forward):
+            if context is not None:
+                context.__enter__()
+                opened.append(context)
 
     @stage("record the forward of")
     def exit_forward(self, exc: tuple) -> None:
