@@ -204,3 +204,31 @@ def test_watches_that_end_out_of_order_leave_the_user_s_hook() -> None:
     finally:
         handle.remove()
         recorded.clear()
+
+
+@VARIANTS
+def test_a_guard_failure_before_the_forward_puts_the_hooks_back(monkeypatch, reentrant) -> None:
+    """A stage failing after the hooks were wrapped (here strict mode's record of the forward)
+    gives the region up: one [internal] warning, gradients as plain torch computes them, and
+    the user's hooks back in their dicts."""
+    from ckptguard import _strict
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    plain = _run_kept(Net(), reentrant, "module", "child", "returns_a_new_output")
+    net = Net()
+    handle = net.fc1.register_forward_hook(_doubles_output)
+    monkeypatch.setattr(_strict, "StrictForward", fail)
+    try:
+        with warnings.catch_warnings(record=True) as caught, ckptguard.guard(strict=True):
+            warnings.simplefilter("always")
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+            checkpoint(net, x, use_reentrant=reentrant).square().sum().backward()
+            guarded = grads_of(net, x)
+        assert net.fc1._forward_hooks[handle.id] is _doubles_output
+    finally:
+        handle.remove()
+    assert grads_equal(guarded, plain[: len(guarded)])
+    internal = [str(w.message) for w in caught if "[internal]" in str(w.message)]
+    assert len(internal) == 1 and "could not prepare" in internal[0]
