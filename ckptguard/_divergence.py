@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ckptguard._compat import resolve, tree_leaves
+from ckptguard._compat import TorchDispatchMode, resolve, tree_leaves
 
 # (cause, evidence, certain): what made a tensor differ, as the verdict will name it
 Cause = tuple[str, str, bool]
@@ -75,6 +75,28 @@ class Divergence:
             if found is not None and found[0]() is leaf:
                 return found[1]
         return None
+
+
+class OpJudge(TorchDispatchMode):
+    """Runs each op of a recompute, then hands it to its watch's judge (``look``), unless the
+    watch is running ops of its own to compare, has reached its verdict, or failed: a failure
+    is noted for the region to report once the recompute ran, never raised inside the user's
+    function (See NOTE [ The guard never stops training ])."""
+
+    def __init__(self, watch: Any) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        watch = self.watch
+        if not watch.rerunning and not watch.decided() and watch.failure is None:
+            try:
+                watch.look(func, args, kwargs, out)
+            except Exception as error:
+                watch.failure = error
+        return out
 
 
 def same(first: Any, second: Any) -> bool:

@@ -564,22 +564,14 @@ def mismatch(
     are, a module whose shape changed read again through a fresh plan. None where that fresh
     read finds every value its code reads unchanged (an attribute nothing reads was added).
     Where describing it fails, the verdict stands: the error names the fingerprint entry."""
+    kind, entry = _kind_of(found, fingerprint), _entry(found, fingerprint)
     try:
         difference = _difference(found, fingerprint, binding, args, kwargs, name_module)
     except Exception as error:
-        return undescribed(region, _kind_of(found, fingerprint), _entry(found, fingerprint), error)
+        return undescribed(region, kind, entry, error)
     if difference is None:
         return None
-    return cast(
-        CheckpointMismatchError,
-        worded(
-            mismatch_error,
-            region,
-            _kind_of(found, fingerprint),
-            _entry(found, fingerprint),
-            *difference,
-        ),
-    )
+    return cast(CheckpointMismatchError, worded(mismatch_error, region, kind, entry, *difference))
 
 
 def _difference(
@@ -613,7 +605,8 @@ def _difference(
 def _kind_of(found: Found, fingerprint: RegionFingerprint) -> str:
     """The kind a difference is reported as when it cannot be described."""
     if found.part == READ:
-        kind = fingerprint.reader.labels[found.index].kind
+        labels = fingerprint.reader.labels
+        kind = labels[found.index].kind if 0 <= found.index < len(labels) else "attribute"
         return kind if kind in MISMATCH_KINDS else "attribute"
     return {TENSOR_ARGUMENT: "tensor", ARGUMENT: "argument"}.get(found.part, "attribute")
 

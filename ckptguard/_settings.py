@@ -49,12 +49,11 @@ from ckptguard._compat import (
     SDP_FA3,
     SDP_OVERRIDEABLE,
     SDP_PRIORITY,
-    TorchDispatchMode,
     TorchFunctionMode,
     setting_switches,
     tree_leaves,
 )
-from ckptguard._divergence import Cause, Divergence, draws_random_numbers, same
+from ckptguard._divergence import Cause, Divergence, OpJudge, draws_random_numbers, same
 from ckptguard._strict import _user_frame
 
 _MATMUL_OPS = ("mm", "matmul", "linear", "conv", "dot", "mv", "baddbmm", "addbmm", "einsum")
@@ -147,7 +146,7 @@ class SettingsWatch:
         ]
         self.watches_dtype = DEFAULT_DTYPE in names
         self.watches_device = DEFAULT_DEVICE in names
-        self.ops = _OpWatch(self)
+        self.ops = OpJudge(self)
         self.calls = _CallWatch(self) if self.backends else None
         self.rerunning = False  # ops of a run made to compare are not the recompute's
         self.divergence = Divergence(self._saved)  # what a changed setting made differ
@@ -170,54 +169,9 @@ class SettingsWatch:
             self.calls.__exit__(*exc)
         self.divergence.__exit__(*exc)
 
-    def differs(self, out: Any, setting: str, evidence: str) -> None:
-        """``out`` differs from what the forward computed, because of ``setting``."""
-        self.divergence.differs(out, (setting, evidence, True))
-
-    @contextlib.contextmanager
-    def as_forward(self, settings: list[tuple[str, Any, Any]]) -> Iterator[None]:
-        """The given settings put back to the forward's values, then restored."""
-        current = [(switch, switch.state()) for _, _, switch in settings]
-        self.rerunning = True
-        try:
-            for _, old, switch in settings:
-                switch.put(old)
-            yield
-        finally:
-            for switch, state in reversed(current):
-                switch.restore(state)
-            self.rerunning = False
-
-    def verdict(self) -> tuple[str, Any, Any, str, bool] | None:
-        """(setting, forward's value, now, evidence, certain) or None."""
-        found = self.verdicts.certain or self.verdicts.possible
-        if found is None:
-            return None
-        setting, evidence = found
-        old, new = next((o, n) for s, o, n in self.changes if s == setting)
-        return setting, old, new, evidence, found is self.verdicts.certain
-
-
-class _OpWatch(TorchDispatchMode):
-    """Each op the recompute runs, judged against the settings read inside kernels."""
-
-    def __init__(self, watch: SettingsWatch) -> None:
-        super().__init__()
-        self.watch = watch
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        watch = self.watch
-        if not watch.rerunning and watch.verdicts.certain is None and watch.failure is None:
-            try:
-                self._look(func, args, kwargs, out)
-            except Exception as error:  # inside the user's function: must not raise there
-                watch.failure = error  # See NOTE [ The guard never stops training ]
-        return out
-
-    def _look(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
-        watch = self.watch
+    def look(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        """One op the recompute ran, judged against the settings read inside kernels."""
+        watch = self
         inherited = watch.divergence.consumed(args, kwargs)
         if inherited is not None:  # computed from a tensor that differs: differs too
             watch.divergence.differs(out, inherited)
@@ -260,6 +214,37 @@ class _OpWatch(TorchDispatchMode):
             setting = _culprit(watch, steered, func, args, kwargs, out)
             evidence = f"{func} {_where()}, whose result under the forward's setting differs"
             watch.differs(out, setting, evidence)
+
+    def decided(self) -> bool:
+        """Whether a certain verdict was reached: no op needs judging any more."""
+        return self.verdicts.certain is not None
+
+    def differs(self, out: Any, setting: str, evidence: str) -> None:
+        """``out`` differs from what the forward computed, because of ``setting``."""
+        self.divergence.differs(out, (setting, evidence, True))
+
+    @contextlib.contextmanager
+    def as_forward(self, settings: list[tuple[str, Any, Any]]) -> Iterator[None]:
+        """The given settings put back to the forward's values, then restored."""
+        current = [(switch, switch.state()) for _, _, switch in settings]
+        self.rerunning = True
+        try:
+            for _, old, switch in settings:
+                switch.put(old)
+            yield
+        finally:
+            for switch, state in reversed(current):
+                switch.restore(state)
+            self.rerunning = False
+
+    def verdict(self) -> tuple[str, Any, Any, str, bool] | None:
+        """(setting, forward's value, now, evidence, certain) or None."""
+        found = self.verdicts.certain or self.verdicts.possible
+        if found is None:
+            return None
+        setting, evidence = found
+        old, new = next((o, n) for s, o, n in self.changes if s == setting)
+        return setting, old, new, evidence, found is self.verdicts.certain
 
 
 def _culprit(

@@ -18,8 +18,15 @@ import torch
 from torch.nn.parameter import is_lazy
 
 from ckptguard import _compat, _readplan
-from ckptguard._compat import TorchDispatchMode, tree_leaves, tree_map
-from ckptguard._divergence import Cause, Divergence, draws_random_numbers, same, written_tensors
+from ckptguard._compat import tree_leaves, tree_map
+from ckptguard._divergence import (
+    Cause,
+    Divergence,
+    OpJudge,
+    draws_random_numbers,
+    same,
+    written_tensors,
+)
 from ckptguard._fingerprint import MISSING, SCALAR_TYPES
 from ckptguard._strict import _user_frame
 
@@ -211,7 +218,7 @@ class StateReads:
         # id of a buffer -> (weak reference, its copy from before the forward or None, name)
         self.stale = stale
         self.divergence = Divergence(self._saved)
-        self.ops = _StateOps(self)
+        self.ops = OpJudge(self)
         self.rerunning = False
         self.certain: tuple[str, str] | None = None  # (state, evidence) backward uses
         self.possible: tuple[str, str] | None = None
@@ -232,6 +239,10 @@ class StateReads:
     def __exit__(self, *exc: Any) -> None:
         self.ops.__exit__(*exc)
         self.divergence.__exit__(*exc)
+
+    def decided(self) -> bool:
+        """Whether a certain verdict was reached: no op needs judging any more."""
+        return self.certain is not None
 
     def verdict(self) -> tuple[str, str, bool] | None:
         """(the state, the evidence, certain) of the first state backward used, or None."""
@@ -296,23 +307,6 @@ class StateReads:
         else:
             evidence = f"{where}, which read {name} as the forward left it and computed otherwise"
             self.divergence.differs((out, written), (name, evidence, True))
-
-
-class _StateOps(TorchDispatchMode):
-    def __init__(self, watch: StateReads) -> None:
-        super().__init__()
-        self.watch = watch
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        watch = self.watch
-        if not watch.rerunning and watch.certain is None and watch.failure is None:
-            try:
-                watch.look(func, args, kwargs, out)
-            except Exception as error:  # inside the user's function: must not raise there
-                watch.failure = error  # See NOTE [ The guard never stops training ]
-        return out
 
 
 def state_reads(
