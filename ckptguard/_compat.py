@@ -23,10 +23,9 @@ import torch.nn.modules.module as module_internals
 from torch.overrides import TorchFunctionMode
 from torch.utils import checkpoint as torch_checkpoint
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
-from ckptguard._explain import compatibility_error
-from ckptguard.errors import derive_from_checkpoint_error
+from ckptguard.errors import compatibility_error, derive_from_checkpoint_error
 
 # torch 2.8 is the first with _top_saved_tensors_default_hooks (strict mode wraps the checkpoint
 # hooks it returns), so 2.4 to 2.7 fail the guard's tests (benchmarks/torch_versions.py). The
@@ -91,6 +90,7 @@ __all__ = [
     "disable_dispatch_modes",
     "no_python_dispatch",
     "tree_leaves",
+    "tree_map",
 ]
 disable_dispatch_modes = _disable_current_modes
 # a C++ guard: no Python dispatch (modes, subclasses) inside it; cheaper than popping modes
@@ -110,6 +110,33 @@ _BACKEND_FLAGS = (
     ("torch.backends.cudnn", "allow_tf32", True),
     ("torch.utils.deterministic", "fill_uninitialized_memory", False),
 )
+
+
+# Settings read and written only through torch._C: label -> (getter, setter, CUDA only)
+SDP_PRIORITY = "SDPA backend priority (sdpa_kernel(..., set_priority=True))"
+SDP_OVERRIDEABLE = "SDPA overrideable backend enabled"
+SDP_FA3 = "SDPA FlashAttention-3 backend enabled"
+MATH_SDP_REDUCTION = "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()"
+CPU_FP16_REDUCTION = "CPU fp16 reduced-precision reduction"
+MKLDNN_DETERMINISTIC = "torch.backends.mkldnn.deterministic"
+NNPACK = "torch.backends.nnpack.enabled"
+C_SETTINGS = {
+    SDP_PRIORITY: ("_get_sdp_priority_order", "_set_sdp_priority_order", False),
+    SDP_OVERRIDEABLE: ("_get_overrideable_sdp_enabled", "_set_sdp_use_overrideable", False),
+    SDP_FA3: ("_get_fa3_sdp_enabled", "_set_sdp_use_fa3", True),
+    MATH_SDP_REDUCTION: (
+        "_get_math_sdp_allow_fp16_bf16_reduction",
+        "_set_math_sdp_allow_fp16_bf16_reduction",
+        False,
+    ),
+    CPU_FP16_REDUCTION: (
+        "_get_cpu_allow_fp16_reduced_precision_reduction",
+        "_set_cpu_allow_fp16_reduced_precision_reduction",
+        False,
+    ),
+    MKLDNN_DETERMINISTIC: ("_get_mkldnn_deterministic", "_set_mkldnn_deterministic", False),
+    NNPACK: ("_get_nnpack_enabled", "_set_nnpack_enabled", False),
+}
 
 
 def _backend_flags(cuda: bool) -> Iterator[tuple[str, Any, str]]:
@@ -163,8 +190,14 @@ def _torch_state_getters() -> list[tuple[str, Callable[[], Any]]]:
         ),
     ]
     # cuBLAS and cuDNN settings change nothing a CPU op computes
-    for label, owner, attribute in _backend_flags(cuda=torch.cuda.is_available()):
+    cuda = torch.cuda.is_available()
+    for label, owner, attribute in _backend_flags(cuda=cuda):
         candidates.append((label, _backend_flag(owner, attribute)))
+    # flags read only through torch._C (sdpa_kernel sets every backend's flag, and with
+    # set_priority=True their order), each with whether only CUDA ops consult it
+    for label, (getter, _, cuda_only) in C_SETTINGS.items():
+        if cuda or not cuda_only:
+            candidates.append((label, getattr(torch._C, getter, None)))
     getters = []
     for label, getter in candidates:
         if getter is None:
@@ -341,6 +374,10 @@ def setting_switches() -> dict[str, Switch]:
         )
     for label, owner, attribute in _backend_flags(cuda=True):
         switches[label] = _flag(owner, attribute)
+    for label, (getter, setter, _) in C_SETTINGS.items():
+        get, put = getattr(torch._C, getter, None), getattr(torch._C, setter, None)
+        if get is not None and put is not None:
+            switches[label] = Switch(get, put)
     return switches
 
 
@@ -472,6 +509,40 @@ def resolve() -> Torch:
 
 def torch_dir() -> str:
     return TORCH_DIR
+
+
+# the global forward pre-hooks and forward hooks (dicts torch never replaces); resolve()
+# checks that they exist
+GLOBAL_FORWARD_HOOKS: tuple[dict, dict] = (
+    getattr(module_internals, GLOBAL_HOOK_DICTS[0], {}),
+    getattr(module_internals, GLOBAL_HOOK_DICTS[1], {}),
+)
+
+
+def hook_handles_made() -> int:
+    """How many hook handles torch has made in this process (its counter of handle ids)."""
+    return torch.utils.hooks.RemovableHandle.next_id
+
+
+def compiled_by_dynamo(value: Any) -> bool:
+    """Whether ``torch.compile`` made ``value``: an ``OptimizedModule`` (``torch.compile(m)``),
+    a module compiled in place (``m.compile()``), or a compiled function. A dispatch mode makes
+    compiled code fall back to eager kernels (other ops, saved in another order), so strict
+    mode logs no ops where a region runs it. Read from the object's own dict, running none of
+    its code."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is None:  # never imported: nothing was compiled
+        return False
+    optimized = getattr(eval_frame, "OptimizedModule", None)
+    if optimized is not None and issubclass(type(value), optimized):
+        return True
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except Exception:
+        return False
+    if type(state) is not dict:
+        return False
+    return state.get("_compiled_call_impl") is not None or "_torchdynamo_orig_callable" in state
 
 
 def is_fsdp2_module(module: torch.nn.Module) -> bool:

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from ckptguard import _compat, _explain
+from ckptguard._barrier import stage
 from ckptguard.errors import CheckpointGuardError
 
 MARKED_TWICE = "Expected to mark a variable ready only once"
@@ -156,8 +157,7 @@ def guard_backward(original: Any, region_type: type) -> Any:
         except RuntimeError as error:
             if isinstance(error, CheckpointGuardError) or MARKED_TWICE not in str(error):
                 raise
-            stage = "explain DistributedDataParallel's error in"
-            explained = ctx.run_function.guarded(stage, _explain_marked_twice, region, error)
+            explained = _explain_marked_twice(region, error)
             if explained is None:  # torch's own error goes on
                 raise
             raise explained from error
@@ -165,6 +165,7 @@ def guard_backward(original: Any, region_type: type) -> Any:
     return staticmethod(backward)
 
 
+@stage("explain DistributedDataParallel's error in")
 def _explain_marked_twice(region: Any, error: RuntimeError) -> CheckpointGuardError:
     ref = _regions.get(region)
     ddp = ref() if ref is not None else None

@@ -1,10 +1,12 @@
-"""Messages and errors: one function builds each kind of error the guard raises or warns."""
+"""Messages and errors: one function builds each kind of error the guard raises or warns, and
+the description of what a comparison found (``mismatch``: the fingerprint's labels, objects
+known by identity, a module read again through a fresh plan). A verdict that cannot be
+described is raised all the same (``undescribed``, ``worded``)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import linecache
 import os
 import sys
@@ -12,12 +14,14 @@ import sysconfig
 import types
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import torch
 
+from ckptguard._compat import GLOBAL_HOOK_DICTS, MODULE_HOOK_DICTS, torch_dir
 from ckptguard._fingerprint import (
     MISSING,
+    OBJECT,
     TENSOR,
     Described,
     LooseTensorFP,
@@ -25,9 +29,33 @@ from ckptguard._fingerprint import (
     TensorFP,
     of_type,
     readable,
+    value_fp,
+)
+from ckptguard._reader import RegionReader
+from ckptguard._readplan import (
+    FUNCTION,
+    HOOKS,
+    code_reads,
+    module_plan,
+    read_chain,
+    static_attribute,
+    unwrap_function,
+)
+from ckptguard._verify import (
+    ARGUMENT,
+    ARGUMENT_CHAIN,
+    READ,
+    RESHAPED,
+    SEGMENT,
+    TENSOR_ARGUMENT,
+    Binding,
+    Found,
+    RegionFingerprint,
+    bound_keywords,
+    segment_cells,
 )
 from ckptguard.errors import (
-    CheckpointGuardCompatibilityError,
+    MISMATCH_KINDS,
     CheckpointGuardError,
     CheckpointGuardWarning,
     CheckpointMismatchError,
@@ -78,6 +106,11 @@ _FIXES = {
     "tensor": (
         "update parameters, buffers and inputs (optimizer.step(), load_state_dict, in-place "
         "writes, assignment) only after backward"
+    ),
+    "argument": (
+        "a value passed to or bound into the region (a keyword or argument of its "
+        "functools.partial, an object its method is bound to) was changed after the forward; "
+        "bind a new partial for a new value, or change it only between steps"
     ),
     "placement": "move or cast the model (.to(), .double(), .half()) only between steps",
     "torch_state": (
@@ -221,11 +254,7 @@ def _short(value: Any) -> str:
 def _python_function(value: Any) -> types.FunctionType | None:
     """The Python function a function, method or decorated function runs, else None."""
     function = value.__func__ if of_type(value, types.MethodType) else value
-    try:
-        function = inspect.unwrap(function)
-    except ValueError:  # a __wrapped__ cycle
-        return None
-    return function if of_type(function, types.FunctionType) else None
+    return unwrap_function(function)
 
 
 def _extra_repr(module: torch.nn.Module) -> str:
@@ -358,13 +387,15 @@ def _fix_for(kind: str, name: str, where: str | None, old: Any) -> str:
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
-class Difference(Exception):
-    """Internal: the first fingerprint that differs, with what explains it (raised by
-    ``_verify`` at a recompute's start, made into ``mismatch_error`` by the region)."""
+class Difference(NamedTuple):
+    """What changed, as a message names it: its kind, name, where it lives, and the forward's
+    and the current value."""
 
-    def __init__(self, kind: str, name: str, where: str | None, old: Any, new: Any):
-        super().__init__(name)
-        self.kind, self.name, self.where, self.old, self.new = kind, name, where, old, new
+    kind: str
+    name: str
+    where: str | None
+    old: Any
+    new: Any
 
 
 class Text(str):
@@ -457,38 +488,377 @@ def contents_difference(name: str, module: str, owner: str, old: Any, new: Any) 
     return Difference("attribute", module, f"the {held}s held by this {owner}", old, new)
 
 
-def argument_difference(label: str, old: Any, new: Any) -> Difference:
-    return Difference("argument", label, "argument of the region", old, new)
-
-
-def argument_attribute_difference(chain: str, old: Any, new: Any) -> Difference:
-    where = "attribute of an object passed to or bound into the region"
-    return Difference("attribute", chain, where, old, new)
-
-
 def mismatch_error(
     region: str, kind: str, name: str, where: str | None, old: Any, new: Any
 ) -> CheckpointMismatchError:
     """A fingerprinted state that differs at recompute from what the forward saw."""
-    if kind == "argument":
-        kind = "tensor"
-    fix = _fix_for(kind, name, where, old)
-    name, old, new = _descend(name, old, new)
-    kind, change = _refine(kind, old, new)
-    old_text, new_text = _describe_value(old), _describe_value(new)
+    name, shown_old, shown_new = _descend(name, old, new)
+    refined, change = _refine(kind, shown_old, shown_new)
+    # a tensor argument is a tensor; any other argument keeps its own kind
+    fix = _fix_for(refined if kind == "argument" else kind, name, where, old)
+    old_text, new_text = _describe_value(shown_old), _describe_value(shown_new)
     message = (
-        f"ckptguard [{kind}]: checkpointed region {region} would be recomputed differently "
+        f"ckptguard [{refined}]: checkpointed region {region} would be recomputed differently "
         f"from its forward pass.\n"
         f"  what changed: {name} ({where}) {change}\n"
         f"  forward saw:  {old_text}\n"
         f"  now:          {new_text}\n"
-        f"  effect: backward reruns the region with the new state, so its gradients belong to a "
-        f"different computation than the forward's output; {_TORCH_DOES.get(kind, _TORCH_SILENT)}"
-        f".\n"
+        f"  effect: {_EFFECT}; {_TORCH_DOES.get(refined, _TORCH_SILENT)}.\n"
         f"  how to fix: {fix}."
     )
     details = {"name": name, "where": where, "old": old_text, "new": new_text}
+    return CheckpointMismatchError(message, kind=refined, region=region, details=details)
+
+
+_EFFECT = (
+    "backward reruns the region with the new state, so its gradients belong to a different "
+    "computation than the forward's output"
+)
+
+
+def undescribed(region: str, kind: str, entry: str, error: Exception) -> CheckpointMismatchError:
+    """A difference the guard found but failed to describe (reading the objects to name them
+    raised): the verdict stands, named by what differs in the fingerprint."""
+    reason = f"{type(error).__name__}: {without_addresses(str(error))}"
+    message = (
+        f"ckptguard [{kind}]: checkpointed region {region} would be recomputed differently "
+        f"from its forward pass.\n"
+        f"  what changed: {entry} changed (could not describe it: {reason})\n"
+        f"  effect: {_EFFECT}; {_TORCH_DOES.get(kind, _TORCH_SILENT)}.\n"
+        f"  how to fix: {_FIXES.get(kind, _FIXES['tensor'])}."
+    )
+    details = {"name": entry, "where": None, "old": None, "new": None, "undescribed": reason}
     return CheckpointMismatchError(message, kind=kind, region=region, details=details)
+
+
+def worded(
+    build: Callable[..., CheckpointGuardError],
+    region: str,
+    kind: str,
+    entry: str,
+    *args: Any,
+) -> CheckpointGuardError:
+    """``build(region, *args)``: the error for a verdict already reached; where wording it
+    fails, the verdict stands all the same (``undescribed``). See NOTE [ The guard never stops
+    training ] in ``_barrier``."""
+    try:
+        return build(region, *args)
+    except Exception as error:
+        return undescribed(region, kind, entry, error)
+
+
+# ------------------------------------------------------------ what a comparison found
+
+
+def mismatch(
+    region: str,
+    found: Found,
+    fingerprint: RegionFingerprint,
+    binding: Binding,
+    args: tuple,
+    kwargs: dict,
+    name_module: Callable[[Any], str],
+) -> CheckpointMismatchError | None:
+    """The error for the first difference a recompute's comparison found (``_verify.Found``),
+    named by what it is: positions by their labels, objects read by identity by what they
+    are, a module whose shape changed read again through a fresh plan. None where that fresh
+    read finds every value its code reads unchanged (an attribute nothing reads was added).
+    Where describing it fails, the verdict stands: the error names the fingerprint entry."""
+    kind, entry = _kind_of(found, fingerprint), _entry(found, fingerprint)
+    try:
+        difference = _difference(found, fingerprint, binding, args, kwargs, name_module)
+    except Exception as error:
+        return undescribed(region, kind, entry, error)
+    if difference is None:
+        return None
+    return cast(CheckpointMismatchError, worded(mismatch_error, region, kind, entry, *difference))
+
+
+def _difference(
+    found: Found,
+    fingerprint: RegionFingerprint,
+    binding: Binding,
+    args: tuple,
+    kwargs: dict,
+    name_module: Callable[[Any], str],
+) -> Difference | None:
+    part, index, old, new = found
+    if part == READ:
+        return _read_difference(fingerprint, index, old, new, name_module)
+    if part == RESHAPED:
+        for module in index:
+            difference = _reshaped_difference(fingerprint, module, name_module)
+            if difference is not None:
+                return difference
+        return None
+    if part == SEGMENT:
+        return _segment_difference(binding, old, new)
+    if part == ARGUMENT_CHAIN:
+        where = "attribute of an object passed to or bound into the region"
+        return Difference("attribute", fingerprint.argument_chains[index][0], where, old, new)
+    tensors, others = _argument_labels(binding, args, kwargs)
+    labels = tensors if part == TENSOR_ARGUMENT else others
+    name, where = labels[index] if index < len(labels) else ("a keyword", "bound into a partial")
+    return Difference("argument", name, where, old, new)
+
+
+def _kind_of(found: Found, fingerprint: RegionFingerprint) -> str:
+    """The kind a difference is reported as when it cannot be described."""
+    if found.part == READ:
+        labels = fingerprint.reader.labels
+        kind = labels[found.index].kind if 0 <= found.index < len(labels) else "attribute"
+        return kind if kind in MISMATCH_KINDS else "attribute"
+    return {TENSOR_ARGUMENT: "tensor", ARGUMENT: "argument"}.get(found.part, "attribute")
+
+
+def _entry(found: Found, fingerprint: RegionFingerprint) -> str:
+    """What differs, named from the fingerprint alone (its labels and the modules' classes),
+    for a difference that cannot be described otherwise."""
+    try:
+        if found.part == READ:
+            label = fingerprint.reader.labels[found.index]
+            if type(label.owner) is int:
+                owner = type(fingerprint.modules[label.owner]).__name__
+                return f"{owner}.{label.name}" if label.name else owner
+            return f"{label.name} ({label.where})" if label.where else label.name
+        if found.part == RESHAPED:
+            owners = ", ".join(type(fingerprint.modules[i]).__name__ for i in found.index)
+            return f"the attributes, parameters, buffers or children of {owners}"
+        return f"{found.part} #{found.index}"
+    except Exception:  # the fingerprint's own records: cannot fail, but must not hide the verdict
+        return f"{found.part} of the region's fingerprint"
+
+
+def _read_difference(
+    fingerprint: RegionFingerprint,
+    position: int,
+    old: Any,
+    new: Any,
+    name_module: Callable[[Any], str],
+) -> Difference:
+    reader = fingerprint.reader
+    label = reader.labels[position]
+    objects = _KnownObjects(fingerprint, name_module)
+    if label.kind == "methods":
+        return _method_difference(reader.method_names[position], label.where, old, new, objects)
+    old, new = objects.shown_pair(position, old, new)
+    if label.kind == "hook":  # the hooks that count (see ``_verify.hooks_differ``)
+        old, new = _counted(old, fingerprint.inert_hooks), _counted(new, fingerprint.inert_hooks)
+    if label.owner == HOOKS:
+        return global_hooks_difference(label.kind, GLOBAL_HOOK_DICTS, label.where, old, new)
+    if label.owner == FUNCTION:
+        return Difference(label.kind, label.name, label.where, old, new)
+    assert type(label.owner) is int, "a module's index"
+    module = fingerprint.modules[label.owner]
+    planned = reader.module_plans[label.owner].cls
+    if label.name == "forward" and type(module) is not planned:  # module.__class__ = Other
+        where = f"class of the module ({planned.__qualname__} at the forward)"
+        path = f"{name_module(module)}.__class__"
+        return Difference(
+            "function",
+            path,
+            where,
+            Described(planned.__qualname__),
+            Described(type(module).__qualname__),
+        )
+    if label.kind == "shape":  # a container's contents
+        owner = type(module).__name__
+        return contents_difference(label.name, name_module(module), owner, old, new)
+    return _module_difference(label.kind, label.name, module, old, new, name_module)
+
+
+def _counted(keys: tuple, inert: frozenset) -> tuple:
+    """Hook keys per table without the hooks that changed nothing at the forward."""
+    if not inert:
+        return keys
+    return tuple(tuple(k for k in table if k not in inert) for table in keys)
+
+
+def _module_difference(
+    kind: str, attribute: str | None, module: Any, old: Any, new: Any, name_module: Any
+) -> Difference:
+    if kind == "attribute" and attribute and type(new) is tuple and new[0] is OBJECT:
+        # read by identity: say what the attribute holds now
+        chain = tuple(attribute.split("."))
+        current = read_chain(static_attribute(module, chain[0]), chain[1:])
+        if id(current) == new[1]:
+            new = describe_object(current, name_module)
+        else:
+            new = (OBJECT, new[1], type(current))
+    owner, name = type(module).__name__, name_module(module)
+    return module_difference(kind, attribute, name, owner, MODULE_HOOK_DICTS, old, new, module)
+
+
+def _reshaped_difference(
+    fingerprint: RegionFingerprint, index: int, name_module: Any
+) -> Difference | None:
+    """A module's shape changed (an attribute, parameter, buffer or child added or removed)
+    while every value its plan reads stayed equal: compare what the old and a fresh plan read
+    (a new instance attribute may now shadow a class one)."""
+    reader, module = fingerprint.reader, fingerprint.modules[index]
+    plan = reader.module_plans[index]
+    top_hooks = reader.top_hooks and index == 0
+    fresh_plan = module_plan(module, plan.loose, fresh=True)
+    fresh = RegionReader([module], [fresh_plan], [], [], (), [], top_hooks)
+    before = _module_values(reader, fingerprint.values, index)
+    current = _module_values(fresh, fresh.read([module], [], frozenset()), 0)
+    written = fingerprint.written.get(index, ())
+    for (kind, name), value in current.items():
+        if kind == "tensor" and name in written:
+            continue  # the region's own output. See NOTE [ Outputs are not inputs ]
+        if (kind, name) in before and not _same(before[kind, name], value):
+            return _module_difference(kind, name, module, before[kind, name], value, name_module)
+    return None
+
+
+def _module_values(reader: RegionReader, values: tuple, index: int) -> dict[tuple, Any]:
+    """{(kind, name): value} of one module's positions, its shape aside."""
+    return {
+        (label.kind, label.name): _as_fingerprint(reader, position, value)
+        for position, (label, value) in enumerate(zip(reader.labels, values, strict=True))
+        if label.owner == index and label.kind != "shape"
+    }
+
+
+def _as_fingerprint(reader: RegionReader, position: int, value: Any) -> Any:
+    """A read value as a fingerprint: an id read for identity becomes an object fingerprint
+    of unknown type (an int attribute read by value stays an int)."""
+    if position in reader.identity_positions:
+        return (OBJECT, value, None)
+    if position in reader.raw_positions:
+        return value_fp(value)
+    return value
+
+
+def _method_difference(
+    names: tuple[str, ...], where: str | None, old: tuple, new: tuple, objects: _KnownObjects
+) -> Difference:
+    """A method of ``torch.Tensor`` the region's code calls, patched since its forward (None:
+    not in ``torch.Tensor``'s own dict, so its C implementation)."""
+    for name, before, now in zip(names, old, new, strict=True):
+        if before is not now:
+            shown = [
+                Described(f"torch's own {name}") if value is None else objects.describe(value)
+                for value in (before, now)
+            ]
+            return Difference("function", f"torch.Tensor.{name}", where, *shown)
+    return Difference("function", "torch.Tensor", where, old, new)
+
+
+class _KnownObjects:
+    """Objects a mismatch message can name by what they are (``blocks.2 (Block)``,
+    ``patched_forward (train.py:60)``) where the reader kept only their ids: those the
+    fingerprint holds (its modules and functions, alive since the forward, so their ids
+    are theirs) and those the region's functions and modules hold now."""
+
+    def __init__(self, fingerprint: RegionFingerprint, name_module: Any) -> None:
+        self.fingerprint = fingerprint
+        self.name_module = name_module
+        self._by_id: dict[int, Any] | None = None
+
+    def _objects(self) -> dict[int, Any]:
+        if self._by_id is None:
+            fingerprint = self.fingerprint
+            found: dict[int, Any] = {}
+            functions = [f for f in (*fingerprint.roots, *fingerprint.functions) if f is not None]
+            for module in fingerprint.modules:
+                found[id(module)] = module
+                forward = module.__dict__.get("forward") or type(module).forward
+                found.setdefault(id(forward), forward)
+            for function in functions:
+                found.setdefault(id(function), function)
+                for cell in function.__closure__ or ():
+                    contents = _cell_value(cell)
+                    if contents is not MISSING:
+                        found.setdefault(id(contents), contents)
+                namespace = function.__globals__
+                for chain in code_reads(function.__code__).global_chains:
+                    value = read_chain(namespace.get(chain[0], MISSING), chain[1:])
+                    found.setdefault(id(value), value)
+            reader = fingerprint.reader
+            for namespace, chain, _, _ in reader.library_calls:  # what torch's code calls now
+                value = read_chain(namespace.get(chain[0], MISSING), chain[1:])
+                found.setdefault(id(value), value)
+            for ident, value in reader.library_objects.items():  # ... and called at the forward
+                found.setdefault(ident, value)
+            self._by_id = found
+        return self._by_id
+
+    def describe(self, value: Any) -> Described:
+        """An object by what it is (see ``describe_object``)."""
+        return describe_object(value, self.name_module)
+
+    def shown_pair(self, position: int, old: Any, new: Any) -> tuple[Any, Any]:
+        """The forward's and the current value of one position, objects read by identity
+        described by what they are where known (see ``describe_pair``)."""
+        reader = self.fingerprint.reader
+        if position not in reader.identity_positions:
+            return _as_fingerprint(reader, position, old), _as_fingerprint(reader, position, new)
+        known = self._objects()
+        before, now = known.get(old, MISSING), known.get(new, MISSING)
+        if before is not MISSING and now is not MISSING:
+            return describe_pair(before, now, self.name_module)
+        return (
+            _as_fingerprint(reader, position, old)
+            if before is MISSING
+            else describe_object(before, self.name_module),
+            _as_fingerprint(reader, position, new)
+            if now is MISSING
+            else describe_object(now, self.name_module),
+        )
+
+
+def _argument_labels(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
+    """(name, where) of each argument ``_verify`` fingerprints, in its order: the positional
+    tensors, then every other argument."""
+    passed, bound = "argument of the region", "bound into the region's functools.partial or method"
+    tensors = [
+        (f"positional argument {i}", passed) for i, v in enumerate(args) if of_type(v, torch.Tensor)
+    ]
+    others = [
+        (f"positional argument {i}", passed)
+        for i, v in enumerate(args)
+        if not of_type(v, torch.Tensor)
+    ]
+    others += [(f"keyword argument {k}", passed) for k in kwargs]
+    others += [
+        (f"bound argument {i}", bound)
+        for i, v in enumerate(binding.bound_args)
+        if not of_type(v, torch.nn.Module)
+    ]
+    others += [(f"bound keyword {k}", bound) for k in bound_keywords(binding)]
+    return tensors, others
+
+
+def _segment_difference(binding: Binding, old: tuple, new: Any) -> Difference:
+    """An item of the plain list a ``checkpoint_sequential`` segment runs, replaced since the
+    forward (``nn.Sequential`` is copied into a list of its own at the call)."""
+    functions, start, end = segment_cells(binding)
+    try:
+        now = list(functions[start : end + 1])
+    except TypeError:  # not a sequence any more
+        now = []
+    shown = [
+        Described(f"{type(item).__name__}{'' if id(item) in old else ' (another object)'}")
+        for item in now
+    ]
+    name = f"functions[{start}:{end + 1}]"
+    where = "the plain list checkpoint_sequential runs this segment from"
+    return Difference("attribute", name, where, Described(f"{len(old)} modules"), shown)
+
+
+def advanced_iterators_of(fingerprint: RegionFingerprint, name_module: Any) -> list[str]:
+    """What the region's forward advanced that its recompute will advance again (a global,
+    closure cell, module attribute or argument holding an iterator or a generator)."""
+    names = []
+    for found in fingerprint.iterators:
+        if type(found) is str:
+            names.append(found)
+        elif type(found.owner) is int:
+            names.append(f"{name_module(fingerprint.modules[found.owner])}.{found.name}")
+        else:
+            names.append(f"{found.name} ({found.where})")
+    return names
 
 
 def torch_state_error(
@@ -529,6 +899,60 @@ def torch_state_error(
         "evidence": evidence,
     }
     return CheckpointMismatchError(message, kind="torch_state", region=region, details=details)
+
+
+def state_read_error(
+    region: str, name: str, evidence: str, certain: bool
+) -> CheckpointMismatchError:
+    """Module state the region's own forward updated (an observer's statistics, a fake
+    quantization's scale, spectral_norm's vectors, a counter) and its recompute computes from:
+    the recompute starts from the forward's update, not from what the forward read."""
+    if certain:
+        headline = "was recomputed differently from its forward pass"
+        effect = (
+            f"the recompute ran {evidence}, and backward uses what it computed, so the "
+            f"gradients belong to a different computation than the forward's output; plain "
+            f"PyTorch does not notice"
+        )
+    else:
+        headline = "may have been recomputed differently from its forward pass"
+        effect = (
+            f"the recompute ran {evidence}, and backward uses what it computed; the guard "
+            f"could not run it again as the forward ran it to know whether its result differs "
+            f"(strict=True compares the values backward uses)"
+        )
+    fix = (
+        "keep modules that update state they compute from (observers, fake quantization, "
+        "spectral_norm) outside checkpointed regions, or skip the update during the recompute "
+        "(freeze the observers, e.g. torch.ao.quantization.disable_observer, or a flag checked "
+        "in forward)"
+    )
+    message = (
+        f"ckptguard [tensor]: checkpointed region {region} {headline}.\n"
+        f"  what changed: {name} (state the region's own forward updated) was updated by the "
+        f"forward, and the recompute computes from the update\n"
+        f"  forward saw:  its value before the forward\n"
+        f"  now:          the value the forward left\n"
+        f"  effect: {effect}.\n"
+        f"  how to fix: {fix}."
+    )
+    details = {
+        "name": name,
+        "where": "state the region's own forward updated",
+        "old": "its value before the forward",
+        "new": "the value the forward left",
+        "certain": certain,
+        "evidence": evidence,
+    }
+    return CheckpointMismatchError(message, kind="tensor", region=region, details=details)
+
+
+def setting_changed(name: str, old: Any, new: Any) -> dict[str, Any]:
+    """A torch setting that changed between the passes although no result the recompute
+    computed under it reached backward: kept to explain torch's own error, should torch find
+    the recompute saved other tensors (an attention backend saves its own)."""
+    where = "process-wide torch setting; the guard found no result it changed that backward uses"
+    return {"name": name, "where": where, "old": abbreviate(old), "new": abbreviate(new)}
 
 
 def rng_device_error(region: str, devices: list[str], preserve: bool) -> CheckpointMismatchError:
@@ -658,11 +1082,22 @@ def side_effect(
         )
     message = (
         f"ckptguard [side_effect]: the recompute of checkpointed region {region} updated state "
-        f"a second time: {', '.join(names)}.\n"
+        f"a second time: {', '.join(_counted_names(names))}.\n"
         f"  effect: {effect}.\n"
         f"  how to fix: {fix}."
     )
     warn(message, CheckpointGuardWarning, fallback)
+
+
+def _counted_names(names: list[str]) -> list[str]:
+    """Each name once, in order; one that several modules share (modules of one class outside
+    a model are named by their class) says how many: ``Net.counter (in 5 modules)``."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return [
+        name if count == 1 else f"{name} (in {count} modules)" for name, count in counts.items()
+    ]
 
 
 def advanced_iterators(region: str, names: list[str], fallback: Location | None) -> None:
@@ -706,7 +1141,7 @@ def lost_gradients(
     region: str,
     parameters: list[str],
     nested: list[str],
-    inputs: list[str],
+    args: tuple,
     model_fix: str | None,
     raise_: bool,
     fallback: Location | None,
@@ -715,6 +1150,11 @@ def lost_gradients(
     its cause (inputs that do not require grad: the layers before it are frozen) and both
     fixes. ``model_fix``: the model's own method to make inputs require grad, where it has one
     (transformers and PEFT models: ``enable_input_require_grads``)."""
+    inputs = [
+        f"positional argument {i}: tensor {tuple(a.shape)} {a.dtype}"
+        for i, a in enumerate(args)
+        if isinstance(a, torch.Tensor)
+    ]
     parts = []
     if parameters:
         shown = ", ".join(parameters[:8])
@@ -1053,16 +1493,6 @@ def selective_cache_measured(
     return CheckpointMismatchError(message, kind="selective_cache", region=region, details=details)
 
 
-def compatibility_error(
-    version: str, missing: str, floor: str
-) -> CheckpointGuardCompatibilityError:
-    return CheckpointGuardCompatibilityError(
-        f"ckptguard cannot guard checkpoints on torch {version}: it needs {missing}, which this "
-        f"version lacks. Regions would run unguarded, so enable() refuses. ckptguard supports "
-        f"torch>={floor}; please report this torch version."
-    )
-
-
 def report(error: CheckpointGuardError, on_mismatch: str, fallback: Location | None) -> None:
     if on_mismatch == "warn":
         warn(str(error), CheckpointMismatchWarning, fallback)
@@ -1080,8 +1510,6 @@ def _is_user_file(filename: str) -> bool:
     user's: transformers' layer is where its region is called)."""
     if filename.startswith("<"):
         return filename in ("<stdin>", "<string>") or filename.startswith("<ipython")
-    from ckptguard._compat import torch_dir  # _compat imports this module
-
     if filename.startswith((_OWN_DIR, torch_dir())):
         return False
     return not filename.startswith(_STDLIB_DIR) or any(d in filename for d in _PACKAGE_DIRS)

@@ -90,6 +90,17 @@ def of_type(value: Any, kinds: type | tuple[type, ...]) -> bool:
     return issubclass(type(value), kinds)
 
 
+def instance_dict(value: Any) -> dict | None:
+    """An object's own ``__dict__``, read without running its code (no ``__getattr__`` or
+    ``__getattribute__`` of its class), or None where it has none or it cannot be read: a
+    probe of a user's object treats any exception as "cannot read"."""
+    try:
+        state = object.__getattribute__(value, "__dict__")
+    except Exception:
+        return None
+    return state if type(state) is dict else None
+
+
 def tensor_fp(t: Any) -> Any:
     if t is None:
         return None

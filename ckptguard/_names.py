@@ -18,6 +18,7 @@ import torch
 from ckptguard import _compat
 from ckptguard._readplan import (
     code_location,
+    code_of,
     forward_of,
     function_name,
     is_library_code,
@@ -114,12 +115,10 @@ def _describe(target: Any, code: Any = None) -> str:
         return f"{class_name(target)}.forward, TorchScript"
     if isinstance(target, torch.nn.Module):
         if code is None:
-            forward = forward_of(target)
-            source = unwrap_function(forward) or getattr(forward, "__func__", forward)
-            code = getattr(source, "__code__", None)
+            code = code_of(forward_of(target))
         return f"{type(target).__qualname__}.forward, {code_location(code)}"
     if code is None:
-        code = getattr(target, "__code__", None)
+        code = code_of(target)
     return f"{function_name(target)}, {code_location(code)}"
 
 
@@ -142,7 +141,7 @@ def region_name(fn: Any, root: torch.nn.Module | None, modules: list, code: Any 
         return plain
     # outside a model, a module's class names a region only when the function is library
     # code (checkpoint_sequential's closure); the user's own function names it better
-    code = getattr(target, "__code__", None)
+    code = code_of(target)
     by_class = code is None or is_library_code(code)
     top: list[str] = []
     for module in modules:

@@ -250,7 +250,6 @@ class _Source:
             self.add(f"mods[{i}].training", Label(i, "training", "training", None))
             self.add(f"script_tensors(mods[{i}])", Label(i, "tensor", "", None))
             return
-        self.namespace[f"C{i}"] = plan.cls
         self.module_lines += [
             f"    s{i} = mods[{i}].__dict__",
             f'    p{i} = s{i}["_parameters"]',
@@ -258,7 +257,8 @@ class _Source:
             f'    m{i} = s{i}["_modules"]',
         ]
         if not plan.inert:
-            self.module_lines.append(f'    f{i} = s{i}.get("forward") or C{i}.forward')
+            # the class the module has now: one reassigned (``__class__ = ...``) runs its forward
+            self.module_lines.append(f'    f{i} = s{i}.get("forward") or type(mods[{i}]).forward')
         if not plan.inert:  # a container's shape below covers a forward added to it
             # a wrapper module (torch.compile's) keeps its flag in the module it wraps
             self.add(f's{i}.get("training", MISSING)', Label(i, "training", "training", None))
@@ -277,6 +277,8 @@ class _Source:
             if source[0] == "class":
                 self.namespace[f"cd{i}_{source[1]}"] = plan.class_dicts[source[1]]
                 expression = f"cd{i}_{source[1]}.get({source[2]!r}, MISSING)"
+            elif source[0] == "type":  # self.__class__, type(self)
+                expression = f"type(mods[{i}])"
             else:
                 table = {"dict": "s", "_parameters": "p", "_buffers": "b"}.get(source[0], "m")
                 expression = f"{table}{i}.get({source[1]!r}, MISSING)"
@@ -533,6 +535,8 @@ class RegionReader:
         "method_names",
         "safe",
         "top_hooks",
+        "torch_compiled",
+        "hookless_at",
         "_getters",
         "_shape_of",
         "__weakref__",
@@ -559,6 +563,11 @@ class RegionReader:
         self.safe = safe
         self.top_hooks = top_hooks
         self._getters = torch_state
+        self.hookless_at: int | None = None  # see ``_hooks.hooked_modules``
+        # it runs code torch.compile made (see ``_compat.compiled_by_dynamo``)
+        self.torch_compiled = any(map(_compat.compiled_by_dynamo, modules)) or any(
+            entry.compiled for plan in function_plans for entry in plan.entries
+        )
 
         source = _Source(safe)
         source.add_torch_state(torch_state)
@@ -614,6 +623,10 @@ class RegionReader:
         return len(modules) == len(self.module_refs) and all(
             ref() is module for ref, module in zip(self.module_refs, modules, strict=True)
         )
+
+    def live_modules(self) -> list:
+        """The modules it reads that are still alive."""
+        return [m for m in map(DEREFERENCE, self.module_refs) if m is not None]
 
     def live_functions(self) -> list | None:
         """The functions the reader dereferences itself, to hold while a fingerprint needs

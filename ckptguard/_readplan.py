@@ -22,6 +22,7 @@ import inspect
 import os
 import sys
 import sysconfig
+import threading
 import types
 import weakref
 from dataclasses import dataclass
@@ -29,16 +30,17 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ckptguard._compat import NORMS_WITH_STATISTICS, torch_dir
+from ckptguard._compat import NORMS_WITH_STATISTICS, compiled_by_dynamo, torch_dir
 from ckptguard._fingerprint import (
     MISSING,
     SCALAR_TYPES,
     SKIPPED,
+    instance_dict,
     of_type,
     value_fp,
 )
 
-MAX_CHAIN = 3  # attributes followed after a root name: self.config.scale.x stops at 3
+MAX_CHAIN = 8  # attributes followed after a root name (self.config.a.b.scale: 4)
 MAX_FUNCTIONS = 64  # functions one plan follows, transitively
 _FAST_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"})
 _PAIR_LOADS = frozenset({"LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW"})
@@ -105,18 +107,40 @@ def is_library_code(code: types.CodeType) -> bool:
 
 
 def unwrap_function(func: Any) -> types.FunctionType | None:
-    """The Python function under any ``functools.wraps`` decorators, or None if there is none."""
-    if type(func) is types.FunctionType and "__wrapped__" not in func.__dict__:
-        return func  # what inspect.unwrap returns, without its loop
-    try:
-        func = inspect.unwrap(func)
-    except ValueError:  # a __wrapped__ cycle
-        pass
-    return func if isinstance(func, types.FunctionType) else None
+    """The Python function under any ``functools.wraps`` decorators, or None if there is none.
+    Follows ``__wrapped__`` where the wrapper's own dict holds it (as ``functools.wraps`` puts
+    it), never through ``getattr``: a user's ``__getattr__`` is not run (and may raise
+    anything)."""
+    seen = 0
+    while True:
+        state = func.__dict__ if type(func) is types.FunctionType else instance_dict(func)
+        wrapped = state.get("__wrapped__", MISSING) if state else MISSING
+        if wrapped is MISSING:
+            return func if of_type(func, types.FunctionType) else None
+        seen += 1
+        if seen > _MAX_WRAPPERS:  # a __wrapped__ cycle
+            return None
+        func = wrapped
+
+
+_MAX_WRAPPERS = 100  # decorators followed down to a function; more is a cycle
 
 
 def function_name(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    """A function's qualified name; any other callable's type name (its attributes are not
+    read: a ``__getattr__`` may raise anything)."""
+    if of_type(func, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        return func.__qualname__
+    return type(func).__qualname__
+
+
+def code_of(value: Any) -> types.CodeType | None:
+    """The code a function, a method or a decorated function runs, else None (without
+    ``getattr``: a user's ``__getattr__`` may raise anything)."""
+    if of_type(value, types.MethodType):
+        value = value.__func__
+    function = unwrap_function(value)
+    return function.__code__ if function is not None else None
 
 
 def code_location(code: Any) -> str:
@@ -246,6 +270,8 @@ def _scan(
         if kind == "global" and name == "next" and not attrs:
             after_next = True
             return
+        if attrs[1:2] and attrs[0] == "__class__" and attrs[1].startswith("__"):
+            del attrs[1:]  # type(self).__name__: the class itself, not its dunders
         if after_next or (trigger is not None and trigger.opname == "GET_ITER"):
             found["advanced"].add((kind, name, tuple(attrs)))
         after_next = False
@@ -280,7 +306,10 @@ def _scan(
         return None
 
     line: int | None = None
+    skip_to = -1  # the loads of ``type(x)``, read as ``x.__class__``
     for index, ins in enumerate(instructions):
+        if index <= skip_to:
+            continue
         op = ins.opname
         positions = getattr(ins, "positions", None)  # Python 3.11+
         if positions is not None:
@@ -324,7 +353,12 @@ def _scan(
             line_roots.setdefault(line, set()).add(root[1])
         if root is None or root[0] != "global":
             continue
-        if root[1] == "super":
+        if root[1] == "type":  # type(x).attr reads x.__class__.attr
+            called = _type_call(instructions, index)
+            target = classify(instructions[index + 1]) if called is not None else None
+            if called is not None and target is not None:
+                root, attrs, skip_to = target, ["__class__"], called
+        elif root[1] == "super":
             pending_super, root = True, None
         elif root[1] in _DYNAMIC_ACCESS:
             target = classify(instructions[index + 1]) if index + 1 < len(instructions) else None
@@ -342,6 +376,17 @@ def _scan(
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             _scan(const, arguments, free, found, first)
+
+
+def _type_call(instructions: list, index: int) -> int | None:
+    """Where ``LOAD_GLOBAL type`` at ``index`` is ``type(x)`` with ``x`` one load: the index
+    of its CALL."""
+    at = index + 2
+    while at < len(instructions) and instructions[at].opname == "PRECALL":  # 3.11
+        at += 1
+    if at < len(instructions) and instructions[at].opname == "CALL" and instructions[at].arg == 1:
+        return at
+    return None
 
 
 _code_reads: dict[types.CodeType, CodeReads] = BoundedCache()
@@ -402,27 +447,51 @@ def _parameter_chains(code: types.CodeType, chains: set) -> tuple:
 
 
 def static_attribute(obj: Any, name: str) -> Any:
-    """``getattr`` without running code: instance dict, module registries, then class dicts
-    (for a class: its own and its bases', ``Config.SCALE``).
+    """``getattr`` without running code: the instance's own state (its ``__dict__``, a
+    ``threading.local``'s dict for this thread), module registries, then class dicts (for a
+    class: its own and its bases', ``Config.SCALE``), where a ``__slots__`` slot is read
+    through its descriptor (C code); ``__class__`` is the object's own type.
 
     Properties and other descriptors are not evaluated (``SKIPPED``): reading them may run
-    arbitrary code with side effects."""
-    try:  # past a custom __getattribute__ (transformers' configs have one)
-        state = object.__getattribute__(obj, "__dict__")
-    except AttributeError:
-        state = None
-    if type(state) is dict and name in state:
+    arbitrary code with side effects. Any exception a probe meets means "cannot read"."""
+    if name == "__class__":
+        return type(obj)
+    state = _own_state(obj)  # past a custom __getattribute__ (transformers' configs have one)
+    if state is not None and name in state:
         return state[name]
-    if of_type(obj, torch.nn.Module):
+    if state and of_type(obj, torch.nn.Module):
         for registry in ("_parameters", "_buffers", "_modules"):
-            table = state.get(registry) if state else None
+            table = state.get(registry)
             if table is not None and name in table:
                 return table[name]
-    for klass in obj.__mro__ if of_type(obj, type) else type(obj).__mro__:
+    is_class = of_type(obj, type)
+    for klass in obj.__mro__ if is_class else type(obj).__mro__:
         if name in klass.__dict__:
             value = klass.__dict__[name]
+            if not is_class and type(value) is types.MemberDescriptorType:
+                return _slot(value, obj)
             return value if _read_as_stored(value) else SKIPPED
     return MISSING
+
+
+def _own_state(obj: Any) -> dict | None:
+    """The dict an object's attributes live in, read without running its code: its
+    ``__dict__``, or for a ``threading.local`` the dict of the calling thread."""
+    if of_type(obj, threading.local):
+        try:
+            state = threading.local.__getattribute__(obj, "__dict__")
+        except Exception:
+            return None
+        return state if type(state) is dict else None
+    return instance_dict(obj)
+
+
+def _slot(descriptor: Any, obj: Any) -> Any:
+    """A ``__slots__`` attribute (``@dataclass(slots=True)``), MISSING while unset."""
+    try:
+        return descriptor.__get__(obj, type(obj))
+    except Exception:
+        return MISSING
 
 
 def _read_as_stored(value: Any) -> bool:
@@ -455,14 +524,24 @@ def chains_through_code(root: Any, chain: tuple) -> list[tuple]:
       ``self``, read from that object (``self.hook.factor``).
     """
     value = root
-    for index, name in enumerate(chain[1:], start=1):
+    index = 1
+    while index < len(chain):
         if value is MISSING or value is SKIPPED or of_type(value, (torch.Tensor, type)):
             break
+        name = chain[index]
         found = static_attribute(value, name)
+        if found is MISSING:  # a wrapper may hand the name to an object it holds
+            path = forwarded_path(value, name)
+            if path is not None:
+                chain = (*chain[:index], *path, *chain[index:])
+                value = read_chain(value, path)
+                index += len(path)
+                continue
         if found is not SKIPPED:
             if index == len(chain) - 1 and _is_method_of(value, name, found):
                 return [chain, *_method_reads(value, found, chain[:index])]
             value = found
+            index += 1
             continue
         getter = _property_getter(type(value), name)
         if getter is None:
@@ -478,6 +557,93 @@ def chains_through_code(root: Any, chain: tuple) -> list[tuple]:
     return [chain]
 
 
+_MAX_FORWARDING = 4  # wrappers of wrappers followed (PeftModel -> LoraModel -> the model)
+
+
+def forwarded_path(obj: Any, name: str, depth: int = 0) -> tuple[str, ...] | None:
+    """Where a forwarding ``__getattr__`` finds ``name`` (PEFT's and accelerate's wrappers
+    hand names they lack to the module they wrap): the attributes of ``obj`` leading to the
+    object whose own ``name`` it returns, to be read from there without running the wrapper.
+    Found by calling it once, when a plan is made (the region's own code runs it at each
+    read), and looking for what it returned among the objects its code reads from its
+    ``self`` and, for a module, among its children and theirs. None: no user ``__getattr__``,
+    it raised, or what it returned is found nowhere."""
+    getter = _user_getattr(type(obj))
+    if getter is None or depth >= _MAX_FORWARDING:
+        return None
+    try:
+        returned = getattr(obj, name)
+    except Exception:  # the wrapper's own code: anything it raises means "cannot read"
+        return None
+    for path in _forwarding_candidates(obj, getter):
+        target = read_chain(obj, path)
+        if target is MISSING or target is SKIPPED or of_type(target, torch.Tensor):
+            continue
+        found = static_attribute(target, name)
+        if found is not MISSING and _read_as(found, returned, target):
+            return path
+        if found is MISSING:
+            deeper = forwarded_path(target, name, depth + 1)
+            holder = read_chain(target, deeper) if deeper is not None else MISSING
+            if deeper is not None and _read_as(static_attribute(holder, name), returned, holder):
+                return (*path, *deeper)
+    return None
+
+
+def _read_as(found: Any, returned: Any, holder: Any) -> bool:
+    """Whether ``getattr`` returned what ``static_attribute`` found on ``holder``: the same
+    object, or a method it found, bound to ``holder``."""
+    if found is returned:
+        return True
+    return (
+        type(returned) is types.MethodType
+        and returned.__func__ is found
+        and returned.__self__ is holder
+    )
+
+
+def attribute_of(obj: Any, name: str) -> Any:
+    """``static_attribute``, or where ``obj`` lacks ``name`` and a forwarding ``__getattr__``
+    hands it on (``forwarded_path``), the object it is handed to has it."""
+    found = static_attribute(obj, name)
+    if found is MISSING:
+        path = forwarded_path(obj, name)
+        if path is not None:
+            return read_chain(obj, (*path, name))
+    return found
+
+
+def _user_getattr(cls: type) -> types.FunctionType | None:
+    """A class's own ``__getattr__`` in user code (``nn.Module``'s is torch's: not one)."""
+    for klass in cls.__mro__:
+        if "__getattr__" in klass.__dict__:
+            getter = unwrap_function(klass.__dict__["__getattr__"])
+            if getter is None or is_library_code(getter.__code__):
+                return None
+            return getter
+    return None
+
+
+def _forwarding_candidates(obj: Any, getter: types.FunctionType) -> list[tuple[str, ...]]:
+    """Paths from ``obj`` to what its ``__getattr__`` may hand names to: the attribute chains
+    its code reads from its ``self``, then, for a module, its children and their children."""
+    self_name = _argument_names(getter.__code__)[:1]
+    paths = sorted(
+        attrs
+        for argument, attrs in code_reads(getter.__code__).arg_chains
+        if (argument,) == self_name
+    )
+    state = _own_state(obj)
+    children = state.get("_modules") if state and of_type(obj, torch.nn.Module) else None
+    for child_name, child in (children or {}).items():
+        paths.append((child_name,))
+        grandchildren = (
+            getattr(child, "_modules", None) if of_type(child, torch.nn.Module) else None
+        )
+        paths.extend((child_name, n) for n in grandchildren or ())
+    return list(dict.fromkeys(paths))
+
+
 # module methods whose reads the module's own plan covers (a module in the region's tree)
 _MODULE_ENTRY_POINTS = frozenset({"forward", "__call__", "_call_impl", "_wrapped_call_impl"})
 
@@ -489,10 +655,8 @@ def _is_method_of(owner: Any, name: str, found: Any) -> bool:
         return False
     if of_type(owner, torch.nn.Module) and name in _MODULE_ENTRY_POINTS:
         return False
-    try:
-        return name not in object.__getattribute__(owner, "__dict__")
-    except AttributeError:  # no instance dict (__slots__): found on the class
-        return True
+    state = _own_state(owner)  # none (__slots__): found on the class
+    return state is None or name not in state
 
 
 def _method_reads(owner: Any, method: types.FunctionType, path: tuple) -> list[tuple]:
@@ -552,12 +716,14 @@ def inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
     result is always ``static_attribute``'s. None: no shortcut (longer chains, modules)."""
     if len(chain) > 2 and of_type(root, types.ModuleType):
         return _through_modules(root, chain, value)
-    if len(chain) != 2 or of_type(root, torch.nn.Module):
+    if len(chain) != 2 or of_type(root, (torch.nn.Module, threading.local)):
         return None
     name = chain[1]
+    if name == "__class__":
+        return None
     try:
         state = object.__getattribute__(root, "__dict__")
-    except AttributeError:
+    except Exception:
         state = None
     if of_type(root, type):
         if name in state and _read_as_stored(value):
@@ -571,6 +737,8 @@ def inline_spec(root: Any, chain: tuple, value: Any) -> tuple | None:
     for index, klass in enumerate(mro):
         if name in klass.__dict__:
             stored = klass.__dict__[name]
+            if type(stored) is types.MemberDescriptorType:  # a slot: read by static_attribute
+                return None
             before = tuple(k.__dict__ for k in mro[:index])
             found = (klass.__dict__, type(stored), value is stored)
             return ("class", type(root), state is not None, before, *found)
@@ -635,6 +803,7 @@ class FunctionEntry(NamedTuple):
     iterators: tuple[tuple[str, int], ...] = ()
     # (entry index, chain index) of the lru_cache only through which the entry is reached
     behind: tuple[int, int] | None = None
+    compiled: bool = False  # it calls code torch.compile made (``compiled_by_dynamo``)
 
 
 class FunctionPlan:
@@ -671,6 +840,7 @@ class FunctionPlan:
             namespace = func.__globals__
             chains: list[GlobalChain] = []
             followed = []
+            compiled = False
             for chain in sorted(reads.global_chains) if reads is not None else ():
                 name = chain[0]
                 if name not in namespace and name in _BUILTINS:
@@ -687,13 +857,12 @@ class FunctionPlan:
                             spec = inline_spec(value, chain, target)
                             chains.append(GlobalChain(chain, "object", spec, called=True))
                         continue
-                elif len(chain) > 1 and of_type(value, type):
-                    chain = chain[:2]  # a class attribute; deeper is the class's business
                 for read in chains_through_code(value, chain):
                     target = read_chain(value, read[1:])
                     kind = sample_kind(target)
                     cache = _lru_cache_size(target)
                     chains.append(GlobalChain(read, kind, inline_spec(value, read, target), cache))
+                    compiled = compiled or compiled_by_dynamo(target)
                     callee = _follow_target(target)
                     if callee is not None:
                         if kind == "object":
@@ -715,6 +884,7 @@ class FunctionPlan:
                         cells.append("empty")
                         continue
                     cells.append(sample_kind(contents))
+                    compiled = compiled or compiled_by_dynamo(contents)
                     callee = _follow_target(contents)
                     if callee is not None:
                         pending.append((callee, False, (index, -1), False))
@@ -736,6 +906,7 @@ class FunctionPlan:
                     environment=_environment_reads(namespace, reads),
                     methods=_tensor_methods(reads),
                     iterators=_advanced_iterators(func, reads, chains, namespace),
+                    compiled=compiled,
                 )
             )
         self.entries = tuple(_behind_caches(entries, edges))
@@ -929,8 +1100,12 @@ def function_labels(func: Any, entry: FunctionEntry) -> list[Label]:
     """A label for each value an entry reads; ``where`` names the function by its qualified
     name and file:line."""
     name = function_name(func) if func is not None else "<collected function>"
-    module = getattr(func, "__module__", "?")
-    location = code_location(getattr(func, "__code__", None))
+    code = func.__code__ if func is not None else None
+    location = code_location(code)
+    # a function exec'd in globals without __name__ has no module: name where its code is
+    module = getattr(func, "__module__", None) or (
+        f"{code.co_filename} (run without a module name)" if code is not None else "?"
+    )
     of = f"{name} ({location})"
     out = [Label(FUNCTION, "function", f"{name}.__code__", f"code of {of}")]
     for read in entry.chains:
@@ -1209,8 +1384,9 @@ class ModulePlan:
         self.calls = reads.calls
         self.inert = forward is _UNCALLABLE
         self.stores_scalars = bool(reads.self_stored)
-        chains = set(reads.self_chains)
-        if reads.dynamic:
+        # a container's placeholder forward never runs: nothing it would read is read
+        chains = set() if self.inert else set(reads.self_chains)
+        if reads.dynamic and not self.inert:
             chains.update(
                 (key,)
                 for key, value in state.items()
@@ -1225,6 +1401,8 @@ class ModulePlan:
         for chain in sorted(
             c for c in chains if c[0] not in reads.stored and c[0] not in registered
         ):
+            if static_attribute(module, chain[0]) is MISSING:  # handed on by a __getattr__?
+                chain = (*(forwarded_path(module, chain[0]) or ()), *chain)
             source = self._source_of(module, chain[0])
             if source is None:
                 continue  # a property: not evaluated, its getter's own reads are chains
@@ -1245,6 +1423,8 @@ class ModulePlan:
         state = module.__dict__
         if name in state:
             return ("dict", name)
+        if name == "__class__":
+            return ("type",)
         for registry in ("_parameters", "_buffers", "_modules"):
             if name in state[registry]:
                 return (registry, name)

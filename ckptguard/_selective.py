@@ -40,7 +40,15 @@ from typing import Any
 from torch.utils.checkpoint import CheckpointPolicy
 
 from ckptguard import _compat, _explain
-from ckptguard._readplan import BoundedCache, code_location, function_name, is_library_code
+from ckptguard._barrier import stage
+from ckptguard._fingerprint import instance_dict
+from ckptguard._readplan import (
+    BoundedCache,
+    code_location,
+    code_of,
+    function_name,
+    is_library_code,
+)
 from ckptguard.errors import CheckpointGuardError
 
 _SAVE = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
@@ -102,7 +110,7 @@ class Record:
 
 class RecordingPolicy:
     """The user's policy, for the forward mode: the same answers, each one recorded (in the
-    region's barrier: see NOTE [ The guard never stops training ] in ``_intercept``)."""
+    region's barrier: see NOTE [ The guard never stops training ] in ``_barrier``)."""
 
     __slots__ = ("policy", "record", "region")
 
@@ -111,24 +119,23 @@ class RecordingPolicy:
 
     def __call__(self, ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         result = self.policy(ctx, op, *args, **kwargs)
-        region = self.region
-        if not region.unguarded:
-            region.guarded("record the selective-checkpoint policy of", self._note, op, result)
+        _note(self.region, self.record, op, result)
         return result
 
-    def _note(self, op: Any, result: Any) -> None:
-        record = self.record
-        record.calls[op] = record.calls.get(op, 0) + 1
-        save = decides_save(result)
-        if save:
-            if not record.saved:
-                _ever_saved[record.key] = True
-            record.saved += 1
-        elif not isinstance(result, (CheckpointPolicy, bool)):
-            shown, count = record.invalid.get(op, (_explain.abbreviate(result, 40), 0))
-            record.invalid[op] = (shown, count + 1)
-        if record.decisions is not None:
-            record.decisions.setdefault(op, []).append(save)
+
+@stage("record the selective-checkpoint policy of")
+def _note(region: Any, record: Record, op: Any, result: Any) -> None:
+    record.calls[op] = record.calls.get(op, 0) + 1
+    save = decides_save(result)
+    if save:
+        if not record.saved:
+            _ever_saved[record.key] = True
+        record.saved += 1
+    elif not isinstance(result, (CheckpointPolicy, bool)):
+        shown, count = record.invalid.get(op, (_explain.abbreviate(result, 40), 0))
+        record.invalid[op] = (shown, count + 1)
+    if record.decisions is not None:
+        record.decisions.setdefault(op, []).append(save)
 
 
 class ComparingPolicy:
@@ -144,23 +151,21 @@ class ComparingPolicy:
     def __call__(self, ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # torch asks it: pytest does not show it
         result = self.policy(ctx, op, *args, **kwargs)
-        region = self.watch.region
-        if not region.unguarded:
-            try:
-                region.guarded(
-                    "compare the selective-checkpoint decisions of", self._compare, op, result
-                )
-            except CheckpointGuardError as error:
-                _explain.raised_at_hook(error)
-                raise
+        try:
+            _compare(self.watch.region, self, op, result)
+        except CheckpointGuardError as error:
+            _explain.raised_at_hook(error)
+            raise
         return result
 
-    def _compare(self, op: Any, result: Any) -> None:
-        index = self.counts.get(op, 0)
-        self.counts[op] = index + 1
-        before = (self.watch.record.decisions or {}).get(op, ())
-        if index < len(before) and before[index] != decides_save(result):
-            self.watch.decision_changed(op, index, before[index], result)
+
+@stage("compare the selective-checkpoint decisions of")
+def _compare(region: Any, policy: ComparingPolicy, op: Any, result: Any) -> None:
+    index = policy.counts.get(op, 0)
+    policy.counts[op] = index + 1
+    before = (policy.watch.record.decisions or {}).get(op, ())
+    if index < len(before) and before[index] != decides_save(result):
+        policy.watch.decision_changed(op, index, before[index], result)
 
 
 # policies (by code) that saved an output in some region of this process
@@ -173,7 +178,7 @@ _mutations: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _policy_key(policy: Any) -> Any:
     function = _function_of(policy)
-    code = getattr(function, "__code__", None)
+    code = code_of(function)
     if code is None:
         return id(type(policy))
     if is_library_code(code):  # torch's own policy for an op list: one per list
@@ -200,15 +205,13 @@ def watched(region: Any, context_fn: Any) -> Any:
 
     def context() -> tuple[Any, Any]:
         forward, recompute = context_fn()
-        if region.unguarded:
-            return forward, recompute
-        stage = "watch the selective-checkpoint policy of"
-        pair = region.guarded(stage, _watch_modes, region, forward, recompute)
+        pair = _watch_modes(region, forward, recompute)
         return (forward, recompute) if pair is None else pair
 
     return context
 
 
+@stage("watch the selective-checkpoint policy of")
 def _watch_modes(region: Any, forward: Any, recompute: Any) -> tuple[Any, Any]:
     modes = _compat.selective_modes()
     if (
@@ -240,37 +243,20 @@ class RecomputeWatch:
         self.mutated: list[tuple] = []
 
     def __enter__(self) -> Any:
-        region = self.region
-        if not region.unguarded:
-            region.guarded("check the selective-checkpoint policy of", self._watch_recompute)
+        _watch_recompute(self.region, self)
         return self.recompute.__enter__()
-
-    def _watch_recompute(self) -> None:
-        if not self.judged:
-            self.judged = True
-            self._judge_forward()
-        if self.record.decisions is not None:
-            original = self.recompute.policy_fn
-            if type(original) is ComparingPolicy:
-                original = original.policy
-            self.recompute.policy_fn = ComparingPolicy(original, self)
 
     def __exit__(self, *exc: Any) -> Any:
         __tracebackhide__ = True  # a hook torch calls: pytest does not show it
         suppressed = self.recompute.__exit__(*exc)
         error, region = exc[1], self.region
         if self.mutated and type(error) is RuntimeError and _explain.MUTATED_TORCH in str(error):
-            explained = region.guarded(
-                "explain torch's error in",
-                _explain.selective_cache_refused,
-                region.name,
-                self.mutated,
-            )
+            explained = _explain_refused(region, self.mutated)
             if explained is not None:  # else torch's own error goes on
                 raise explained from error
         return suppressed
 
-    def _judge_forward(self) -> None:
+    def judge_forward(self) -> None:
         region, record = self.region, self.record
         self.mutated = mutated = _mutated_outputs(self.forward.storage, self.modes)
         if mutated and self.recompute.allow_cache_entry_mutation:
@@ -297,6 +283,23 @@ class RecomputeWatch:
             region.name, policy_label(self.record.policy), str(op), index, saved_before, now
         )
         _explain.report(error, region.options.on_mismatch, region.location())
+
+
+@stage("check the selective-checkpoint policy of")
+def _watch_recompute(region: Any, watch: RecomputeWatch) -> None:
+    if not watch.judged:
+        watch.judged = True
+        watch.judge_forward()
+    if watch.record.decisions is not None:
+        original = watch.recompute.policy_fn
+        if type(original) is ComparingPolicy:
+            original = original.policy
+        watch.recompute.policy_fn = ComparingPolicy(original, watch)
+
+
+@stage("explain torch's error in")
+def _explain_refused(region: Any, mutated: list[tuple]) -> CheckpointGuardError:
+    return _explain.selective_cache_refused(region.name, mutated)
 
 
 def take_mutations(region: Any) -> list[tuple] | None:
@@ -333,13 +336,12 @@ MAX_CONTAINER = 256  # elements of a container of ops read
 
 def _is_list_form(policy: Any) -> bool:
     """torch's own policy for ``create_selective_checkpoint_contexts([ops])``."""
-    code = getattr(_function_of(policy), "__code__", None)
+    code = code_of(_function_of(policy))
     return code is not None and is_library_code(code)
 
 
 def policy_label(policy: Any) -> str:
-    function = _function_of(policy)
-    code = getattr(function, "__code__", None)
+    code = code_of(_function_of(policy))
     if _is_list_form(policy):
         listed = [v for _, v in _named_ops(policy) if isinstance(v, _OP_TYPES)]
         return f"for the op list [{', '.join(map(str, listed))}]"
@@ -474,8 +476,8 @@ def _follow(found: dict, label: str, value: Any, attrs: tuple[str, ...]) -> None
             except Exception:  # an op name that does not exist
                 break
         else:
-            state = getattr(value, "__dict__", None)
-            if type(state) is not dict or name not in state:
+            state = instance_dict(value)
+            if state is None or name not in state:
                 break
             value = state[name]
         label = f"{label}.{name}"

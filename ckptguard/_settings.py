@@ -26,30 +26,34 @@ setting can steer is judged by evidence:
 * the default device of a reentrant region: a factory with no tensor among its inputs may
   have made its tensor elsewhere.
 
-A result that differs is certain evidence only where backward uses it: it is followed through
-the ops that consume it, and counts once a tensor it reaches is saved for backward (a Linear's
-backward uses its input and weight, not its output, so a recomputed Linear output that differs
-leaves the gradients as they are). Nothing found: the recompute gives backward what the forward
-did, and nothing is reported. A verdict of *may* is a warning unless strict mode was asked for
-(``_intercept``).
+A result that differs is certain evidence only where backward uses it (``_divergence``: a
+Linear's backward uses its input and weight, not its output, so a recomputed Linear output that
+differs leaves the gradients as they are). Nothing found: the recompute gives backward what the
+forward did, and nothing is reported. A verdict of *may* is a warning unless strict mode was
+asked for (``_recompute``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from ckptguard._compat import (
-    TorchDispatchMode,
+    CPU_FP16_REDUCTION,
+    MATH_SDP_REDUCTION,
+    MKLDNN_DETERMINISTIC,
+    NNPACK,
+    SDP_FA3,
+    SDP_OVERRIDEABLE,
+    SDP_PRIORITY,
     TorchFunctionMode,
-    resolve,
     setting_switches,
     tree_leaves,
 )
+from ckptguard._divergence import Cause, Divergence, OpJudge, draws_random_numbers, same
 from ckptguard._strict import _user_frame
 
 _MATMUL_OPS = ("mm", "matmul", "linear", "conv", "dot", "mv", "baddbmm", "addbmm", "einsum")
@@ -69,6 +73,9 @@ _FAMILIES: dict[str, tuple[str, ...] | None] = {
     "torch.are_deterministic_algorithms_enabled()": None,
     "torch.is_deterministic_algorithms_warn_only_enabled()": (),
     "torch.utils.deterministic.fill_uninitialized_memory": ("empty",),
+    CPU_FP16_REDUCTION: _MATMUL_OPS,
+    MKLDNN_DETERMINISTIC: _MATMUL_OPS + ("mkldnn",),
+    NNPACK: ("conv",),
 }
 # settings that choose the attention backend before any op runs (judged by the call)
 _ATTENTION_BACKENDS = frozenset(
@@ -77,6 +84,10 @@ _ATTENTION_BACKENDS = frozenset(
         "torch.backends.cuda.mem_efficient_sdp_enabled()",
         "torch.backends.cuda.math_sdp_enabled()",
         "torch.backends.cuda.cudnn_sdp_enabled()",
+        SDP_PRIORITY,
+        SDP_OVERRIDEABLE,
+        SDP_FA3,
+        MATH_SDP_REDUCTION,
     }
 )
 _FILL = "torch.utils.deterministic.fill_uninitialized_memory"
@@ -86,7 +97,6 @@ _UNINITIALISED = frozenset(
 )
 DEFAULT_DTYPE = "torch.get_default_dtype()"
 DEFAULT_DEVICE = "torch.get_default_device()"
-_SEEDED = torch.Tag.nondeterministic_seeded
 _ATTENTION = torch.nn.functional.scaled_dot_product_attention
 
 
@@ -95,26 +105,6 @@ def _floating_input(args: Any, kwargs: Any) -> bool:
         isinstance(leaf, torch.Tensor) and leaf.is_floating_point()
         for leaf in tree_leaves((args, kwargs))
     )
-
-
-def _same(first: Any, second: Any) -> bool:
-    """Bitwise the same results (NaN where the other has NaN)."""
-    one, two = tree_leaves(first), tree_leaves(second)
-    if len(one) != len(two):
-        return False
-    for a, b in zip(one, two, strict=True):
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            if a.dtype != b.dtype or a.shape != b.shape:
-                return False
-            if a.is_floating_point() or a.is_complex():
-                if not torch.equal(torch.isnan(a), torch.isnan(b)):
-                    return False
-                a, b = torch.nan_to_num(a), torch.nan_to_num(b)
-            if not torch.equal(a, b):
-                return False
-        elif a is not b and a != b:
-            return False
-    return True
 
 
 class _Verdicts:
@@ -156,27 +146,18 @@ class SettingsWatch:
         ]
         self.watches_dtype = DEFAULT_DTYPE in names
         self.watches_device = DEFAULT_DEVICE in names
-        self.ops = _OpWatch(self)
+        self.ops = OpJudge(self)
         self.calls = _CallWatch(self) if self.backends else None
         self.rerunning = False  # ops of a run made to compare are not the recompute's
-        # id -> (weak reference, setting, evidence): tensors a changed setting made differ
-        self.differing: dict[int, tuple[weakref.ref, str, str]] = {}
-        self._saved: Any = None
+        self.divergence = Divergence(self._saved)  # what a changed setting made differ
         self.failure: Exception | None = None  # reported by the region once the recompute ran
 
+    def _saved(self, cause: Cause) -> None:
+        setting, evidence, _ = cause
+        self.verdicts.found(setting, f"{evidence}, and backward uses it", True)
+
     def __enter__(self) -> SettingsWatch:
-        top = resolve().top_saved_tensors_hooks()
-        pack_inner, unpack = top if top is not None else (_same_tensor, _same_tensor)
-
-        def pack(tensor: torch.Tensor) -> Any:
-            found = self.differing.get(id(tensor))
-            if found is not None and found[0]() is tensor:
-                _, setting, evidence = found
-                self.verdicts.found(setting, f"{evidence}, and backward uses it", True)
-            return pack_inner(tensor)
-
-        self._saved = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
-        self._saved.__enter__()
+        self.divergence.__enter__()
         if self.calls is not None:
             self.calls.__enter__()
         self.ops.__enter__()
@@ -186,76 +167,14 @@ class SettingsWatch:
         self.ops.__exit__(*exc)
         if self.calls is not None:
             self.calls.__exit__(*exc)
-        self._saved.__exit__(*exc)
-        self._saved = None  # torch's hooks close over its checkpoint frame: do not keep them
+        self.divergence.__exit__(*exc)
 
-    def differs(self, out: Any, setting: str, evidence: str) -> None:
-        """``out`` differs from what the forward computed, because of ``setting``."""
-        differing = self.differing
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                known = differing.get(id(leaf))
-                if known is None or known[0]() is not leaf:  # new, or a dead one's id reused
-                    differing[id(leaf)] = (weakref.ref(leaf), setting, evidence)
-
-    def consumed(self, args: Any, kwargs: Any) -> tuple[str, str] | None:
-        """(setting, evidence) of a differing tensor among an op's inputs."""
-        differing = self.differing
-        if not differing:
-            return None
-        for leaf in tree_leaves((args, kwargs)):
-            found = differing.get(id(leaf))
-            if found is not None and found[0]() is leaf:
-                return found[1], found[2]
-        return None
-
-    @contextlib.contextmanager
-    def as_forward(self, settings: list[tuple[str, Any, Any]]) -> Iterator[None]:
-        """The given settings put back to the forward's values, then restored."""
-        current = [(switch, switch.state()) for _, _, switch in settings]
-        self.rerunning = True
-        try:
-            for _, old, switch in settings:
-                switch.put(old)
-            yield
-        finally:
-            for switch, state in reversed(current):
-                switch.restore(state)
-            self.rerunning = False
-
-    def verdict(self) -> tuple[str, Any, Any, str, bool] | None:
-        """(setting, forward's value, now, evidence, certain) or None."""
-        found = self.verdicts.certain or self.verdicts.possible
-        if found is None:
-            return None
-        setting, evidence = found
-        old, new = next((o, n) for s, o, n in self.changes if s == setting)
-        return setting, old, new, evidence, found is self.verdicts.certain
-
-
-class _OpWatch(TorchDispatchMode):
-    """Each op the recompute runs, judged against the settings read inside kernels."""
-
-    def __init__(self, watch: SettingsWatch) -> None:
-        super().__init__()
-        self.watch = watch
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        watch = self.watch
-        if not watch.rerunning and watch.verdicts.certain is None and watch.failure is None:
-            try:
-                self._look(func, args, kwargs, out)
-            except Exception as error:  # inside the user's function: must not raise there
-                watch.failure = error  # See NOTE [ The guard never stops training ]
-        return out
-
-    def _look(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
-        watch = self.watch
-        inherited = watch.consumed(args, kwargs)
+    def look(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        """One op the recompute ran, judged against the settings read inside kernels."""
+        watch = self
+        inherited = watch.divergence.consumed(args, kwargs)
         if inherited is not None:  # computed from a tensor that differs: differs too
-            watch.differs(out, *inherited)
+            watch.divergence.differs(out, inherited)
             return
         name = func._schema.name.split("::")[-1]
         if watch.watches_dtype:
@@ -289,12 +208,43 @@ class _OpWatch(TorchDispatchMode):
         except RuntimeError:  # e.g. no deterministic implementation under the other flag
             watch.verdicts.found(steered[0][0], f"{func} {_where()}", False)
             return
-        if not _same(again, twice):  # a nondeterministic kernel: no evidence either way
+        if not same(again, twice):  # a nondeterministic kernel: no evidence either way
             watch.verdicts.found(steered[0][0], f"{func} {_where()}", False)
-        elif not _same(out, again):
+        elif not same(out, again):
             setting = _culprit(watch, steered, func, args, kwargs, out)
             evidence = f"{func} {_where()}, whose result under the forward's setting differs"
             watch.differs(out, setting, evidence)
+
+    def decided(self) -> bool:
+        """Whether a certain verdict was reached: no op needs judging any more."""
+        return self.verdicts.certain is not None
+
+    def differs(self, out: Any, setting: str, evidence: str) -> None:
+        """``out`` differs from what the forward computed, because of ``setting``."""
+        self.divergence.differs(out, (setting, evidence, True))
+
+    @contextlib.contextmanager
+    def as_forward(self, settings: list[tuple[str, Any, Any]]) -> Iterator[None]:
+        """The given settings put back to the forward's values, then restored."""
+        current = [(switch, switch.state()) for _, _, switch in settings]
+        self.rerunning = True
+        try:
+            for _, old, switch in settings:
+                switch.put(old)
+            yield
+        finally:
+            for switch, state in reversed(current):
+                switch.restore(state)
+            self.rerunning = False
+
+    def verdict(self) -> tuple[str, Any, Any, str, bool] | None:
+        """(setting, forward's value, now, evidence, certain) or None."""
+        found = self.verdicts.certain or self.verdicts.possible
+        if found is None:
+            return None
+        setting, evidence = found
+        old, new = next((o, n) for s, o, n in self.changes if s == setting)
+        return setting, old, new, evidence, found is self.verdicts.certain
 
 
 def _culprit(
@@ -305,7 +255,7 @@ def _culprit(
         return steered[0][0]
     for setting in steered:
         with watch.as_forward([setting]):
-            if not _same(out, func(*args, **kwargs)):
+            if not same(out, func(*args, **kwargs)):
                 return setting[0]
     return steered[0][0]
 
@@ -317,18 +267,8 @@ def _in_family(setting: str, name: str) -> bool:
 
 def _runs_again(func: Any, args: tuple, kwargs: dict) -> bool:
     """Whether running the op once more changes nothing: no input written, no random
-    numbers drawn (that would move the generator the region's later ops draw from; an
-    attention kernel with ``dropout_p`` 0 draws none)."""
-    schema = func._schema
-    if schema.is_mutable:
-        return False
-    if _SEEDED not in func.tags:
-        return True
-    for index, argument in enumerate(schema.arguments):
-        if argument.name == "dropout_p":
-            value = kwargs.get("dropout_p", args[index] if index < len(args) else 0.0)
-            return value == 0
-    return False
+    numbers drawn."""
+    return not func._schema.is_mutable and not draws_random_numbers(func, args, kwargs)
 
 
 class _CallWatch(TorchFunctionMode):
@@ -374,14 +314,10 @@ class _CallWatch(TorchFunctionMode):
                 watch.rerunning = False
             with watch.as_forward(watch.backends):
                 then = _ATTENTION(*args, **kwargs)
-        if _same(now, then):
+        if same(now, then):
             return None
         where = f"{_ATTENTION.__name__} {_where()}"
         return setting, f"{where}, whose result under the forward's attention backends differs"
-
-
-def _same_tensor(tensor: Any) -> Any:
-    return tensor
 
 
 def _where() -> str:

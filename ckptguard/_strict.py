@@ -494,8 +494,9 @@ class StrictForward(_StrictPass):
     names the ops that made them (a per-op log of the forward would double strict mode's
     cost)."""
 
-    def __init__(self, reentrant: bool) -> None:
-        super().__init__(reentrant, keep_frames=False, logged=reentrant)
+    def __init__(self, reentrant: bool, compiled: bool) -> None:
+        super().__init__(reentrant, keep_frames=False, logged=reentrant and not compiled)
+        self.compiled = compiled  # runs torch.compile's code: no op is logged in either pass
         self.state_positions: set[int] = set()  # saved tensors that are updated module state
 
     def mark_state(self, state_ids: set[int]) -> None:
@@ -506,8 +507,11 @@ class StrictForward(_StrictPass):
 class StrictRecompute(_StrictPass):
     """The recompute's side: the same records, compared with the forward's at the end."""
 
-    def __init__(self, forward: StrictForward) -> None:
-        super().__init__(forward.reentrant, keep_frames=True, logged=True)
+    def __init__(self, forward: StrictForward, compiled: bool) -> None:
+        """``compiled``: the region runs code torch.compile made (known once its forward ran);
+        a reentrant recompute logs as its forward did, so both run the same kernels."""
+        logged = forward.logged if forward.reentrant else not (compiled or forward.compiled)
+        super().__init__(forward.reentrant, keep_frames=True, logged=logged)
         self.forward = forward
 
     def difference(self, stopped_early: bool) -> tuple[str, dict[str, Any]] | None:
@@ -560,6 +564,8 @@ class StrictRecompute(_StrictPass):
         return what, {"summary": summary, "relative": math.inf}
 
     def first_diverging_op(self) -> dict[str, Any] | None:
+        if self.log is None:  # compiled code ran: no op was logged
+            return None
         if self.forward.log is None:  # non-reentrant: the saved tensors are the evidence
             unfilled = self._unfilled()
             if unfilled is None:

@@ -1,5 +1,6 @@
 """A region's fingerprint: everything it can reach, read through plans after the forward and
-read again before each recompute; the first difference is handed to ``_explain``.
+read again before each recompute; the first difference is returned as a record of positions
+(``Found``), which ``_explain`` names (it alone re-reads to describe, and words).
 
 What a region reaches: process-wide torch settings; the global module hooks; the modules its
 forward ran (seen by ``_intercept``) plus modules bound into the callable; the functions it and
@@ -22,26 +23,15 @@ from typing import Any, NamedTuple
 import torch
 
 from ckptguard import _compat
-from ckptguard._explain import (
-    Difference,
-    argument_attribute_difference,
-    argument_difference,
-    contents_difference,
-    describe_object,
-    describe_pair,
-    global_hooks_difference,
-    module_difference,
-)
 from ckptguard._fingerprint import (
     MISSING,
-    OBJECT,
     SCALAR_TYPES,
-    Described,
     arguments_fp,
     input_fp,
     of_type,
     value_fp,
 )
+from ckptguard._hooks import FORWARD_TABLES
 from ckptguard._reader import (
     DEREFERENCE,
     RegionReader,
@@ -49,8 +39,6 @@ from ckptguard._reader import (
     store_reader,
 )
 from ckptguard._readplan import (
-    FUNCTION,
-    HOOKS,
     TORCH,
     BoundedCache,
     cache_kept,
@@ -97,6 +85,7 @@ class Binding(NamedTuple):
     code: Any
     structure: Any  # its _Structure, which remembers the region's reader
     segment: types.FunctionType | None  # checkpoint_sequential's closure, if that is the region
+    torch_compiled: bool  # it holds code torch.compile made (see ``_compat.compiled_by_dynamo``)
 
 
 def bind(fn: Any) -> Binding:
@@ -128,6 +117,7 @@ def bind(fn: Any) -> Binding:
         structure.code,
         structure,
         innermost if _is_segment(innermost) else None,
+        structure.torch_compiled,
     )
 
 
@@ -214,14 +204,16 @@ class _Structure:
     followed still hold what they held (``parts``); one with an object that has no weak
     references is used once."""
 
-    __slots__ = ("refs", "held", "code", "cells", "own", "readers", "reads")
+    __slots__ = ("refs", "held", "code", "cells", "own", "readers", "reads", "torch_compiled")
 
     def __init__(self, fn: Any, innermost: Any, bound_args: list, objects: list) -> None:
         module = function = None
         if of_type(innermost, torch.nn.Module):
             module = innermost
             forward = innermost.__dict__.get("forward") or type(innermost).forward
-            function = unwrap_function(getattr(forward, "__func__", forward))
+            function = unwrap_function(
+                forward.__func__ if of_type(forward, types.MethodType) else forward
+            )
         elif of_type(innermost, types.FunctionType):
             function = innermost
             if bound_args and of_type(bound_args[0], torch.nn.Module):
@@ -233,6 +225,9 @@ class _Structure:
         if function is not None and is_library_code(function.__code__):
             function = None
         reached, functions = static_reach(fn)
+        self.torch_compiled = any(
+            map(_compat.compiled_by_dynamo, (fn, innermost, *reached, *functions))
+        )
         unwrapped = unwrap_function(function) if function is not None else None
         self.code = unwrapped.__code__ if unwrapped is not None else None
         self.own = tuple(i for i, f in enumerate(functions) if not is_library_code(f.__code__))
@@ -368,6 +363,7 @@ class RegionFingerprint:
         "argument_values",
         "code",
         "iterators",
+        "inert_hooks",
     )
 
     def __init__(
@@ -384,6 +380,7 @@ class RegionFingerprint:
         argument_values: list,
         code: Any,
         iterators: list,
+        inert_hooks: frozenset,
     ) -> None:
         self.reader = reader
         self.modules = modules  # what the values were read from
@@ -398,20 +395,8 @@ class RegionFingerprint:
         self.argument_values = argument_values  # what those chains read
         self.code = code  # the code the region ran at its forward (what names it)
         self.iterators = iterators  # labels of the iterators it advances, or argument names
-
-
-def advanced_iterators(fingerprint: RegionFingerprint, name_module: Any) -> list[str]:
-    """What the region's forward advanced that its recompute will advance again (a global,
-    closure cell, module attribute or argument holding an iterator or a generator)."""
-    names = []
-    for found in fingerprint.iterators:
-        if type(found) is str:
-            names.append(found)
-        elif type(found.owner) is int:
-            names.append(f"{name_module(fingerprint.modules[found.owner])}.{found.name}")
-        else:
-            names.append(f"{found.name} ({found.where})")
-    return names
+        # forward hooks that ran in the forward and changed nothing: their removal is none
+        self.inert_hooks = inert_hooks
 
 
 def _torch_state(resolved: _compat.Torch, reentrant: bool) -> tuple:
@@ -592,6 +577,7 @@ def capture(
     reentrant: bool,
     own_hooks: frozenset,
     loose: AbstractSet[int],
+    inert_hooks: frozenset,
     tree: RegionReader | None = None,
 ) -> RegionFingerprint:
     """Read everything the region reached; a reader that no longer matches its modules (a
@@ -656,6 +642,7 @@ def capture(
         argument_values=chain_values,
         code=binding.code,
         iterators=iterators,
+        inert_hooks=inert_hooks,
     )
 
 
@@ -671,18 +658,51 @@ def refresh_own_writes(fingerprint: RegionFingerprint, own_hooks: frozenset) -> 
     fingerprint.values = tuple(refreshed)
 
 
+class Found(NamedTuple):
+    """The first difference between the forward's fingerprint and the one read before a
+    recompute, by where it is (``_explain`` says what it is):
+
+    - ``READ``: position ``index`` of the region's read (see ``RegionReader.labels``);
+    - ``RESHAPED``: modules (a tuple of their indexes) whose shape alone changed (an attribute,
+      parameter, buffer or child added or removed); whether what their code reads changed is
+      known once a fresh plan reads them again, so this may be no change at all;
+    - ``TENSOR_ARGUMENT``, ``ARGUMENT``, ``ARGUMENT_CHAIN``: the ``index``-th positional tensor,
+      other argument (keywords and bound values), or attribute chain read from an argument;
+    - ``SEGMENT``: the modules of a ``checkpoint_sequential`` segment (``index`` unused).
+    """
+
+    part: str
+    index: Any
+    old: Any
+    new: Any
+
+
+READ = "read"
+RESHAPED = "reshaped"
+TENSOR_ARGUMENT = "tensor argument"
+ARGUMENT = "argument"
+ARGUMENT_CHAIN = "argument chain"
+SEGMENT = "segment"
+
+
+class Comparison(NamedTuple):
+    """What a recompute's read found: the torch settings that changed, as (setting, forward's
+    value, now), to be judged by what the recompute runs, and the first other difference."""
+
+    settings: list[tuple[str, Any, Any]]
+    found: Found | None
+
+
 def compare(
     fingerprint: RegionFingerprint,
     binding: Binding,
     args: tuple,
     kwargs: dict,
     own_hooks: frozenset,
-    name_module: Any,
-) -> list[tuple[str, Any, Any]]:
-    """Raise ``Difference`` for the first value that differs from the forward's, torch
-    settings aside: those are returned as (setting, forward's value, now), to be judged by
-    what the recompute runs. When nothing changed (the usual case) this is one read, one
-    ``==`` and the arguments' fingerprints. See NOTE [ Read twice ]"""
+) -> Comparison:
+    """Compare what the region reaches now with what its forward saw. When nothing changed
+    (the usual case) this is one read, one ``==`` and the arguments' fingerprints. See
+    NOTE [ Read twice ]"""
     reader = fingerprint.reader
     try:
         values = _read_in_pass(reader, fingerprint.modules, fingerprint.roots, own_hooks)
@@ -695,10 +715,12 @@ def compare(
     except Exception:  # an element's own __eq__ raised: it differs
         same = False
     settings: list[tuple[str, Any, Any]] = []
+    found = None
     if not same:
-        settings = _explain_values(fingerprint, values, name_module)
-    _compare_arguments(fingerprint, binding, args, kwargs)
-    return settings
+        settings, found = _first_difference_read(fingerprint, values)
+    if found is None:
+        found = _first_difference_in_arguments(fingerprint, binding, args, kwargs)
+    return Comparison(settings, found)
 
 
 _READ_ERRORS = (RuntimeError, AttributeError, ValueError, IndexError, TypeError)
@@ -762,16 +784,26 @@ def _equal(old: Any, new: Any) -> bool:
         return False
 
 
-def _explain_values(
-    fingerprint: RegionFingerprint, values: tuple, name_module: Any
-) -> list[tuple[str, Any, Any]]:
-    """The first differing position, by its label; a module whose shape alone changed is
-    read again through a fresh plan (a new instance attribute may now shadow a class one).
-    Torch settings that differ are returned, not raised."""
+# Modules whose contents are what their users read (iterated, indexed, run in order): a
+# module or parameter added, removed or replaced changes what the region computes.
+CONTAINERS = (
+    torch.nn.ModuleList,
+    torch.nn.ModuleDict,
+    torch.nn.Sequential,
+    torch.nn.ParameterList,
+    torch.nn.ParameterDict,
+)
+CONTENTS = frozenset({"_modules", "children", "_parameters"})
+
+
+def _first_difference_read(
+    fingerprint: RegionFingerprint, values: tuple
+) -> tuple[list[tuple[str, Any, Any]], Found | None]:
+    """(torch settings that differ, the first other position that differs); modules whose
+    shape alone changed are found together, after every other position."""
     reader, modules = fingerprint.reader, fingerprint.modules
     reshaped: list[int] = []
     settings: list[tuple[str, Any, Any]] = []
-    objects = _KnownObjects(fingerprint, name_module)
     for position, (old, new) in enumerate(zip(fingerprint.values, values, strict=True)):
         if old is new or _equal(old, new):
             continue
@@ -781,27 +813,36 @@ def _explain_values(
             continue
         if label.kind == "cache" or _cache_kept(fingerprint, values, position):
             continue  # the recompute gets the forward's result from the cache
-        if label.kind == "methods":
-            names = reader.method_names[position]
-            raise _method_difference(names, label.where, old, new, objects)
-        old, new = objects.shown_pair(position, old, new)
-        if label.owner == HOOKS:
-            tables = _compat.GLOBAL_HOOK_DICTS
-            raise global_hooks_difference(label.kind, tables, label.where, old, new)
-        if label.owner == FUNCTION:
-            raise Difference(label.kind, label.name, label.where, old, new)
-        assert type(label.owner) is int  # a module's index
-        module = modules[label.owner]
-        if label.kind == "shape":
-            if label.name in _CONTENTS and isinstance(module, _CONTAINERS):
-                _raise_contents(module, label.name, old, new, name_module)
-            if label.owner not in reshaped:
-                reshaped.append(label.owner)
+        if label.kind == "hook" and not hooks_differ(old, new, fingerprint.inert_hooks):
+            continue  # only hooks that changed nothing at the forward were removed
+        if label.kind == "shape" and type(label.owner) is int:
+            contents = label.name in CONTENTS and of_type(modules[label.owner], CONTAINERS)
+            if not contents:
+                if label.owner not in reshaped:
+                    reshaped.append(label.owner)
+                continue
+        return settings, Found(READ, position, old, new)
+    if reshaped:
+        return settings, Found(RESHAPED, tuple(reshaped), None, None)
+    return settings, None
+
+
+def hooks_differ(old: Any, new: Any, inert: frozenset) -> bool:
+    """Whether the hook keys a position holds (per table, () where every table is empty)
+    differ in a way the recompute sees: a hook added, a forward hook or pre-hook removed that
+    changed what the forward computed (or was not watched), any backward hook change. The
+    forward tables come first (``MODULE_HOOK_DICTS``, ``GLOBAL_HOOK_DICTS``)."""
+    tables = max(len(old), len(new))
+    before, after = old or ((),) * tables, new or ((),) * tables
+    for index, (then, now) in enumerate(zip(before, after, strict=True)):
+        if then == now:
             continue
-        _raise_module(label.kind, label.name, module, old, new, name_module)
-    for index in reshaped:
-        _explain_reshaped(fingerprint, index, name_module)
-    return settings
+        if index >= len(FORWARD_TABLES):
+            return True
+        removed, added = set(then) - set(now), set(now) - set(then)
+        if added or not removed <= inert:
+            return True
+    return False
 
 
 def _cache_kept(fingerprint: RegionFingerprint, values: tuple, position: int) -> bool:
@@ -812,140 +853,6 @@ def _cache_kept(fingerprint: RegionFingerprint, values: tuple, position: int) ->
         return False
     at, size = behind
     return cache_kept(fingerprint.values[at], values[at], size)
-
-
-def _method_difference(
-    names: tuple[str, ...], where: str | None, old: tuple, new: tuple, objects: Any
-) -> Difference:
-    """A method of ``torch.Tensor`` the region's code calls, patched since its forward (None:
-    not in ``torch.Tensor``'s own dict, so its C implementation)."""
-    for name, before, now in zip(names, old, new, strict=True):
-        if before is not now:
-            shown = [
-                Described(f"torch's own {name}") if value is None else objects.describe(value)
-                for value in (before, now)
-            ]
-            return Difference("function", f"torch.Tensor.{name}", where, *shown)
-    return Difference("function", "torch.Tensor", where, old, new)
-
-
-class _KnownObjects:
-    """Objects a mismatch message can name by what they are (``blocks.2 (Block)``,
-    ``patched_forward (train.py:60)``) where the reader kept only their ids: those the
-    fingerprint holds (its modules and functions, alive since the forward, so their ids
-    are theirs) and those the region's functions and modules hold now."""
-
-    def __init__(self, fingerprint: RegionFingerprint, name_module: Any) -> None:
-        self.fingerprint = fingerprint
-        self.name_module = name_module
-        self._by_id: dict[int, Any] | None = None
-
-    def _objects(self) -> dict[int, Any]:
-        if self._by_id is None:
-            fingerprint = self.fingerprint
-            found: dict[int, Any] = {}
-            functions = [f for f in (*fingerprint.roots, *fingerprint.functions) if f is not None]
-            for module in fingerprint.modules:
-                found[id(module)] = module
-                forward = module.__dict__.get("forward") or type(module).forward
-                found.setdefault(id(forward), forward)
-            for function in functions:
-                found.setdefault(id(function), function)
-                for cell in getattr(function, "__closure__", None) or ():
-                    try:
-                        contents = cell.cell_contents
-                    except ValueError:
-                        continue
-                    found.setdefault(id(contents), contents)
-                namespace = function.__globals__
-                for chain in code_reads(function.__code__).global_chains:
-                    value = read_chain(namespace.get(chain[0], MISSING), chain[1:])
-                    found.setdefault(id(value), value)
-            reader = fingerprint.reader
-            for namespace, chain, _, _ in reader.library_calls:  # what torch's code calls now
-                value = read_chain(namespace.get(chain[0], MISSING), chain[1:])
-                found.setdefault(id(value), value)
-            for ident, value in reader.library_objects.items():  # ... and called at the forward
-                found.setdefault(ident, value)
-            self._by_id = found
-        return self._by_id
-
-    def describe(self, value: Any) -> Described:
-        """An object by what it is (see ``_explain.describe_object``)."""
-        return describe_object(value, self.name_module)
-
-    def shown_pair(self, position: int, old: Any, new: Any) -> tuple[Any, Any]:
-        """The forward's and the current value of one position, objects read by identity
-        described by what they are where known (see ``_explain.describe_pair``)."""
-        reader = self.fingerprint.reader
-        if position not in reader.identity_positions:
-            return _shown(reader, position, old), _shown(reader, position, new)
-        known = self._objects()
-        before, now = known.get(old, MISSING), known.get(new, MISSING)
-        if before is not MISSING and now is not MISSING:
-            return describe_pair(before, now, self.name_module)
-        return (
-            _shown(reader, position, old)
-            if before is MISSING
-            else describe_object(before, self.name_module),
-            _shown(reader, position, new)
-            if now is MISSING
-            else describe_object(now, self.name_module),
-        )
-
-
-# Modules whose contents are what their users read (iterated, indexed, run in order): a
-# module or parameter added, removed or replaced changes what the region computes.
-_CONTAINERS = (
-    torch.nn.ModuleList,
-    torch.nn.ModuleDict,
-    torch.nn.Sequential,
-    torch.nn.ParameterList,
-    torch.nn.ParameterDict,
-)
-_CONTENTS = frozenset({"_modules", "children", "_parameters"})
-
-
-def _raise_contents(module: Any, name: str, old: Any, new: Any, name_module: Any) -> None:
-    owner = type(module).__name__
-    raise contents_difference(name, name_module(module), owner, old, new)
-
-
-def _explain_reshaped(fingerprint: RegionFingerprint, index: int, name_module: Any) -> None:
-    """A module's shape changed (an attribute, parameter, buffer or child added or removed)
-    while every value its plan reads stayed equal: compare what the old and a fresh plan read."""
-    reader, module = fingerprint.reader, fingerprint.modules[index]
-    plan = reader.module_plans[index]
-    top_hooks = reader.top_hooks and index == 0
-    fresh_plan = module_plan(module, plan.loose, fresh=True)
-    fresh = RegionReader([module], [fresh_plan], [], [], (), [], top_hooks)
-    before = _module_values(reader, fingerprint.values, index)
-    current = _module_values(fresh, fresh.read([module], [], frozenset()), 0)
-    written = fingerprint.written.get(index, ())
-    for (kind, name), value in current.items():
-        if kind == "tensor" and name in written:
-            continue  # the region's own output. See NOTE [ Outputs are not inputs ]
-        if (kind, name) in before and not _equal(before[kind, name], value):
-            _raise_module(kind, name, module, before[kind, name], value, name_module)
-
-
-def _module_values(reader: RegionReader, values: tuple, index: int) -> dict[tuple, Any]:
-    """{(kind, name): value} of one module's positions, its shape aside."""
-    return {
-        (label.kind, label.name): _shown(reader, position, value)
-        for position, (label, value) in enumerate(zip(reader.labels, values, strict=True))
-        if label.owner == index and label.kind != "shape"
-    }
-
-
-def _shown(reader: RegionReader, position: int, value: Any) -> Any:
-    """A read value as a fingerprint: an id read for identity becomes an object fingerprint
-    of unknown type (an int attribute read by value stays an int)."""
-    if position in reader.identity_positions:
-        return (OBJECT, value, None)
-    if position in reader.raw_positions:
-        return value_fp(value)
-    return value
 
 
 def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
@@ -964,22 +871,6 @@ def _arguments(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]
     others += binding.bound_values
     keywords = binding.keywords
     others += (keywords[0] if len(keywords) == 1 else bound_keywords(binding)).values()
-    return tensors, others
-
-
-def _argument_labels(binding: Binding, args: tuple, kwargs: dict) -> tuple[list, list]:
-    tensors = [f"positional argument {i}" for i, v in enumerate(args) if of_type(v, torch.Tensor)]
-    others = [
-        f"positional argument {i}" for i, v in enumerate(args) if not of_type(v, torch.Tensor)
-    ]
-    others += [f"keyword argument {k}" for k in kwargs]
-    where = "bound into the region's functools.partial or method"
-    others += [
-        f"bound argument {i} ({where})"
-        for i, v in enumerate(binding.bound_args)
-        if not of_type(v, torch.nn.Module)
-    ]
-    others += [f"bound keyword {k} ({where})" for k in bound_keywords(binding)]
     return tensors, others
 
 
@@ -1047,81 +938,54 @@ def _advanced_arguments(binding: Binding, reads: Any, args: tuple, kwargs: dict)
     return found
 
 
+def segment_cells(binding: Binding) -> tuple[Any, Any, Any]:
+    """(the list, start, end) a ``checkpoint_sequential`` segment's closure holds."""
+    segment: Any = binding.segment
+    functions, start, end = (cell_contents(segment, i) for i in _compat.SEGMENT_CELLS)
+    return functions, start, end
+
+
 def _segment(binding: Binding) -> Any:
     """The modules a ``checkpoint_sequential`` segment runs, by identity (its closure holds
     the list and the segment's bounds: an item of a plain list replaced after the forward is
     what the recompute runs), None for any other region."""
-    segment: Any = binding.segment
-    if segment is None:
+    if binding.segment is None:
         return None
-    functions, start, end = (cell_contents(segment, i) for i in _compat.SEGMENT_CELLS)
+    functions, start, end = segment_cells(binding)
     try:
         return tuple(map(id, functions[start : end + 1]))
     except TypeError:  # not a sequence any more
         return MISSING
 
 
-def _compare_arguments(
+def _first_difference_in_arguments(
     fingerprint: RegionFingerprint, binding: Binding, args: tuple, kwargs: dict
-) -> None:
+) -> Found | None:
     tensors, others = _arguments(binding, args, kwargs)
     old_tensors, old_others, old_segment = fingerprint.arguments
-    if old_segment is not None and _segment(binding) != old_segment:
-        raise segment_difference(binding, old_segment, _segment(binding))
+    if old_segment is not None:
+        segment = _segment(binding)
+        if segment != old_segment:
+            return Found(SEGMENT, None, old_segment, segment)
     for index, ((ref, old), tensor) in enumerate(zip(old_tensors, tensors, strict=False)):
         # nested and reentrant recomputes get new input objects: only the same object is
         # comparable (torch checks the versions of the tensors it saved itself)
-        if ref() is tensor and input_fp(tensor) != old:
-            label = _argument_labels(binding, args, kwargs)[0][index]
-            raise argument_difference(label, old, input_fp(tensor))
+        if ref() is tensor:
+            new = input_fp(tensor)
+            if new != old:
+                return Found(TENSOR_ARGUMENT, index, old, new)
     new_others = arguments_fp(others)
     if new_others != old_others:
         index = _first_difference(old_others, new_others)
-        labels = _argument_labels(binding, args, kwargs)[1]
-        label = labels[index] if index < len(labels) else "a keyword bound into a partial"
-        raise argument_difference(label, _at(old_others, index), _at(new_others, index))
+        return Found(ARGUMENT, index, _at(old_others, index), _at(new_others, index))
     chains = fingerprint.argument_chains
     if chains:
         old_chains = fingerprint.argument_values
         new_chains = [value_fp(read_chain(v, attrs)) for _, v, attrs in chains]
         if new_chains != old_chains:
             index = _first_difference(old_chains, new_chains)
-            old, new = old_chains[index], new_chains[index]
-            raise argument_attribute_difference(chains[index][0], old, new)
-
-
-def segment_difference(binding: Binding, old: tuple, new: Any) -> Difference:
-    """An item of the plain list a ``checkpoint_sequential`` segment runs, replaced since the
-    forward (``nn.Sequential`` is copied into a list of its own at the call)."""
-    segment: Any = binding.segment
-    functions, start, end = (cell_contents(segment, i) for i in _compat.SEGMENT_CELLS)
-    try:
-        now = list(functions[start : end + 1])
-    except TypeError:  # not a sequence any more
-        now = []
-    shown = [
-        Described(f"{type(item).__name__}{'' if id(item) in old else ' (another object)'}")
-        for item in now
-    ]
-    name = f"functions[{start}:{end + 1}]"
-    where = "the plain list checkpoint_sequential runs this segment from"
-    return Difference("attribute", name, where, Described(f"{len(old)} modules"), shown)
-
-
-def _raise_module(
-    kind: str, attribute: str | None, module: Any, old: Any, new: Any, name_module: Any
-) -> None:
-    if kind == "attribute" and attribute and type(new) is tuple and new[0] is OBJECT:
-        # read by identity: say what the attribute holds now
-        chain = tuple(attribute.split("."))
-        current = read_chain(static_attribute(module, chain[0]), chain[1:])
-        if id(current) == new[1]:
-            new = describe_object(current, name_module)
-        else:
-            new = (OBJECT, new[1], type(current))
-    owner, hook_tables = type(module).__name__, _compat.MODULE_HOOK_DICTS
-    name = name_module(module)
-    raise module_difference(kind, attribute, name, owner, hook_tables, old, new, module)
+            return Found(ARGUMENT_CHAIN, index, old_chains[index], new_chains[index])
+    return None
 
 
 def _at(values: list, index: int) -> Any:

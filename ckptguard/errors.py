@@ -13,6 +13,7 @@ MISMATCH_KINDS = (
     "hook",
     "training",
     "tensor",
+    "argument",
     "placement",
     "torch_state",
     "rng_device",
@@ -72,6 +73,17 @@ class ReentrantDDPError(CheckpointGuardError):
 
 class CheckpointGuardCompatibilityError(RuntimeError):
     """This torch lacks a hook point the guard needs; nothing would be guarded."""
+
+
+def compatibility_error(
+    version: str, missing: str, floor: str
+) -> CheckpointGuardCompatibilityError:
+    """This torch (``version``) lacks ``missing``; the guard supports torch >= ``floor``."""
+    return CheckpointGuardCompatibilityError(
+        f"ckptguard cannot guard checkpoints on torch {version}: it needs {missing}, which this "
+        f"version lacks. Regions would run unguarded, so enable() refuses. ckptguard supports "
+        f"torch>={floor}; please report this torch version."
+    )
 
 
 class CheckpointMismatchWarning(UserWarning):

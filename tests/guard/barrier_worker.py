@@ -131,7 +131,7 @@ STAGES = {
     "torch settings watch inside the recompute": (
         "settings",
         False,
-        [(_settings._OpWatch, "_look")],
+        [(_settings.SettingsWatch, "look")],
         _fail,
     ),
     "DDP check": ("ddp", False, [(_ddp, "reentrant_forward")], _fail),

@@ -207,3 +207,54 @@ def test_advice_for_a_transformers_with_the_old_api_only_or_none(monkeypatch) ->
     assert f"use use_reentrant=False (transformers: {OLD}), or make" in _lost_gradients_fix()
     monkeypatch.delitem(sys.modules, "transformers.modeling_utils")
     assert "how to fix: use use_reentrant=False, or make the input" in _lost_gradients_fix()
+
+
+# ----------------------------------------------------------------- issue 38: three messages
+
+
+class Counted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.counter = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.counter += 1
+        return torch.tanh(self.fc(x))
+
+
+@VARIANTS
+def test_a_side_effect_names_modules_that_share_a_name_once(reentrant: bool) -> None:
+    """Five modules of one class outside a model are all named by their class: the warning
+    says so once, with how many, instead of naming ``Counted.counter`` five times."""
+    torch.manual_seed(0)
+    blocks = [Counted() for _ in range(5)]
+
+    def region(x: torch.Tensor) -> torch.Tensor:
+        for block in blocks:
+            x = block(x)
+        return x
+
+    x = torch.randn(2, 4, requires_grad=True)
+    with ckptguard.guard(), pytest.warns(ckptguard.CheckpointGuardWarning) as record:
+        checkpoint(region, x, use_reentrant=reentrant).sum().backward()
+    message = str(record[0].message)
+    assert "a second time: Counted.counter (in 5 modules)." in message
+    assert message.count("Counted.counter") == 1
+
+
+@VARIANTS
+def test_a_global_of_code_run_by_exec_without_a_module_name(reentrant: bool) -> None:
+    """Code exec'd in a namespace without ``__name__`` has no module: its global is named by
+    where the code comes from, never ``global of None``."""
+    namespace: dict = {"torch": torch, "SCALE": 2.0}
+    exec(compile("def region(x):\n    return torch.sin(x * SCALE)\n", "<cell>", "exec"), namespace)
+    x = torch.randn(4, requires_grad=True)
+    with ckptguard.guard(), pytest.raises(ckptguard.CheckpointMismatchError) as info:
+        out = checkpoint(namespace["region"], x, use_reentrant=reentrant)
+        namespace["SCALE"] = 3.0
+        out.sum().backward()
+    message = str(info.value)
+    assert info.value.kind == "global"
+    assert "global of <cell> (run without a module name), read by region (<cell>:1)" in message
+    assert "None" not in message.splitlines()[1]

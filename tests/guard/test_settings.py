@@ -213,3 +213,109 @@ def test_an_op_the_guard_cannot_run_again_makes_it_a_may(strict: bool) -> None:
     else:
         assert error.kind == "torch_state" and error.details["certain"] is False
         assert "aten.addmm_" in error.details["evidence"]
+
+
+# ------------------------------------------ issue 38: SDPA backend contexts around the forward
+
+
+class Attention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.transpose(1, 2) for t in self.qkv(x).view(2, 8, 3, 2, 8).unbind(2))
+        return torch.tanh(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def _attention_step(
+    module: nn.Module, reentrant: bool, forward_context: Callable, backward_context: Callable
+) -> list:
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    with forward_context():
+        out = checkpoint(module, x, use_reentrant=reentrant)
+    with backward_context():
+        out.square().sum().backward()
+    grads = [p.grad.clone() for p in module.parameters()] + [x.grad.clone()]
+    module.zero_grad(set_to_none=True)
+    return grads
+
+
+def _math_only() -> contextlib.AbstractContextManager:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
+
+
+def _math_first() -> contextlib.AbstractContextManager:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.MATH, SDPBackend.FLASH_ATTENTION], set_priority=True)
+
+
+@VARIANTS
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+def test_sdpa_kernel_around_the_forward_only_is_named(reentrant: bool, strict: bool) -> None:
+    """``with sdpa_kernel(SDPBackend.MATH):`` around the forward, not the backward: the
+    recompute picks another attention kernel. Plain torch computes other gradients (or, under
+    the non-reentrant variant, raises its bare CheckpointError); the guard names the setting.
+    The twin, the context around both passes, is silent and bit-identical."""
+    nothing = contextlib.nullcontext
+    honest = _attention_step(Attention(), reentrant, nothing, nothing)
+    try:
+        changed = _attention_step(Attention(), reentrant, _math_only, nothing)
+    except CheckpointError:
+        assert not reentrant
+    else:
+        assert not grads_equal(honest, changed)
+    with ckptguard.guard(strict=strict), pytest.raises(ckptguard.CheckpointMismatchError) as info:
+        _attention_step(Attention(), reentrant, _math_only, nothing)
+    assert info.value.kind == "torch_state"
+    assert "sdp" in info.value.details["name"].lower()
+    plain = _attention_step(Attention(), reentrant, _math_only, _math_only)
+    with warnings.catch_warnings(), ckptguard.guard(strict=strict):
+        warnings.simplefilter("error", ckptguard.CheckpointMismatchWarning)
+        assert grads_equal(_attention_step(Attention(), reentrant, _math_only, _math_only), plain)
+
+
+@VARIANTS
+def test_the_sdpa_priority_order_is_fingerprinted_and_judged(monkeypatch, reentrant: bool) -> None:
+    """``sdpa_kernel([...], set_priority=True)`` around the forward changes the backends'
+    order, which the fingerprint now holds; the recompute's attention is judged by running it
+    under the forward's order: on this CPU the same kernel runs, so it is silent and the
+    gradients are bit-identical to plain torch's."""
+    from ckptguard import _compat, _settings
+
+    seen: list = []
+    made = _settings.SettingsWatch.__init__
+
+    def recording(self, changes) -> None:
+        seen.extend(name for name, _, _ in changes)
+        made(self, changes)
+
+    monkeypatch.setattr(_settings.SettingsWatch, "__init__", recording)
+    nothing = contextlib.nullcontext
+    plain = _attention_step(Attention(), reentrant, _math_first, nothing)
+    with warnings.catch_warnings(), ckptguard.guard():
+        warnings.simplefilter("error", ckptguard.CheckpointMismatchWarning)
+        guarded = _attention_step(Attention(), reentrant, _math_first, nothing)
+    assert grads_equal(plain, guarded)
+    assert _compat.SDP_PRIORITY in seen
+
+
+def test_torch_s_error_after_a_setting_judged_harmless_names_the_setting(monkeypatch) -> None:
+    """Where the recompute's attention was judged to compute the same values (made so here)
+    but torch finds it saved other tensors, the explanation names the setting that changed,
+    instead of saying that no torch setting did."""
+    from ckptguard import _settings
+
+    monkeypatch.setattr(_settings.SettingsWatch, "verdict", lambda self: None)
+    nothing = contextlib.nullcontext
+    with ckptguard.guard(), pytest.raises(ckptguard.CheckpointMismatchError) as info:
+        _attention_step(Attention(), False, _math_only, nothing)
+    message = str(info.value)
+    assert info.value.kind == "torch_state", message
+    assert "ckptguard saw: [torch_state] torch.backends.cuda.flash_sdp_enabled()" in message
+    assert "saw no change" not in message
+    assert isinstance(info.value.__cause__, CheckpointError)

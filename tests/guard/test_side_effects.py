@@ -112,22 +112,24 @@ def test_custom_counters_are_named(reentrant: bool) -> None:
 def test_spectral_norm_power_iteration_runs_twice(reentrant: bool) -> None:
     """spectral_norm's forward updates its ``_u``/``_v`` buffers (assigned through
     ``self._u = ...`` although they live in ``_buffers``) and computes the weight from them:
-    the recompute starts from the forward's update. The guard names them without claiming the
-    gradients are safe, and leaves them as plain torch computes them."""
+    the recompute starts from the forward's update, so its weight differs from the forward's
+    and checkpointed gradients differ from unchecked ones (issue 38: once a side-effect
+    warning, now the mismatch it is)."""
 
     def build() -> nn.Module:
         torch.manual_seed(0)
         return nn.Sequential(nn.utils.parametrizations.spectral_norm(nn.Linear(8, 8)), nn.Tanh())
 
-    plain = _step(build(), reentrant)
     module = build()
-    with ckptguard.guard(), pytest.warns(ckptguard.CheckpointGuardWarning) as record:
-        guarded = _step(module, reentrant)
-    assert grads_equal(plain, guarded)
-    message = str(record[0].message)
-    assert "Sequential.0.parametrizations.weight.0._u" in message
-    assert "Sequential.0.parametrizations.weight.0._v" in message
-    assert "power-iteration vectors of spectral_norm" in message
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    module(x).sum().backward()
+    unchecked = grads_of(module, x)
+    assert not grads_equal(unchecked, _step(build(), reentrant)), "plain torch: other gradients"
+    with ckptguard.guard(), pytest.raises(ckptguard.CheckpointMismatchError) as info:
+        _step(build(), reentrant)
+    assert info.value.kind == "tensor"
+    assert "Sequential.0.parametrizations.weight.0._v" in info.value.details["name"]
+    assert "the recompute computes from the update" in str(info.value)
 
 
 @VARIANTS

@@ -758,7 +758,7 @@ def _scaled_sin(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
 @VARIANTS
 def test_keywords_of_the_region_s_partial_changed_in_place(reentrant: bool) -> None:
     """``functools.partial(f, scale=2.0)`` checkpointed, then ``p.keywords["scale"] = 3.0``
-    before backward: the recompute calls f with 3.0."""
+    before backward: the recompute calls f with 3.0, an ``argument`` of the region."""
     region = functools.partial(_scaled_sin, scale=2.0)
     keywords = region.keywords
     x = torch.randn(5, generator=torch.Generator().manual_seed(1), requires_grad=True)
@@ -774,7 +774,12 @@ def test_keywords_of_the_region_s_partial_changed_in_place(reentrant: bool) -> N
     def set_scale(value: float):
         return lambda: keywords.__setitem__("scale", value)
 
-    silently_wrong_then_named(step, set_scale(3.0), set_scale(2.0), "tensor", "bound keyword scale")
+    error = silently_wrong_then_named(
+        step, set_scale(3.0), set_scale(2.0), "argument", "bound keyword scale"
+    )
+    # a float is named as the value it is (it once was kind "tensor")
+    assert error.details["old"] == "2.0" and error.details["new"] == "3.0"
+    assert "tensor" not in str(error).splitlines()[1]
 
 
 class Scaled(nn.Module):
