@@ -30,15 +30,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 # How deep a chain of questions may go before the outermost one gives up.
 HEIGHT_LIMIT = 100
-# How many answers an outermost question may use, counted along each chain of questions
-# (so the count depends on the question alone, not on what was kept before it): on the
-# pinned trees the largest is 39,668.
+# How many distinct answers an outermost question may use, itself and everything below it
+# counted once (so the count depends on the question alone, not on what was kept before it).
 SIZE_LIMIT = 2_000_000
 TOO_DEEP = "too deeply nested to analyse"
 TOO_BIG = "too much to analyse"
@@ -64,12 +63,15 @@ class _TooBig(Exception):
 @dataclass(slots=True)
 class _Answer:
     value: Any
-    height: int  # 1 + the deepest chain of questions below it
-    # 1 + the sizes of the distinct answers it used: an answer shared by two of those is
-    # counted in each (so the size depends on the question alone, not on what was kept)
+    height: int  # 1 + the deepest chain of questions below it (a summary below counts 1)
+    # An upper bound of the distinct answers its computation used, itself included: 1 + the
+    # bounds of the answers it asked (one shared below two of those counts in each); exact
+    # (see ``_join``) once that bound passes the limit.
     size: int
     reads: int  # facts read (bit mask)
     faults: tuple[Fault, ...]
+    used: tuple[Hashable, ...]  # the questions it asked (what its distinct count walks)
+    flat: bool  # a summary: composed bottom-up, so using it costs one level of a chain
 
 
 @dataclass(slots=True)
@@ -82,6 +84,8 @@ class _Frame:
     cut: bool = False  # met a question still in progress (or a provisional answer)
     faults: tuple[Fault, ...] = ()
     used: set[Hashable] = field(default_factory=set)  # the questions it asked
+    # The distinct answers used so far, once ``size`` (the cheap bound) passed the limit.
+    closure: set[Hashable] | None = None
 
 
 @dataclass
@@ -122,10 +126,12 @@ class Solver:
         *args: object,
         fallback: T,
         where: Callable[[], str] | None = None,
+        flat: bool = False,
     ) -> T:
         """The answer to ``key``, computed by ``compute(*args)`` unless known; ``fallback``
         stands in for a question that is cut, too deep or failed; ``where`` names its code
-        in notes."""
+        in notes. ``flat``: a summary its caller composes bottom-up (see the module
+        docstring), whose use adds one level to a chain of questions."""
         stack = self._stack
         answer = self._final.get(key)
         if answer is None:
@@ -164,7 +170,9 @@ class Solver:
             stack.pop()
             self._active.discard(key)
         self.computed += 1
-        answer = _Answer(value, frame.height, frame.size, frame.reads, frame.faults)
+        size = frame.size if frame.closure is None else len(frame.closure)
+        used = tuple(frame.used)
+        answer = _Answer(value, frame.height, size, frame.reads, frame.faults, used, flat)
         if frame.cut:
             self._provisional[key] = answer
             self.recomputed += 1
@@ -176,9 +184,13 @@ class Solver:
             self._join(parent, key, answer)
         else:
             self._provisional.clear()
-            self.largest = max(self.largest, frame.size)
+            self.largest = max(self.largest, size)
             self._record(answer)
         return value
+
+    def settled(self, key: Hashable) -> bool:
+        """Whether ``key`` has an answer kept for the run."""
+        return key in self._final
 
     def _limit(self, error: Exception) -> str:
         if isinstance(error, _TooBig):
@@ -191,22 +203,47 @@ class Solver:
             self._record(answer)
             return
         parent = stack[-1]
-        if parent.depth + 1 + answer.height > self.height_limit:
+        if parent.depth + 1 + _height(answer) > self.height_limit:
             raise _TooDeep
         self._join(parent, key, answer)
 
     def _join(self, parent: _Frame, key: Hashable, answer: _Answer) -> None:
-        if answer.height >= parent.height:
-            parent.height = answer.height + 1
+        height = _height(answer)
+        if height >= parent.height:
+            parent.height = height + 1
         parent.reads |= answer.reads
         if answer.faults:
             parent.faults = (*parent.faults, *(f for f in answer.faults if f not in parent.faults))
         if key in parent.used:  # asked again by the same question: no new work
             return
         parent.used.add(key)
-        parent.size += answer.size
-        if parent.size > self.size_limit:
+        limit = self.size_limit
+        if parent.closure is None:
+            parent.size = min(parent.size + answer.size, limit + 1)
+            if parent.size <= limit:
+                return
+            # The bound counts an answer shared below two others twice (a name bound in
+            # each of many branches, each reading the one before): count distinct ones.
+            parent.closure = {parent.key}
+            for used in parent.used:
+                self._walk(parent.closure, used)
+        else:
+            self._walk(parent.closure, key)
+        if len(parent.closure) > limit:
             raise _TooBig
+
+    def _walk(self, closure: set[Hashable], key: Hashable) -> None:
+        """Add ``key`` and every answer below it to ``closure`` (stopping past the limit)."""
+        stack = [key]
+        limit = self.size_limit
+        while stack and len(closure) <= limit:
+            key = stack.pop()
+            if key in closure:
+                continue
+            closure.add(key)
+            answer = self._final.get(key) or self._provisional.get(key)
+            if answer is not None:
+                stack.extend(answer.used)
 
     def _record(self, answer: _Answer) -> None:
         for unit in self._units:
@@ -265,19 +302,11 @@ class Solver:
         return bool(self._stack)
 
 
+def _height(answer: _Answer) -> int:
+    return 1 if answer.flat else answer.height
+
+
 def _describe(error: Exception) -> str:
     text = str(error)
     name = type(error).__name__
     return f"{name}: {text}" if text else name
-
-
-class Memo(Generic[T]):
-    """A typed view of the solver for one kind of question (its keys are prefixed)."""
-
-    def __init__(self, solver: Solver, kind: str, fallback: T) -> None:
-        self.solver = solver
-        self.kind = kind
-        self.fallback = fallback
-
-    def __call__(self, key: Hashable, compute: Callable[..., T], *args: object) -> T:
-        return self.solver.ask((self.kind, key), compute, *args, fallback=self.fallback)
