@@ -117,12 +117,20 @@ class ProjectAnalysis:
         return self.solver.ask(key, self._module_words, module, fallback=self.words)
 
     def _module_words(self, module: Module) -> frozenset[str]:
+        """Each round looks at the lines the last one's names added: what a line gives
+        does not depend on the words that led to it, so no line is looked at twice (a
+        chain of wrappers in one file costs its length, not its square)."""
         words = self.words
+        seen: set[int] = set()
+        found = self._recompute_classes(module)
         while True:  # each round scopes more of the module's own names, so it ends
-            aliases = self._local_aliases(module, words) - words
+            lines = [line for line in module.candidate_lines(words) if line not in seen]
+            seen.update(lines)
+            aliases = (found | self._aliases_on(module, lines)) - words
             if not aliases:
                 return words
             words = words | aliases
+            found = set()
 
     def calls_of_interest(self, module: Module) -> list[tuple[ast.Call, Context]]:
         """The calls on the lines naming one of the module's words, with their contexts."""
@@ -320,19 +328,17 @@ class ProjectAnalysis:
         calls.update(self._wrapper_classes(module, lines))
         return Exports(frozenset(calls), frozenset(self._layer_classes(module)))
 
-    def _local_aliases(self, module: Module, words: frozenset[str]) -> set[str]:
-        """Names a module binds (at any level) to a source, beyond ``words``: its lines
-        using them are looked at too."""
-        lines = module.candidate_lines(words)
+    def _aliases_on(self, module: Module, lines: list[int]) -> set[str]:
+        """Names a module binds (at any level) to a source on ``lines``: its lines using
+        them are looked at too."""
         names = {
             binding.name
             for binding, _ in self._bindings_on_lines(module, lines)
-            if binding.name not in words and self._binds_source(module, binding)
+            if self._binds_source(module, binding)
         }
         names.update(name for name, _ in self._factories(module, lines))
-        names.update(self._recompute_classes(module))
         names.update(self._wrapper_classes(module, lines))
-        for site in self._sites(module, words):
+        for site in self.finder.sites(module, lines, self.layer_words):
             if site.delegates:
                 names.update(_enclosing_function_names(site.context.scope))
         return names
@@ -351,11 +357,21 @@ class ProjectAnalysis:
             if not any(touches_lines(result, lines) for result in results):
                 continue
             function = FunctionValue(node, Context(module, parent))
-            returned = self.evaluator.returned(function, None)
-            if any(self.is_source_like(value) for value in returned):
+            key = ("factory", function)
+            if self.solver.ask(key, self._returns_a_source, function, fallback=False):
                 yield node.name, parent.kind != "function"
 
+    def _returns_a_source(self, function: FunctionValue) -> bool:
+        """Whether calling ``function`` may give a source (asked once a run, whatever the
+        words that led to it)."""
+        returned = self.evaluator.returned(function, None)
+        return any(self.is_source_like(value) for value in returned)
+
     def _binds_source(self, module: Module, binding: Binding) -> bool:
+        key = ("binds source", binding)
+        return self.solver.ask(key, self._bound_to_a_source, module, binding, fallback=False)
+
+    def _bound_to_a_source(self, module: Module, binding: Binding) -> bool:
         context = Context(module, binding.scope)
         value = binding.value
         if isinstance(value, ast.Call) and not binding.path and not binding.iterated:

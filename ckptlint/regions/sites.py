@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import (
@@ -29,6 +29,7 @@ from ckptlint.project.scopes import (
 from ckptlint.regions.calls import calls_in_body, calls_on_lines
 from ckptlint.regions.custom import recompute_function
 from ckptlint.regions.sources import RegionSource, SourceTable
+from ckptlint.regions.summaries import MAX_TRANSFERS, HandOn, as_defined, enclosing_functions
 from ckptlint.resolution.evaluator import Evaluator, own_nodes
 from ckptlint.resolution.mappings import Passed, flows_of, held
 from ckptlint.resolution.values import (
@@ -44,16 +45,10 @@ from ckptlint.resolution.values import (
     Method,
     Parameter,
     PartialValue,
-    Value,
     Values,
     known,
 )
 from ckptlint.resolution.versions import EVERY_VERSION, VersionRange
-
-# A wrapper that branches at every level of a chain reaches exponentially many source calls;
-# each wrapper passes at most this many on (the first ones, in source order). Chains of any
-# length are followed: a wrapper is expanded again only when it is not on the stack already.
-MAX_PATHS_PER_WRAPPER = 64
 
 
 @dataclass(frozen=True)
@@ -140,6 +135,7 @@ class SiteFinder:
             name.rsplit(".", 1)[-1] for name, s in table.by_name.items() if s.kind == "layer"
         )
         self._recomputes: dict[int, RegionSource | None] = {}
+        self.hand_on = HandOn(self)
 
     # -- what a callee is ------------------------------------------------------------------
     def paths(
@@ -168,7 +164,7 @@ class SiteFinder:
             # A configured function the project defines: its own body says what it does
             # with the region and with ``use_reentrant``, as for any project wrapper.
             return self._wrapper_paths(value, arguments) or [
-                SourceCall(_as_defined(source, value), arguments)
+                SourceCall(as_defined(source, value), arguments)
             ]
         if source is not None:
             return [SourceCall(source, arguments)]
@@ -187,10 +183,18 @@ class SiteFinder:
         if isinstance(value, FunctionValue):
             return self._wrapper_paths(value, arguments)
         if isinstance(value, ClassValue) and where is not None and arguments.calls:
-            return self._wrapper_class_paths(value, Instance(value, arguments.calls[-1], where))
+            return self.class_paths(value, Instance(value, arguments.calls[-1], where))
         return []
 
-    def _wrapper_class_paths(self, cls: ClassValue, instance: Instance) -> list[SourceCall]:
+    def _wrapper_paths(self, value: FunctionValue, arguments: Arguments) -> list[SourceCall]:
+        """The source calls a project wrapper makes when called with ``arguments``: its
+        summary applied to them."""
+        found: list[SourceCall] = []
+        for transfer in self.hand_on.summary(value):
+            found.extend(self.hand_on.resolve(transfer, arguments))
+        return found[:MAX_TRANSFERS]
+
+    def class_paths(self, cls: ClassValue, instance: Instance) -> list[SourceCall]:
         """The source calls an instance of a module class makes when its ``forward``
         checkpoints what its constructor was given (MONAI's ActivationCheckpointWrapper)."""
         inner_calls = self.wrapper_class_calls(cls)
@@ -216,7 +220,7 @@ class SiteFinder:
                                 path.partials,
                             )
                         )
-        return found[:MAX_PATHS_PER_WRAPPER]
+        return found[:MAX_TRANSFERS]
 
     def wrapper_class_calls(self, cls: ClassValue) -> list[ast.Call]:
         """The calls in a class's ``forward`` whose region is what its ``__init__`` was
@@ -255,27 +259,6 @@ class SiteFinder:
                         break
         return found
 
-    def _wrapper_paths(self, value: FunctionValue, arguments: Arguments) -> list[SourceCall]:
-        """The source calls a project wrapper makes when called with ``arguments``."""
-        inner_calls = self.wrapper_calls(value)
-        if not inner_calls:
-            return []
-        context = self.evaluator.bind(value, arguments)
-        with self.solver.guard(("expanding", value.node)) as entered:
-            if not entered:
-                return []
-            found: list[SourceCall] = []
-            for call in inner_calls:
-                callee = self.evaluator.evaluate(call.func, context)
-                arguments = Arguments.of(call, context)
-                for path in self.paths(callee, arguments, call.func, context):
-                    found.append(
-                        SourceCall(
-                            path.source, path.arguments, (value, *path.wrappers), path.partials
-                        )
-                    )
-            return found[:MAX_PATHS_PER_WRAPPER]
-
     # -- keywords a source receives ----------------------------------------------------------
     def keyword(self, path: SourceCall, name: str) -> Flow | None:
         """What the source receives as ``name``: passed by name, or inside a ``**mapping``
@@ -283,7 +266,7 @@ class SiteFinder:
         dict; see ``resolution.mappings``)."""
         found = path.arguments.keywords.get(name)
         pending = list(path.arguments.spread)
-        for _ in range(MAX_PATHS_PER_WRAPPER):
+        for _ in range(MAX_TRANSFERS):
             if found is not None or not pending:
                 break
             expression, context = pending.pop(0)
@@ -317,26 +300,8 @@ class SiteFinder:
 
     def wrapper_calls(self, function: FunctionValue) -> list[ast.Call]:
         """The calls in ``function``'s body that hand a parameter on as a region (empty for a
-        function that is not a wrapper)."""
-        key = ("wrapper calls", function.node, function.context.module)
-        return self.solver.ask(key, self._wrapper_calls, function, fallback=[])
-
-    def _wrapper_calls(self, function: FunctionValue) -> list[ast.Call]:
-        found: list[ast.Call] = []
-        if not isinstance(function.node, ast.Lambda):
-            scope = self.evaluator.scope_of(function)
-            for node, where in calls_in_body(function.node.body, scope, function.module):
-                if self._delegates(node, Context(function.module, where)):
-                    found.append(node)
-        return found
-
-    def _delegates(self, call: ast.Call, context: Context) -> bool:
-        scope = context.scope
-        callee = self.evaluator.evaluate(call.func, context)
-        return any(
-            self.delegates(path, scope)
-            for path in self.paths(callee, Arguments.of(call, context), call.func, context)
-        )
+        function that is not a wrapper), from its summary."""
+        return list(dict.fromkeys(t.call for t in self.hand_on.summary(function)))
 
     def delegates(self, path: SourceCall, scope: Scope) -> bool:
         """Whether the region is code the caller passes in: a parameter (or a partial of one,
@@ -345,27 +310,8 @@ class SiteFinder:
         flow = path.region_flow()
         if flow is None:
             return False
-        owners = _enclosing_functions(scope)
-        stack = list(self.evaluator.evaluate(*flow))
-        closures: list[ast.AST] = []
-        while stack:
-            value = stack.pop()
-            if isinstance(value, Parameter) and value.function in owners:
-                return True
-            if isinstance(value, PartialValue):
-                stack.extend(value.inner)
-            elif isinstance(value, FunctionValue) and len(closures) < 4:
-                closures.append(value.node)
-                stack.extend(self._called_values(value))
-        return False
-
-    def _called_values(self, function: FunctionValue) -> Iterator[Value]:
-        """What a closure calls (its own parameters are its caller's business, not ours)."""
-        context = self.evaluator.bind(function, None)
-        body = function.node.body
-        for node in own_nodes(body):
-            if isinstance(node, ast.Call):
-                yield from self.evaluator.evaluate(node.func, context)
+        values = self.evaluator.evaluate(*flow)
+        return bool(self.hand_on.parameters_in(values, enclosing_functions(scope)))
 
     # -- sites of a module -----------------------------------------------------------------
     def sites(
@@ -375,23 +321,32 @@ class SiteFinder:
         ``forward`` of classes deriving from a layer source (a base named by one of
         ``layer_words``), and at definitions a decorator on ``lines`` checkpoints."""
         for call, scope in calls_on_lines(module, lines):
-            context = Context(module, scope)
-            flags = _flags_tested_true(module, call)
-            if flags:  # ``if self.enabled: self._ckpt_fn(...)``
-                receiver = self.evaluator.evaluate(call.func.value, context)  # type: ignore[attr-defined]
-                callee = self.evaluator.member_under(receiver, call.func.attr, flags)  # type: ignore[attr-defined]
-            else:
-                callee = self.evaluator.evaluate(call.func, context)
-            paths = self.paths(callee, Arguments.of(call, context), call.func, context)
-            if not paths:
-                continue
-            torch = self.evaluator.versions_at(module, call)
-            if torch.empty:
-                continue  # a branch that never runs on the torch the project targets
-            delegates = any(self.delegates(path, scope) for path in paths)
-            yield Site(module, call, context, tuple(paths), delegates=delegates, torch=torch)
+            site = self.solver.ask(
+                ("call site", call), self._call_site, module, call, scope, fallback=None
+            )
+            if site is not None:
+                yield site
         yield from self.layer_sites(module, layer_words)
         yield from self.decorated_sites(module, lines)
+
+    def _call_site(self, module: Module, call: ast.Call, scope: Scope) -> Site | None:
+        """The site a call is, if any: what it reaches does not depend on which words led
+        to its line, so each call is looked at once a run."""
+        context = Context(module, scope)
+        flags = _flags_tested_true(module, call)
+        if flags:  # ``if self.enabled: self._ckpt_fn(...)``
+            receiver = self.evaluator.evaluate(call.func.value, context)  # type: ignore[attr-defined]
+            callee = self.evaluator.member_under(receiver, call.func.attr, flags)  # type: ignore[attr-defined]
+        else:
+            callee = self.evaluator.evaluate(call.func, context)
+        paths = self.paths(callee, Arguments.of(call, context), call.func, context)
+        if not paths:
+            return None
+        torch = self.evaluator.versions_at(module, call)
+        if torch.empty:
+            return None  # a branch that never runs on the torch the project targets
+        delegates = any(self.delegates(path, scope) for path in paths)
+        return Site(module, call, context, tuple(paths), delegates=delegates, torch=torch)
 
     def decorated_sites(self, module: Module, lines: list[int]) -> Iterator[Site]:
         """Definitions (at module level or in a class) whose decorator runs them under a
@@ -456,7 +411,7 @@ class SiteFinder:
                                     path.partials,
                                 )
                             )
-        return found[:MAX_PATHS_PER_WRAPPER]
+        return found[:MAX_TRANSFERS]
 
     def layer_sites(self, module: Module, layer_words: frozenset[str]) -> Iterator[Site]:
         """Classes a base of which is named by one of ``layer_words`` (the last names of
@@ -620,16 +575,6 @@ def may_derive_from_a_layer(node: ast.ClassDef, layer_words: frozenset[str]) -> 
     )
 
 
-def _as_defined(source: RegionSource, function: FunctionValue) -> RegionSource:
-    """A configured row for a function whose definition the project holds: CKP001 applies
-    only if its signature can take ``use_reentrant`` (by name, or in ``**kwargs``)."""
-    arguments = function.node.args
-    names = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
-    if source.reentrant is None or "use_reentrant" in names or arguments.kwarg is not None:
-        return source
-    return replace(source, reentrant=None)
-
-
 def _flags_tested_true(module: Module, call: ast.Call) -> frozenset[str]:
     """For ``x.f(...)``: the attributes ``x.<flag>`` that the ``if`` statements around the
     call require to be true (conjuncts of their tests, the call in their body)."""
@@ -668,15 +613,6 @@ def qualified_name(value: FunctionValue | ClassValue) -> str:
     if scope is None or scope.kind != "module":
         return ""
     return ".".join([value.context.module.name, *parts])
-
-
-def _enclosing_functions(scope: Scope | None) -> list[ast.AST]:
-    owners: list[ast.AST] = []
-    while scope is not None:
-        if isinstance(scope.node, FUNCTIONS):
-            owners.append(scope.node)
-        scope = scope.parent
-    return owners
 
 
 def classes_at_top(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:

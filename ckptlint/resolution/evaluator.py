@@ -46,6 +46,7 @@ from ckptlint.resolution.values import (
     Elements,
     Environment,
     External,
+    Flow,
     FunctionValue,
     Instance,
     Mapping,
@@ -69,6 +70,7 @@ from ckptlint.resolution.versions import (
     DISTRIBUTION_VERSIONS,
     EVERY_VERSION,
     NO_VERSION,
+    TEST_HELPERS,
     TORCH_VERSION,
     VERSION_PARSERS,
     VersionRange,
@@ -90,6 +92,8 @@ PARTIAL = "functools.partial"
 # At most this many values per expression (in source order), then UNKNOWN: a name bound in
 # thousands of branches, or a container of thousands of elements, costs no more than that.
 MAX_VALUES = 64
+# ``return g(...)`` chains are followed through at most this many functions (then UNKNOWN).
+MAX_TAIL_CALLS = 1_000
 _UNKNOWN: Values = (UNKNOWN,)
 _BUILTINS = frozenset(dir(builtins))
 _DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
@@ -188,12 +192,58 @@ class Evaluator:
                     supplied.add(name)
             for parameter, default in parameter_defaults(node.args).items():
                 if parameter.arg not in supplied and not arguments.double_star:
-                    env.append((parameter, Argument(default, function.context, default=True)))
+                    left_out = Argument(default, function.context, (), True, parameter, node)
+                    env.append((parameter, left_out))
             if node.args.kwarg is not None:
                 taken = frozenset(p.arg for p in (*node.args.posonlyargs, *node.args.args))
-                held = CallKeywords(arguments, taken | frozenset(by_name))
+                held = self._keywords(node, arguments, taken | frozenset(by_name))
                 env.append((node.args.kwarg, Argument(None, None, (held,))))
         return self.context(function.module, scope, tuple(env))
+
+    def _keywords(self, node: ast.AST, arguments: Arguments, taken: frozenset[str]) -> CallKeywords:
+        """What ``node``'s ``**kwargs`` holds: the keywords ``arguments`` pass by name and
+        spread. A caller's own ``**kwargs`` handed on unchanged (used only as ``**kw``) is
+        replaced by what its caller passed, so a chain of wrappers forwarding ``**kwargs``
+        binds the keywords of the call that wrote them, whatever its length."""
+        spread: list[Flow] = []
+        keywords: dict[str, Flow] = {}
+        owner: ast.AST | None = node
+        for flow in arguments.spread:
+            passed = self._handed_on(*flow) if len(arguments.spread) == 1 else None
+            if passed is None:
+                spread.append(flow)
+                continue
+            inner = passed.arguments
+            keywords.update((k, v) for k, v in inner.keywords.items() if k not in passed.taken)
+            spread.extend(inner.spread)
+            owner = passed.owner
+        if owner is node:
+            spread = [_canonical(flow) for flow in arguments.spread]
+            if spread != list(arguments.spread):
+                arguments = replace(arguments, spread=tuple(spread))
+            return CallKeywords(arguments, taken, node)
+        keywords.update(arguments.keywords)
+        merged = Arguments((), keywords, bool(spread), arguments.calls, tuple(spread))
+        return CallKeywords(merged, taken, owner)
+
+    def _handed_on(self, expression: ast.expr, context: Context) -> CallKeywords | None:
+        """The keywords a ``**kwargs`` parameter holds when ``expression`` is that parameter
+        of the function ``context`` runs, which uses it only to spread it (no edit)."""
+        if not isinstance(expression, ast.Name):
+            return None
+        bindings = context.scope.lookup(expression.id, node_position(expression))
+        if len(bindings) != 1 or bindings[0].scope is not context.scope:
+            return None
+        function = context.scope.node
+        if not isinstance(function, FUNCTIONS) or bindings[0].node is not function.args.kwarg:
+            return None
+        argument = context.argument(bindings[0].node)
+        if argument is None or len(argument.values) != 1:
+            return None
+        (held,) = argument.values
+        if not isinstance(held, CallKeywords) or not _only_spread(function, expression.id):
+            return None
+        return held
 
     def context(self, module: Module, scope: Scope, env: Environment = ()) -> Context:
         """The context binding ``env`` in ``scope``, its nesting bounded (``limit_context``)
@@ -217,18 +267,51 @@ class Evaluator:
         return self._returned_in(function, self.bind(function, arguments))
 
     def _returned_in(self, function: FunctionValue, inner: Context) -> Values:
-        if isinstance(function.node, ast.Lambda):
-            return self.evaluate(function.node.body, inner)
+        """The union over the ``return`` statements. A ``return g(...)`` of a project
+        function is followed in a loop, not by asking what the call gives: a chain of
+        wrappers each returning the next one's result costs no evaluation depth."""
         results: list[Value] = []
-        for node in own_nodes(function.node.body):
-            if isinstance(node, (ast.Yield, ast.YieldFrom)):
-                return (UNKNOWN,)
-            if isinstance(node, ast.Return):
-                if node.value is None:
-                    results.append(Constant(None))
-                else:
-                    results.extend(self.evaluate(node.value, inner))
+        pending: list[tuple[FunctionValue, Context]] = [(function, inner)]
+        done: set[tuple[ast.AST, Context]] = set()
+        while pending and len(done) < MAX_TAIL_CALLS:
+            function, inner = pending.pop(0)
+            if (function.node, inner) in done:
+                continue
+            done.add((function.node, inner))
+            if isinstance(function.node, ast.Lambda):
+                results.extend(self.evaluate(function.node.body, inner))
+                continue
+            for node in own_nodes(function.node.body):
+                if isinstance(node, (ast.Yield, ast.YieldFrom)):
+                    results.append(UNKNOWN)  # a generator
+                    break
+                if isinstance(node, ast.Return):
+                    if node.value is None:
+                        results.append(Constant(None))
+                        continue
+                    tail = self._tail_call(node.value, inner)
+                    if tail is None:
+                        results.extend(self.evaluate(node.value, inner))
+                    else:
+                        pending.extend(tail)
+        if pending:
+            results.append(UNKNOWN)  # more tail calls than followed
         return unique(results) or (Constant(None),)
+
+    def _tail_call(
+        self, expression: ast.expr, context: Context
+    ) -> list[tuple[FunctionValue, Context]] | None:
+        """For ``return g(...)`` where ``g`` may only be project functions (no version test
+        known by name): each with the context the call runs its body in."""
+        if not isinstance(expression, ast.Call):
+            return None
+        callee = self.evaluate(expression.func, context)
+        if not all(isinstance(v, FunctionValue) for v in callee):
+            return None
+        if any(_called_name(v) in TEST_HELPERS for v in callee):
+            return None
+        arguments = Arguments.of(expression, context)
+        return [(v, self.bind(v, arguments)) for v in callee]  # type: ignore[misc]
 
     def mro(self, cls: ClassValue) -> list[ClassValue | External]:
         """The class and its bases, left to right, each once (external bases end a branch;
@@ -397,13 +480,17 @@ class Evaluator:
         returned = self._returned_in(decorator, inner)
         return known(returned) or decorated
 
+    def argument_values(self, argument: Argument) -> Values:
+        """What a parameter bound to ``argument`` holds (followed to where it was written)."""
+        argument = passed_on(argument)
+        if argument.expression is None:
+            return argument.values
+        return self.evaluate(argument.expression, argument.context)  # type: ignore[arg-type]
+
     def _parameter(self, node: ast.arg, binding: Binding, context: Context) -> Values:
         argument = context.argument(node)
         if argument is not None:
-            argument = passed_on(argument)
-            if argument.expression is None:
-                return argument.values
-            return self.evaluate(argument.expression, argument.context)  # type: ignore[arg-type]
+            return self.argument_values(argument)
         scope = binding.scope
         owner = scope.enclosing_class
         if owner is not None and scope.self_name == node.arg and _is_first(node, scope.node):
@@ -433,11 +520,7 @@ class Evaluator:
             argument = self.bind(callee, arguments).argument(parameter)
             if argument is None:
                 return (UNKNOWN,)
-            argument = passed_on(argument)
-            if argument.expression is None:
-                values.extend(argument.values)
-            else:
-                values.extend(self.evaluate(argument.expression, argument.context))  # type: ignore[arg-type]
+            values.extend(self.argument_values(argument))
         return tuple(values)
 
     def callers(self, function: FunctionValue) -> list[tuple[FunctionValue, Arguments]] | None:
@@ -1308,20 +1391,69 @@ def _added_expressions(
             yield node.value, True
 
 
+def _only_spread(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+    """Whether ``function`` uses ``name`` only as ``**name`` in calls (kept, once per body)."""
+    found = _ONLY_SPREAD.get(id(function))
+    if found is not None and found[0] is function and name in found[1]:
+        return found[1][name]
+    loads = spreads = 0
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id == name:
+            loads += 1
+        elif isinstance(node, ast.keyword) and node.arg is None:
+            spreads += isinstance(node.value, ast.Name) and node.value.id == name
+    answer = loads == spreads
+    names = found[1] if found is not None and found[0] is function else {}
+    names[name] = answer
+    _ONLY_SPREAD[id(function)] = (function, names)
+    return answer
+
+
+_ONLY_SPREAD: dict[int, tuple[ast.AST, dict[str, bool]]] = {}
+
+
 def passed_on(argument: Argument) -> Argument:
     """Where an argument that is itself a parameter passed on unchanged (``fn`` handed from
     wrapper to wrapper) was first written: followed in a loop, so a chain of any length
     costs no evaluation depth."""
     while isinstance(argument.expression, ast.Name) and argument.context is not None:
         name = argument.expression
-        bindings = argument.context.scope.lookup(name.id, node_position(name))
+        context = argument.context
+        bindings = context.scope.lookup(name.id, node_position(name))
         if len(bindings) != 1 or not isinstance(bindings[0].node, ast.arg):
             break
-        outer = argument.context.argument(bindings[0].node)
+        parameter = bindings[0].node
+        outer = context.argument(parameter)
         if outer is None:
+            if bindings[0].scope.bindings.get(name.id) == bindings:
+                # Never rebound: every read of it is one expression, wherever written, so
+                # calls handing it on alike bind alike.
+                return replace(argument, expression=_read_of(parameter))
             break
         argument = outer
     return argument
+
+
+def _canonical(flow: Flow) -> Flow:
+    """A flow as ``passed_on`` leaves it where it names a parameter no call bound."""
+    argument = passed_on(Argument(*flow))
+    if argument.expression is None or argument.context is None:
+        return flow
+    return argument.expression, argument.context
+
+
+def _read_of(parameter: ast.arg) -> ast.Name:
+    """One ``Name`` reading ``parameter``, placed at the parameter (kept, once per node)."""
+    found = _READS.get(id(parameter))
+    if found is not None and found[0] is parameter:
+        return found[1]
+    read = ast.Name(parameter.arg, ast.Load())
+    ast.copy_location(read, parameter)
+    _READS[id(parameter)] = (parameter, read)
+    return read
+
+
+_READS: dict[int, tuple[ast.arg, ast.Name]] = {}
 
 
 def _span(node: ast.AST | None) -> tuple[int, int] | None:

@@ -111,7 +111,7 @@ def _values_held(
     found: list[Held] = []
     for value in values:
         if isinstance(value, CallKeywords) and owner is not None:
-            found.append(Passed(value, owner, ABSENT))
+            found.append(Passed(value, value.owner or owner, ABSENT))
         elif isinstance(value, Mapping) and isinstance(value.node, ast.Dict):
             found.extend(_dict_literal(evaluator, value.node, value.context, key, depth + 1))
         elif isinstance(value, Mapping) and isinstance(value.node, ast.Call):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from ckptlint.project.index import Module
@@ -45,6 +45,9 @@ class Argument:
     context: Context | None
     values: tuple[Value, ...] = ()
     default: bool = False  # the parameter's default: the call left it out
+    # For a default: the parameter and its function (which call left it out).
+    parameter: ast.arg | None = None
+    function: ast.AST | None = None
 
 
 Environment = tuple[tuple[ast.arg, Argument], ...]
@@ -84,7 +87,9 @@ class Arguments:
     positional: tuple[Flow | None, ...]
     keywords: dict[str, Flow]
     double_star: bool  # some keywords are not known by name (``**kwargs``, or unseen)
-    calls: tuple[ast.Call, ...]  # the calls that supplied them, outermost first
+    # The calls that supplied them, outermost first (where they come from, not what they
+    # bind: arguments equal but for their calls bind a function's parameters alike).
+    calls: tuple[ast.Call, ...] = field(compare=False)
     spread: tuple[Flow, ...] = ()  # the ``**mapping`` expressions among them
 
     @classmethod
@@ -260,10 +265,13 @@ class Parameter:
 @dataclass(frozen=True)
 class CallKeywords:
     """What a ``**kwargs`` parameter holds at a call: the keywords ``arguments`` passes that
-    no named parameter (``taken``) takes, and whatever its own ``**`` spreads carry."""
+    no named parameter (``taken``) takes, and whatever its own ``**`` spreads carry.
+    ``owner``: the function whose ``**kwargs`` the call that wrote them bound (keywords
+    handed on unchanged through further ``**kwargs`` keep the first)."""
 
     arguments: Arguments
     taken: frozenset[str]
+    owner: ast.AST | None = None
 
     def keyword(self, name: str) -> Flow | None:
         return None if name in self.taken else self.arguments.keywords.get(name)
@@ -424,7 +432,7 @@ def _limit_argument(argument: Argument, depth: int) -> Argument:
         return argument
     context = None if argument.context is None else limit_context(argument.context, depth)
     values = tuple(limit_value(value, depth) for value in argument.values)
-    return Argument(argument.expression, context, values, argument.default)
+    return replace(argument, context=context, values=values)
 
 
 def limit_value(value: Value, depth: int) -> Value:
@@ -450,7 +458,7 @@ def limit_value(value: Value, depth: int) -> Value:
     if isinstance(value, Row):
         return Row(tuple(tuple(limit_value(v, depth) for v in item) for item in value.items))
     if isinstance(value, CallKeywords):
-        return CallKeywords(_limit_arguments(value.arguments, depth), value.taken)
+        return CallKeywords(_limit_arguments(value.arguments, depth), value.taken, value.owner)
     if isinstance(value, Method):
         return Method(limit_value(value.receiver, depth), value.name)
     if isinstance(value, Super):

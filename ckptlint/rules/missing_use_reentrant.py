@@ -360,16 +360,36 @@ def _follow(
             bound = context.argument(parameter)
             if bound is None or owner not in wrappers:
                 return Decision("given", level, keyword)  # decided where the wrapper is made
-            argument, level, keyword = bound, wrappers.index(owner), parameter.arg
+            argument, keyword = bound, parameter.arg
+            # Handed on unchanged, it is what the call that wrote it passed (see ``_written_at``).
+            level = _written_at(argument, wrappers, wrappers.index(owner))
         else:
             return Decision("given", level, keyword)
         if argument.expression is None:
             return Decision("given", level, keyword)
         if argument.default:
+            if argument.parameter is not None and argument.function in wrappers:
+                keyword = argument.parameter.arg  # the parameter the call at ``level`` left out
             if isinstance(argument.expression, ast.Constant) and argument.expression.value is None:
                 return Decision("omitted", level, keyword)
             return Decision("given", level, keyword)
         expression, context = argument.expression, argument.context
+
+
+def _written_at(argument: Argument, wrappers: Sequence[ast.AST], owner: int) -> int:
+    """The level of the call that wrote what a wrapper's parameter holds: a default belongs
+    to the call into its function that left it out; an expression to the call written in
+    the wrapper whose body holds it (``i + 1`` for ``wrappers[i]``), or to the site (0).
+    ``owner``: the level of the call into the parameter's own function, where nothing
+    tells more."""
+    if argument.default:
+        return wrappers.index(argument.function) if argument.function in wrappers else owner
+    scope = argument.context.scope if argument.context is not None else None
+    while scope is not None:
+        if scope.node in wrappers:
+            return wrappers.index(scope.node) + 1
+        scope = scope.parent
+    return 0 if argument.context is not None else owner
 
 
 def _assigned_once(bindings: list[Binding]) -> tuple[ast.expr, Binding] | None:
