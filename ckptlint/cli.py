@@ -17,25 +17,17 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ckptlint import __version__, report
-from ckptlint.config import (
-    ConfigError,
-    ProjectRoot,
-    RootFinder,
-    RuleSelection,
-    Settings,
-    load_settings,
-    parse_code_list,
-    parse_override,
-)
-from ckptlint.core import Finding
-from ckptlint.discovery import SourceFile, discover
-from ckptlint.engine import Engine, FileResult
-from ckptlint.project import cache
-from ckptlint.report import Problem
-from ckptlint.rules import RULES_BY_CODE
-from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, FileTooLarge, read_bytes
+from ckptlint import __version__
+
+if TYPE_CHECKING:  # the analysis is imported only by the commands that lint (issue 36)
+    from ckptlint.config import ProjectRoot, Settings
+    from ckptlint.core import Finding
+    from ckptlint.discovery import SourceFile
+    from ckptlint.engine import Engine, FileResult
+    from ckptlint.project import cache
+    from ckptlint.report import Problem
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = "-"
@@ -203,13 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="BYTES",
         help="read files of up to BYTES bytes (default and the most a configuration may set: "
-        f"{DEFAULT_MAX_FILE_SIZE}); a larger file is CKP901",
+        "10485760, 10 MiB); a larger file is CKP901",
     )
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     parser.add_argument(
         "--cache-dir",
         metavar="DIR",
-        help=f"where the cache lives (default: {cache.FOLDER} at the project root)",
+        help="where the cache lives (default: .ckptlint_cache at the project root)",
     )
     parser.add_argument("--version", action="version", version=f"ckptlint {__version__}")
     return parser
@@ -239,15 +231,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         arguments = build_parser().parse_args(argv)
         return run(arguments)
-    except (UsageError, ConfigError) as error:
+    except UsageError as error:
         print(f"ckptlint: error: {error}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return EXIT_ERROR
-    except Exception as error:  # a bug of ours: say so in one line, never a traceback
-        print(f"ckptlint: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+    except Exception as error:
+        from ckptlint.config import ConfigError  # loaded already by the run that raised it
+
+        if isinstance(error, ConfigError):
+            print(f"ckptlint: error: {error}", file=sys.stderr)
+        else:  # a bug of ours: say so in one line, never a traceback
+            print(f"ckptlint: internal error: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -263,7 +260,11 @@ class FileOutcome:
 
 
 def run(arguments: argparse.Namespace) -> int:
+    from ckptlint import report
+
     if arguments.explain:
+        from ckptlint.rules import RULES_BY_CODE
+
         code = arguments.explain.strip().upper()
         if code not in RULES_BY_CODE:
             known = ", ".join(RULES_BY_CODE)
@@ -319,6 +320,8 @@ def run(arguments: argparse.Namespace) -> int:
 def _finish(
     outcomes: list[FileOutcome], arguments: argparse.Namespace, mode: str, from_stdin: bool
 ) -> int:
+    from ckptlint import report
+
     problems = [problem for outcome in outcomes for problem in outcome.problems]
     for problem in problems:
         report.write(sys.stderr, report.problem_line(problem))
@@ -360,7 +363,9 @@ def _finish(
 
 
 def _cannot_write_report(path: str, reason: str) -> str:
-    return f"cannot write the report to {report.display_path(path)}: {reason}"
+    from ckptlint.report import display_path
+
+    return f"cannot write the report to {display_path(path)}: {reason}"
 
 
 # -- projects --------------------------------------------------------------------------------
@@ -379,6 +384,8 @@ class _Project:
 
     def warn(self) -> None:
         """Print the notes gathered so far, each once."""
+        from ckptlint import report
+
         for note in dict.fromkeys(self.notes):
             report.write(sys.stderr, f"ckptlint: warning: {note}\n")
         self.notes.clear()
@@ -386,6 +393,9 @@ class _Project:
     def engine(self, arguments: argparse.Namespace, named: Sequence[str]) -> Engine:
         """An engine that knows every file of the project and the files named (the walk of
         the root is not done twice when the root is what was named)."""
+        from ckptlint.discovery import discover
+        from ckptlint.engine import Engine
+
         root = os.path.abspath(self.root.folder)
         if any(os.path.abspath(p) == root for p in self.paths):
             known: list[str] = []
@@ -397,6 +407,8 @@ class _Project:
     def store(self, arguments: argparse.Namespace) -> cache.Store | None:
         """The project's cache; None with ``--no-cache``, or (with a note saying why) when
         it cannot be used."""
+        from ckptlint.project import cache
+
         if arguments.no_cache:
             return None
         opened = cache.Store.open(self.cache_folder(arguments), self.analysis_key, self.notes)
@@ -406,16 +418,23 @@ class _Project:
         return None
 
     def cache_folder(self, arguments: argparse.Namespace) -> Path:
+        from ckptlint.project import cache
+
         if arguments.cache_dir:
             return Path(arguments.cache_dir).absolute()
         return self.root.folder / cache.FOLDER
 
     @property
     def analysis_key(self) -> str:
+        from ckptlint.project import cache
+
         return cache.analysis_key([str(self.root.folder), self.settings.analysis_identity])
 
     def describe(self, arguments: argparse.Namespace) -> str:
         """``--show-settings``: what the paths are linted with, one setting a line."""
+        from ckptlint.project import cache
+        from ckptlint.rules import RULES_BY_CODE
+
         settings = self.settings
         if arguments.no_cache:
             cache_state = "off (--no-cache)"
@@ -468,6 +487,8 @@ def _codes(codes: tuple[str, ...] | None) -> str:
 def _files_of(projects: list[_Project]) -> dict[int, list[SourceFile]]:
     """Each project's files to lint; a file also reached from an earlier project (a
     project nested in another named one) is linted there only."""
+    from ckptlint.discovery import discover
+
     if len(projects) == 1:
         (project,) = projects
         return {id(project): discover(project.paths, project.settings, project.notes)}
@@ -488,6 +509,8 @@ def _files_of(projects: list[_Project]) -> dict[int, list[SourceFile]]:
 def _read_config_arguments(arguments: argparse.Namespace) -> None:
     """Each ``--config``: a file that exists, else one TOML ``KEY = VALUE`` pair, as in
     ruff (``arguments.config_file``, ``arguments.config_overrides``)."""
+    from ckptlint.config import parse_override
+
     files: list[Path] = []
     overrides: list[tuple[str, dict[str, object]]] = []
     for text in arguments.config:
@@ -515,6 +538,8 @@ def _by_root(
 ) -> list[tuple[ProjectRoot, list[str]]]:
     """The named paths grouped by project (each its own root, settings and cache), in the
     order first named."""
+    from ckptlint.config import RootFinder
+
     finder = RootFinder(isolated=arguments.isolated)
     found = [finder.root(Path(path)) for path in paths]
     roots = list(dict.fromkeys(found))
@@ -537,6 +562,8 @@ def _by_root(
 
 
 def _settings(arguments: argparse.Namespace, root: ProjectRoot) -> Settings:
+    from ckptlint.config import RuleSelection, load_settings, parse_code_list
+
     settings = load_settings(
         root, config=arguments.config_file, overrides=arguments.config_overrides
     )
@@ -556,6 +583,9 @@ def _settings(arguments: argparse.Namespace, root: ProjectRoot) -> Settings:
 def _clean(arguments: argparse.Namespace, paths: list[str]) -> int:
     """``ckptlint clean [PATH ...]``: delete the cache of each path's project (what ckptlint
     wrote there: anything else is left alone, and named)."""
+    from ckptlint import report
+    from ckptlint.project import cache
+
     for root, _ in _by_root(arguments, paths):
         folder = (
             Path(arguments.cache_dir).absolute()
@@ -582,6 +612,8 @@ def _render(
     fixed: int,
     arguments: argparse.Namespace,
 ) -> str:
+    from ckptlint import report
+
     unsafe_fixes = arguments.unsafe_fixes
     if arguments.output_format == "json":
         if arguments.statistics:
@@ -606,6 +638,8 @@ def _lint_project(
 ) -> list[FileOutcome]:
     """Lint a project's named files in one run, then fix the files that have applicable
     fixes, each from its exact bytes."""
+    from ckptlint.engine import FileResult
+
     outcomes = {f.path: FileOutcome(_inaccessible(f, project.settings)) for f in files if f.error}
     accessible = [f.path for f in files if f.error is None]
     engine = project.engine(arguments, accessible)
@@ -633,12 +667,17 @@ def _inaccessible(file: SourceFile, settings: Settings) -> FileResult:
 
 def _whole_file(path: str, code: str, message: str, settings: Settings) -> FileResult:
     """A finding about a whole file the engine never sees, at its first line."""
+    from ckptlint.core import Finding
+    from ckptlint.engine import FileResult
+
     if not settings.is_selected(code) or settings.is_ignored_in(code, path):
         return FileResult(path, [])
     return FileResult(path, [Finding(1, 1, code, message, end_line=1, end_column=1)])
 
 
 def _outcome(result: FileResult) -> FileOutcome:
+    from ckptlint.report import Problem
+
     if result.internal_error is None:
         return FileOutcome(result)
     return FileOutcome(
@@ -649,6 +688,9 @@ def _outcome(result: FileResult) -> FileOutcome:
 def _lint_stdin(project: _Project, arguments: argparse.Namespace, mode: str) -> FileOutcome:
     """Standard input, linted (and fixed, without writing any file) as the file it names;
     read up to ``max-file-size`` bytes, as a file is."""
+    from ckptlint.engine import FileResult
+    from ckptlint.source import FileTooLarge
+
     limit = project.settings.max_file_size
     data = sys.stdin.buffer.read(limit + 1)
     path = arguments.stdin_filename or STDIN
@@ -677,6 +719,9 @@ class _Fixer:
     roots: tuple[str, ...]  # the paths given: fixes are written only to files inside them
 
     def fix_file(self, result: FileResult) -> FileOutcome:
+        from ckptlint.report import Problem
+        from ckptlint.source import CannotRead, read_bytes
+
         try:
             data = read_bytes(result.path, self.engine.settings.max_file_size)
         except CannotRead as error:
@@ -697,7 +742,9 @@ class _Fixer:
     def fix(self, data: bytes, path: str, *, write: bool) -> FileOutcome:
         """Fix ``data`` (the file's bytes as read): write the result to ``path``, or (not
         writing, standard input) hand the fixed bytes back for stdout."""
+        from ckptlint.engine import FileResult
         from ckptlint.fixes import FixFailed, fix_source, unified_diff, write_if_unchanged
+        from ckptlint.report import Problem
 
         keep = not write and self.mode == "fix"  # only standard input's text goes back
         try:

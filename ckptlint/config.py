@@ -32,7 +32,6 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ckptlint.patterns import Patterns, compiled
-from ckptlint.rules import RULES_BY_CODE
 from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, read_bytes
 
 if sys.version_info >= (3, 11):
@@ -601,6 +600,8 @@ def parse_code_list(text: Iterable[str], where: str) -> tuple[str, ...]:
 
 def checked_codes(codes: Iterable[str], where: str) -> tuple[str, ...]:
     """The codes, each the prefix of at least one rule's code; else a ConfigError naming it."""
+    from ckptlint.rules import RULES_BY_CODE  # the analysis: not loaded by ``ckptlint clean``
+
     result = []
     for code in codes:
         if not code:

@@ -28,8 +28,6 @@ from typing import TextIO
 
 from ckptlint import __version__
 from ckptlint.core import Finding
-from ckptlint.rules import ALL_RULES, RULES_BY_CODE
-from ckptlint.rules.base import shown
 
 Report = list[tuple[str, Finding]]
 
@@ -221,6 +219,8 @@ def artifact_uri(path: str) -> str:
 
 def as_sarif(report: Report, problems: Sequence[Problem] = ()) -> str:
     """A SARIF 2.1.0 log with one run, as GitHub code scanning accepts it."""
+    from ckptlint.rules import ALL_RULES, RULES_BY_CODE
+
     rules = [
         {
             "id": rule.code,
@@ -291,6 +291,8 @@ def statistics(report: Report, output_format: str, *, unsafe_fixes: bool) -> str
     """How many findings of each code, most frequent first, as ``ruff --statistics``
     prints them: ``[*]`` where ``--fix`` fixes some with these settings, the column left
     out when it fixes none."""
+    from ckptlint.rules import RULES_BY_CODE
+
     counts = Counter(f.code for _, f in report)
     applicable = Counter(f.code for _, f in report if f.fix_applies(unsafe_fixes))
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
@@ -318,6 +320,8 @@ def statistics(report: Report, output_format: str, *, unsafe_fixes: bool) -> str
 
 def rule_list(output_format: str) -> str:
     """Every rule: code, name and summary (``--show-rules``)."""
+    from ckptlint.rules import ALL_RULES
+
     if output_format == "json":
         entries = [
             {"code": rule.code, "name": rule.name, "summary": rule.summary} for rule in ALL_RULES
@@ -331,6 +335,9 @@ def rule_list(output_format: str) -> str:
 
 def explain(code: str) -> str:
     """The rule's explanation with its first bad and first fixed example."""
+    from ckptlint.rules import RULES_BY_CODE
+    from ckptlint.rules.base import shown
+
     rule = RULES_BY_CODE[code]
     doc = inspect.cleandoc(rule.__doc__ or "")
     guard = f"{textwrap.fill(rule.GUARD, 88)}\n\n" if rule.GUARD else ""

@@ -235,3 +235,35 @@ def test_the_cli_runs_as_a_module(tree: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 1 and result.stdout.startswith("a.py:3:5: CKP001 ")
+
+
+def test_version_help_and_clean_never_import_the_analysis(tree: Path) -> None:
+    """Issue 36: a run imports only what it needs. One interpreter runs the three commands
+    and lists the ckptlint modules they loaded."""
+    script = (
+        "import contextlib, io, sys\n"
+        "from ckptlint.cli import main\n"
+        "for arguments in (['--version'], ['--help']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        main(arguments)\n"
+        "assert main(['clean', '.']) == 0\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('ckptlint'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tree, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    assert "ckptlint.config" in loaded  # clean finds the project
+    analysis = {"ckptlint.engine", "ckptlint.analysis", "ckptlint.rules", "ckptlint.discovery"}
+    assert loaded & analysis == set()
+
+
+def test_the_help_states_the_defaults_it_cannot_import() -> None:
+    """The parser names two defaults as text (importing them would load the analysis)."""
+    from ckptlint.cli import build_parser
+    from ckptlint.project.cache import FOLDER
+    from ckptlint.source import DEFAULT_MAX_FILE_SIZE
+
+    text = " ".join(build_parser().format_help().split())
+    assert f"{DEFAULT_MAX_FILE_SIZE}, 10 MiB" in text and f"default: {FOLDER} at" in text
