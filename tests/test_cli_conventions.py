@@ -133,19 +133,20 @@ def test_output_format_is_ruffs_name_and_format_the_same_option(tree: Path) -> N
     ("arguments", "message"),
     [
         (
-            ["--format", "junit", "."],
-            "argument --output-format/--format: invalid choice: 'junit' "
-            "(choose from text, json, github, sarif)",
+            ["--format", "emacs", "."],
+            "argument --output-format/--format: invalid choice: 'emacs' "
+            "(choose from concise, full, json, github, gitlab, junit, sarif)",
         ),
         (
             ["--output-format", "sarf", "."],
             "argument --output-format/--format: invalid choice: 'sarf' "
-            "(choose from text, json, github, sarif; did you mean sarif?)",
+            "(choose from concise, full, json, github, gitlab, junit, sarif; did you mean sarif?)",
         ),
         (
-            ["--output-format", "concise", "."],
-            "argument --output-format/--format: invalid choice: 'concise' "
-            "(choose from text, json, github, sarif; did you mean text?)",
+            ["--output-format", "gitlb", "."],
+            "argument --output-format/--format: invalid choice: 'gitlb' "
+            "(choose from concise, full, json, github, gitlab, junit, sarif; did you mean "
+            "gitlab?)",
         ),
         (
             ["--output-formt", "json", "."],
@@ -153,7 +154,7 @@ def test_output_format_is_ruffs_name_and_format_the_same_option(tree: Path) -> N
         ),
         (["--output-format"], "argument --output-format/--format: expected one argument"),
     ],
-    ids=["invalid", "close", "ruff's name", "misspelt option", "no value"],
+    ids=["invalid", "close", "close to another", "misspelt option", "no value"],
 )
 def test_a_usage_error_says_what_was_meant(tree: Path, arguments: list[str], message: str) -> None:
     (tree / "a.py").write_text(MISSING)
