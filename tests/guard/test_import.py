@@ -9,6 +9,9 @@ SCRIPT = """
 import sys
 sys.modules["torch"] = None  # makes any `import torch` fail, as if it were not installed
 import ckptguard
+from ckptguard import PlanInfeasibleError
+assert issubclass(PlanInfeasibleError, ValueError)
+assert ckptguard.PlanInfeasibleError is PlanInfeasibleError
 assert not ckptguard.is_enabled()
 ckptguard.disable()
 try:
