@@ -279,10 +279,9 @@ def entry() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        arguments = build_parser().parse_intermixed_args(argv)  # paths among the options
-        return run(arguments)
+        return run(parse_arguments(sys.argv[1:] if argv is None else list(argv)))
     except UsageError as error:
-        print(f"ckptlint: error: {error}", file=sys.stderr)
+        _error(f"ckptlint: error: {error}")
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
@@ -292,10 +291,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ckptlint.config import ConfigError  # loaded already by the run that raised it
 
         if isinstance(error, ConfigError):
-            print(f"ckptlint: error: {error}", file=sys.stderr)
+            _error(f"ckptlint: error: {error}")
         else:  # a bug of ours: say so in one line, never a traceback
-            print(f"ckptlint: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+            _error(f"ckptlint: internal error: {type(error).__name__}: {error}")
         return EXIT_ERROR
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """The options, with the paths among them as ruff takes them (``check -n examples/``);
+    every word after ``--`` is a path (argparse's intermixed parsing forgets that)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    arguments = build_parser().parse_intermixed_args(argv[:end])
+    arguments.paths += argv[end + 1 :]
+    return arguments
+
+
+def _error(line: str) -> None:
+    """One line on standard error, whatever bytes a file name in it holds."""
+    from ckptlint.report import write
+
+    write(sys.stderr, line + "\n")
 
 
 @dataclass(frozen=True)

@@ -199,3 +199,13 @@ def test_the_server_takes_no_paths(tree: Path) -> None:
         2,
         "ckptlint: error: server takes no paths: it lints the files the editor opens\n",
     )
+
+
+def test_paths_among_the_options_and_after_a_double_dash(tree: Path) -> None:
+    """Options and paths mix as in ruff; after ``--`` every word is a path, even ``-.py``
+    (found by tests/test_fuzz.py)."""
+    (tree / "-.py").write_text(MISSING)
+    mixed = run_cli("a.py", "--select", "CKP001", "-q", "--", "-.py", cwd=tree)
+    assert [line.split(":")[0] for line in mixed.stdout.splitlines()] == ["a.py", "-.py"]
+    odd = run_cli("--no-such", "caf\udcff.py", cwd=tree)  # a usage error naming odd bytes
+    assert odd.returncode == 2 and odd.stderr.startswith("ckptlint: error: ")
