@@ -34,6 +34,7 @@ from ckptlint import __version__
 from ckptlint.add_noqa import WHOLE_FILE_CODES, add_noqa
 from ckptlint.cli import Project, by_root, project_settings
 from ckptlint.core import AddKeyword, BindNames, Finding, Fix, ReplaceText
+from ckptlint.memos import clear_memos
 from ckptlint.noqa import NOQA
 from ckptlint.source import split_lines
 
@@ -149,7 +150,11 @@ class CheckpointServer(LanguageServer):
             return found
         overrides = {path: _encoded(documents[path].source) for path in named}
         engine = project.engine(self.arguments, named)
-        for result in engine.lint(named, overrides):
+        try:
+            results = engine.lint(named, overrides)
+        finally:
+            clear_memos()  # a long-lived process: the next run parses afresh
+        for result in results:
             if result.internal_error is not None:
                 self.log(
                     types.MessageType.Error,
@@ -169,7 +174,10 @@ class CheckpointServer(LanguageServer):
         if project.settings.is_excluded(path):
             return []
         engine = project.engine(self.arguments, [path])
-        (result,) = engine.lint([path], {path: _encoded(text)}, fixes=True)
+        try:
+            (result,) = engine.lint([path], {path: _encoded(text)}, fixes=True)
+        finally:
+            clear_memos()
         return result.findings
 
     def publish(self, uri: str, version: int | None, diagnostics: list[types.Diagnostic]) -> None:

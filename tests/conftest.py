@@ -18,6 +18,7 @@ from ckptlint.cli import main
 from ckptlint.config import Settings
 from ckptlint.core import Finding
 from ckptlint.engine import Engine
+from ckptlint.memos import clear_memos
 
 
 def lint(source: str, **settings: object) -> list[Finding]:
@@ -99,6 +100,20 @@ def _user_cache_key(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The cache key of the tests' user lives in a folder of the test session (the cache
     authenticates its entries with it): no test reads or writes the real one."""
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _nothing_analysed_outlives_its_test() -> Iterator[None]:
+    """Drop what the analysis keeps for the life of a process (the memos, the flake8
+    plugin's engines): kept from test to test, every project linted stayed in memory, 8
+    million objects that pytest's five final garbage collections (its unraisable-exception
+    check) walked for half a minute after the summary, and every collection in between."""
+    yield
+    clear_memos()
+    plugin = sys.modules.get("ckptlint.flake8_plugin")
+    if plugin is not None:
+        plugin.CheckpointChecker._engines = {}
+        plugin.CheckpointChecker._roots = {}
 
 
 @pytest.fixture
