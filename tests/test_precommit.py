@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 NO_REGISTRY = ("NewConnectionError", "Temporary failure in name resolution", "No route to host")
 MISSING = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(block, x)\n"
+FIX_HOOK = "ckptlint (apply fixes, including unsafe ones)"  # its name in .pre-commit-hooks.yaml
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +22,10 @@ def pre_commit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("pre-commit-home")
 
 
-def try_repo(hook: str, repository: Path, home: Path) -> subprocess.CompletedProcess[str]:
+def try_repo(repository: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """Every hook of this repository on ``model.py``, as ``pre-commit try-repo`` runs them."""
     result = subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), hook, "--files", "model.py"],
+        [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "--files", "model.py"],
         cwd=repository,
         capture_output=True,
         text=True,
@@ -42,21 +46,30 @@ def repository(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_ckptlint_hook_reports(repository: Path, pre_commit_home: Path) -> None:
-    result = try_repo("ckptlint", repository, pre_commit_home)
-    assert result.returncode == 1, result.stdout + result.stderr
+def hook_results(output: str) -> dict[str, str]:
+    """Each hook's verdict in pre-commit's output (``ckptlint....Failed``)."""
+    verdicts = {}
+    for line in output.splitlines():
+        name, dots, verdict = line.partition("...")
+        if dots and verdict.strip(". ") in ("Passed", "Failed"):
+            verdicts[name.strip()] = verdict.strip(". ")
+    return verdicts
+
+
+def test_the_hooks_report_then_fix(repository: Path, pre_commit_home: Path) -> None:
+    """One run of both hooks (they share one environment): ``ckptlint`` reports the
+    finding and changes nothing, then ``ckptlint-fix`` adds the keyword; a second run passes."""
+    result = try_repo(repository, pre_commit_home)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert hook_results(result.stdout) == {"ckptlint": "Failed", FIX_HOOK: "Failed"}
     assert "model.py:3:5: CKP001" in result.stdout
-    assert (repository / "model.py").read_text() == MISSING
-
-
-def test_ckptlint_fix_hook_fixes(repository: Path, pre_commit_home: Path) -> None:
-    result = try_repo("ckptlint-fix", repository, pre_commit_home)
-    assert result.returncode == 1  # pre-commit fails a hook that modified files
-    assert "files were modified by this hook" in result.stdout
+    assert "files were modified by this hook" in result.stdout  # pre-commit fails that hook
     fixed = (repository / "model.py").read_text()
     assert fixed == MISSING.replace("(block, x)", "(block, x, use_reentrant=False)")
-    again = try_repo("ckptlint-fix", repository, pre_commit_home)
+    again = try_repo(repository, pre_commit_home)
     assert again.returncode == 0, again.stdout
+    assert hook_results(again.stdout) == {"ckptlint": "Passed", FIX_HOOK: "Passed"}
 
 
 def test_hook_installs_without_torch() -> None:
@@ -131,13 +144,7 @@ def test_every_chunking_reports_the_cross_file_finding(
         (tmp_path / "pkg" / f"filler_{index:02}.py").write_text(f"VALUE = {index}\n")
     subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
     expected = "pkg/model.py:6:13: CKP202"
-    cli = subprocess.run(
-        [sys.executable, "-m", "ckptlint", "--no-cache", "."],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    cli = run_cli("--no-cache", ".", cwd=tmp_path)
     assert expected in cli.stdout, cli.stdout + cli.stderr
     for concurrency in ("1", None):  # one chunk; a chunk a CPU
         env = {**os.environ, "PRE_COMMIT_HOME": str(pre_commit_home), "PRE_COMMIT_COLOR": "never"}
