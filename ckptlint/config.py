@@ -32,6 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ckptlint.memos import process_cache
 from ckptlint.patterns import Patterns, compiled
 from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, read_bytes
 
@@ -202,6 +203,7 @@ def _read_toml(path: Path) -> dict:
     return _parsed_toml(data, str(path))
 
 
+@process_cache
 @lru_cache(maxsize=4)
 def _parsed_toml(data: bytes, where: str) -> dict:
     try:

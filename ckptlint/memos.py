@@ -9,19 +9,28 @@ project ever linted would stay in memory.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-_MEMOS: list[dict[Any, Any]] = []
+_CLEARS: list[Callable[[], None]] = []
+Cached = TypeVar("Cached", bound=Callable[..., Any])
 
 
 def process_memo() -> dict[Any, Any]:
     """A new memo, emptied by ``clear_memos``."""
     memo: dict[Any, Any] = {}
-    _MEMOS.append(memo)
+    _CLEARS.append(memo.clear)
     return memo
 
 
+def process_cache(function: Cached) -> Cached:
+    """A ``functools.lru_cache`` function, its cache emptied by ``clear_memos`` (bounded, but
+    by entries that can each hold a file's text or 10,000 compiled patterns)."""
+    _CLEARS.append(function.cache_clear)  # type: ignore[attr-defined]
+    return function
+
+
 def clear_memos() -> None:
-    """Empty every memo: what they hold is computed again when asked for."""
-    for memo in _MEMOS:
-        memo.clear()
+    """Empty every memo and cache: what they hold is computed again when asked for."""
+    for clear in _CLEARS:
+        clear()

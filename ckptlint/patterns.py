@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ckptlint.memos import process_cache
+
 # A piece of a name between two stars: a literal string, or a regular expression that
 # matches a fixed number of characters (``?`` or a class in it), with that number.
 _Piece = str | tuple["re.Pattern[str]", int]
@@ -223,6 +225,7 @@ def _compile_path(text: str) -> tuple[_Glob | None, ...]:
 _LITERAL_RUN = re.compile(r"[^*?\[\\]+")
 
 
+@process_cache
 @lru_cache(maxsize=4096)
 def _compile_glob(text: str) -> _Glob:
     """One component's pattern (no ``/`` in it) to pieces between stars."""
@@ -274,6 +277,7 @@ def _piece(items: list[tuple[str, bool]]) -> _Piece:
     return (_expression(expression), length)
 
 
+@process_cache
 @lru_cache(maxsize=4096)
 def _expression(expression: str) -> re.Pattern[str]:
     """A piece's regular expression, compiled once however many patterns hold it (``?``
@@ -390,6 +394,7 @@ class Patterns:
         return bool(self.verdict(path, is_folder=is_folder))
 
 
+@process_cache
 @lru_cache(maxsize=256)
 def compiled(lines: tuple[str, ...]) -> Patterns:
     """``Patterns(lines)``, compiled once a run for each distinct list of lines."""

@@ -19,6 +19,7 @@ from functools import lru_cache
 from itertools import accumulate, islice
 
 from ckptlint.lazy_tree import parse_lazily, statement_too_deep
+from ckptlint.memos import process_cache
 
 
 class UnreadableSource(Exception):
@@ -360,6 +361,7 @@ _FEW_WORDS = 8
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 
 
+@process_cache
 @lru_cache(maxsize=4096)
 def identifiers(text: str) -> frozenset[str]:
     """Every identifier-like word of ``text`` (strings and comments included)."""

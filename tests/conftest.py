@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from ckptlint.cli import main
+# Before torch starts (tests/guard imports it, and the subprocesses inherit this): the
+# tests' models are tiny, and on a machine shared with other jobs a second intra-op thread
+# mostly spins waiting for a core (tests/guard/test_example.py beside two busy processes:
+# 26 -> 12 s of CPU). A test that needs threads sets them (test_alarms' two_threads).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from ckptlint.cli import main  # noqa: E402
 from ckptlint.config import Settings
 from ckptlint.core import Finding
 from ckptlint.engine import Engine
