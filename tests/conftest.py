@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import signal
@@ -106,6 +107,32 @@ def _user_cache_key(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The cache key of the tests' user lives in a folder of the test session (the cache
     authenticates its entries with it): no test reads or writes the real one."""
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+
+
+GUARD_TESTS = Path(__file__).resolve().parent / "guard"
+
+
+def _torch_installed() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``python -m pytest -m "not torch"`` is the linter's own run: it needs no torch and
+    does not even collect the guard's tests (their modules import torch); nor does a run
+    where torch is not installed."""
+    if collection_path == GUARD_TESTS:
+        if "not torch" in (config.getoption("markexpr") or "") or not _torch_installed():
+            return True
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if GUARD_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.torch)
 
 
 @pytest.fixture(autouse=True)

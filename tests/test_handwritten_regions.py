@@ -173,6 +173,7 @@ print(torch.equal(plain, grads(CheckpointFunction)), torch.equal(plain, grads(No
 """
 
 
+@pytest.mark.torch
 def test_what_the_rules_say_is_what_torch_does(tmp_path: Path) -> None:
     """Gradients through the Function that restores RNG equal the unchecked ones, those
     through the one that does not differ (its recompute draws another dropout mask)."""

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +212,22 @@ def test_paths_among_the_options_and_after_a_double_dash(tree: Path) -> None:
     assert [line.split(":")[0] for line in mixed.stdout.splitlines()] == ["a.py", "-.py"]
     odd = run_cli("--no-such", "caf\udcff.py", cwd=tree)  # a usage error naming odd bytes
     assert odd.returncode == 2 and odd.stderr.startswith("ckptlint: error: ")
+
+
+def test_the_linter_run_needs_no_torch(tmp_path: Path) -> None:
+    """``python -m pytest -m "not slow and not torch"`` (CONTRIBUTING.md) collects without
+    torch: a torch that cannot be imported stands in for one not installed."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text('raise ImportError("no torch")\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "not slow and not torch", "--collect-only", "-q"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    collected = result.stdout.splitlines()
+    assert not any(line.startswith("tests/guard/") for line in collected)
+    assert any(line.startswith("tests/test_cli.py::") for line in collected)

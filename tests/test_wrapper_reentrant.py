@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import lint_tree, messages_of, run_cli
 
 MEMORY = """
@@ -111,6 +113,7 @@ def test_messages_name_the_keyword_the_wrapper_takes(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.torch
 def test_fixes_add_only_keywords_the_callee_takes_and_the_code_runs(tmp_path: Path) -> None:
     lint_tree(tmp_path, FILES)
     (tmp_path / "pyproject.toml").write_text(
