@@ -33,6 +33,7 @@ from pygls.workspace import TextDocument
 from ckptlint import __version__
 from ckptlint.add_noqa import WHOLE_FILE_CODES, add_noqa
 from ckptlint.cli import Project, by_root, project_settings
+from ckptlint.config import ConfigError
 from ckptlint.core import AddKeyword, BindNames, Finding, Fix, ReplaceText
 from ckptlint.memos import clear_memos
 from ckptlint.noqa import NOQA
@@ -134,10 +135,23 @@ class CheckpointServer(LanguageServer):
                 self.publish(uri, result.version, self.diagnostics(result))
 
     def _projects(self, paths: list[str]) -> list[Project]:
-        return [
-            Project(root, project_settings(self.arguments, root), group)
-            for root, group in by_root(self.arguments, paths)
-        ]
+        """The projects of ``paths``; one whose configuration is wrong is left out, and the
+        error shown to the user, as the command line prints it."""
+        projects = []
+        try:
+            for root, group in by_root(self.arguments, paths):
+                try:
+                    projects.append(Project(root, project_settings(self.arguments, root), group))
+                except ConfigError as error:
+                    self.show_error(error)
+        except ConfigError as error:  # a pyproject.toml that is no TOML, met finding a root
+            self.show_error(error)
+        return projects
+
+    def show_error(self, error: Exception) -> None:
+        self.window_show_message(
+            types.ShowMessageParams(type=types.MessageType.Error, message=f"ckptlint: {error}")
+        )
 
     def _lint_project(
         self, project: Project, documents: dict[str, TextDocument]
@@ -152,6 +166,9 @@ class CheckpointServer(LanguageServer):
         engine = project.engine(self.arguments, named)
         try:
             results = engine.lint(named, overrides)
+        except Exception as error:  # a bug of ours: named in the log, the session goes on
+            self.log(types.MessageType.Error, f"internal error: {type(error).__name__}: {error}")
+            return found
         finally:
             clear_memos()  # a long-lived process: the next run parses afresh
         for result in results:
@@ -170,9 +187,10 @@ class CheckpointServer(LanguageServer):
         path = _path_of(document.uri)
         if path is None:
             return []
-        (project,) = self._projects([path])
-        if project.settings.is_excluded(path):
+        projects = self._projects([path])
+        if not projects or projects[0].settings.is_excluded(path):
             return []
+        (project,) = projects
         engine = project.engine(self.arguments, [path])
         try:
             (result,) = engine.lint([path], {path: _encoded(text)}, fixes=True)

@@ -327,3 +327,26 @@ async def test_excluded_and_unrelated_files_get_no_diagnostics(
     assert await published_for(client, uri, before) == []
     close_file(client, uri)
     close_file(client, model)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_wrong_configuration_is_shown_to_the_user(
+    client: LanguageClient, tmp_path: Path
+) -> None:
+    package = write_package(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.ckptlint]\nignore = "CKP001"\n')
+    shown = len(client.messages)
+    model = open_file(client, package / "model.py")
+
+    async def message() -> types.ShowMessageParams:
+        while len(client.messages) == shown:
+            await asyncio.sleep(0.02)
+        return client.messages[shown]
+
+    said = await asyncio.wait_for(message(), TIMEOUT)
+    assert said.type == types.MessageType.Error
+    assert said.message == (
+        f"ckptlint: {tmp_path / 'pyproject.toml'}: [tool.ckptlint] ignore: expected a list of "
+        "strings, got 'CKP001' (a list of one: ['CKP001'])"
+    )
+    close_file(client, model)
