@@ -41,13 +41,19 @@ def codes(source: str, **settings: object) -> list[str]:
     return [finding.code for finding in lint(source, **settings)]
 
 
+# How long a test waits for a program it starts before calling it hung: not a timing (the
+# figures are in benchmarks/), and long, because at load 13 to 18 on 2 cores a torch start
+# took 116 s against the 120 s this used to be.
+SUBPROCESS_TIMEOUT = 900
+
+
 def run_ckptlint(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ckptlint", *arguments],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SUBPROCESS_TIMEOUT,
     )
 
 

@@ -21,7 +21,7 @@ import ckptlint.engine
 import ckptlint.project.files
 import ckptlint.project.index
 from ckptlint.project import cache
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 BLOCK = """
 import torch.nn as nn
@@ -463,5 +463,7 @@ def test_workers_forked_under_the_lock_never_hold_it(tree: Path) -> None:
         write(tree, f"m{index}.py", MISSING_KEYWORD)
     command = [sys.executable, "-m", "ckptlint", "--jobs", "2", "--quiet", "."]
     for _ in range(2):  # cold, then warm
-        result = subprocess.run(command, cwd=tree, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            command, cwd=tree, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT
+        )
         assert result.returncode == 1 and result.stdout.count("CKP001") == 8, result.stderr

@@ -13,7 +13,7 @@ import pytest
 import ckptlint.engine
 from ckptlint.config import Settings
 from ckptlint.engine import Engine, worker_count
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 MISSING = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(f, x)\n"
 TINY = (
@@ -233,7 +233,7 @@ def test_the_cli_runs_as_a_module(tree: Path) -> None:
         cwd=tree,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SUBPROCESS_TIMEOUT,
     )
     assert result.returncode == 1 and result.stdout.startswith("a.py:3:5: CKP001 ")
 
@@ -251,7 +251,11 @@ def test_version_help_and_clean_never_import_the_analysis(tree: Path) -> None:
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('ckptlint'))))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=tree, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr
     loaded = set(result.stdout.split())

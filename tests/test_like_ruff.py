@@ -20,7 +20,7 @@ import pytest
 
 from ckptlint import report
 from ckptlint.core import Applicability, Finding
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 # The same kinds of finding in each tool: its code, and a line of a file that makes one.
 RUFF = {
@@ -68,7 +68,12 @@ def ruff(*arguments: str, cwd: Path, stdin: bytes = b"") -> subprocess.Completed
     if not any(a.startswith("--output-format") for a in arguments):
         command += ["--output-format", "concise"]  # ckptlint's text format
     return subprocess.run(
-        command, cwd=cwd, input=stdin.decode(), capture_output=True, text=True, timeout=60
+        command,
+        cwd=cwd,
+        input=stdin.decode(),
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
     )
 
 

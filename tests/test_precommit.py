@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_REGISTRY = ("NewConnectionError", "Temporary failure in name resolution", "No route to host")
@@ -74,7 +74,7 @@ class Hooks:
             cwd=where,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=SUBPROCESS_TIMEOUT,
             env={
                 **os.environ,
                 "PRE_COMMIT_HOME": str(self.home),
@@ -150,7 +150,7 @@ def test_readme_local_hook_works(repository: Path, pre_commit_home: Path) -> Non
         cwd=repository,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=SUBPROCESS_TIMEOUT,
         env={**environment, "PRE_COMMIT_COLOR": "never"},
     )
     assert result.returncode == 1, result.stdout + result.stderr

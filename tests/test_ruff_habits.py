@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 MISSING = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(f, x)\n"
@@ -224,7 +224,7 @@ def test_the_linter_run_needs_no_torch(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=SUBPROCESS_TIMEOUT,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr

@@ -49,7 +49,7 @@ from ckptlint import report
 from ckptlint.project.layout import Layout
 from ckptlint.rules import ALL_RULES
 from ckptlint.rules.base import shown
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 EXPECTATION = re.compile(r"  # expect: (CKP[0-9]{3}@[1-9][0-9]*(?: CKP[0-9]{3}@[1-9][0-9]*)*)$")
@@ -111,7 +111,7 @@ class Runs:
             cwd=folder,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=SUBPROCESS_TIMEOUT,
         )
         assert cli.returncode in (0, 1) and cli.stderr == "", cli.stderr
         self.cli: dict[str, list[Place]] = defaultdict(list)
@@ -142,7 +142,7 @@ class Runs:
             cwd=folder,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=SUBPROCESS_TIMEOUT,
         )
         assert flake8.returncode in (0, 1) and flake8.stderr == "", flake8.stderr
         self.flake8: dict[str, list[Place]] = defaultdict(list)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import lint_tree, messages_of, run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, lint_tree, messages_of, run_cli
 
 MEMORY = """
     from torch.utils.checkpoint import checkpoint
@@ -134,7 +134,11 @@ def test_fixes_add_only_keywords_the_callee_takes_and_the_code_runs(tmp_path: Pa
         "print(x.grad.shape)\n"
     )
     run = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout == "torch.Size([2, 4])\n"

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import ckptguard
+from tests.conftest import SUBPROCESS_TIMEOUT
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / "examples" / "train_guarded.py"
 EXPECTED_KIND = {
@@ -29,7 +30,7 @@ EXPECTED_KIND = {
 
 def _run(*flags: str) -> subprocess.CompletedProcess:
     command = [sys.executable, str(EXAMPLE), "--steps", "3", *flags]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
 
 
 # The script as a user runs it: three processes for its three endings (clean, the guard's
