@@ -34,6 +34,7 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointMismatchWarning",
     "LostGradientsError",
+    "PlanInfeasibleError",
     "RecomputeSideEffectError",
     "ReentrantDDPError",
     "disable",
@@ -54,11 +55,17 @@ _PLANNER_NAMES = ("plan", "Plan")
 
 
 def __getattr__(name: str) -> Any:
-    """``ckptguard.plan`` / ``ckptguard.Plan``, loaded on first use (import stays light)."""
+    """``ckptguard.plan`` / ``ckptguard.Plan``, loaded on first use (import stays light), and
+    ``ckptguard.PlanInfeasibleError``, which ``plan()`` raises when no plan fits the budget
+    (from the solver, which needs no torch: ``except`` clauses name it before any plan)."""
     if name in _PLANNER_NAMES:
         from ckptguard import planner
 
         return getattr(planner, name)
+    if name == "PlanInfeasibleError":
+        from ckptguard.planner.solver import PlanInfeasibleError
+
+        return PlanInfeasibleError
     raise AttributeError(f"module 'ckptguard' has no attribute {name!r}")
 
 

@@ -20,19 +20,20 @@ is a configuration error, and ``max-file-size`` can lower the ceiling on what is
 from __future__ import annotations
 
 import configparser
+import difflib
 import reprlib
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path, PurePosixPath
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ckptlint.memos import process_cache
 from ckptlint.patterns import Patterns, compiled
-from ckptlint.rules import RULES_BY_CODE
 from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, read_bytes
 
 if sys.version_info >= (3, 11):
@@ -56,6 +57,10 @@ KNOWN_KEYS = {
 # configuration lists a few dozen patterns), far below what would make a run crawl.
 MAX_ITEMS = 10_000
 MAX_TEXT = 4096
+# Patterns cost every path walked and are compiled character by character: those of the
+# ignore files in force at once hold at most this many characters in all, as those of a
+# configuration do (its file is read up to 10 MiB).
+MAX_PATTERN_TEXT = 10 * 1024 * 1024
 
 
 class ConfigError(Exception):
@@ -189,11 +194,23 @@ def _is_file(path: Path) -> bool:
 
 
 def _read_toml(path: Path) -> dict:
+    """The file's TOML (not to be changed: one reading serves every caller). A run reads
+    a pyproject.toml up to four times (project root, settings, torch requirement)."""
     try:
-        text = read_bytes(str(path)).decode("utf-8")
-    except (CannotRead, UnicodeDecodeError) as error:
+        data = read_bytes(str(path))
+    except CannotRead as error:
         raise ConfigError(f"{path}: cannot read configuration: {error}") from None
-    return _parse_toml(text, str(path))
+    return _parsed_toml(data, str(path))
+
+
+@process_cache
+@lru_cache(maxsize=4)
+def _parsed_toml(data: bytes, where: str) -> dict:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{where}: cannot read configuration: {error}") from None
+    return _parse_toml(text, where)
 
 
 def _parse_toml(text: str, where: str) -> dict:
@@ -353,7 +370,7 @@ def _apply(settings: Settings, table: dict, where: str, *, trusted: bool = False
         raise ConfigError(f"{where}: expected a table, got {_shown(table)}")
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown option(s): {_listed(unknown)}")
+        raise ConfigError(f"{where}: unknown option(s): {_listed(unknown)}{_meant(unknown)}")
     if "select" in table:
         settings = replace(settings, select=_codes(table["select"], f"{where} select"))
     if "ignore" in table:
@@ -388,14 +405,11 @@ def _apply(settings: Settings, table: dict, where: str, *, trusted: bool = False
             value = DEFAULT_MAX_FILE_SIZE
         settings = replace(settings, max_file_size=value, held_to_ceiling=held)
     if "target-torch" in table:
-        target = table["target-torch"]
-        version = _version(target) if isinstance(target, str) else None
-        if version is None:
-            raise ConfigError(
-                f'{where} target-torch: expected a torch version such as "2.1", '
-                f"got {_shown(target)}"
-            )
-        settings = replace(settings, target_torch=version)
+        target = torch_version(table["target-torch"])
+        if target is None:
+            shown = _shown(table["target-torch"])
+            raise ConfigError(f"{where} target-torch: {TORCH_VERSION_EXPECTED}, got {shown}")
+        settings = replace(settings, target_torch=target)
     if "per-file-ignores" in table:
         ignores = table["per-file-ignores"]
         if not isinstance(ignores, dict):
@@ -489,11 +503,25 @@ def _torch_lower_bound(text: str) -> Version | None:
     return max(bounds, default=None)
 
 
+# A torch version is a few short numbers ("2.1", "2.13.0"); far longer text is no version
+# (packaging turns each number into an int: 5,000 digits exceed what int() converts).
+MAX_VERSION_TEXT = 64
+TORCH_VERSION_EXPECTED = 'expected a torch version such as "2.1"'
+
+
+def torch_version(value: object) -> str | None:
+    """``target-torch`` (configuration or ``--target-torch``) as packaging normalises it, or
+    None when it is no version."""
+    return _version(value) if isinstance(value, str) else None
+
+
 def _version(text: str) -> str | None:
     """A version as packaging normalises it ("2.1"), or None when it is not one."""
+    if len(text) > MAX_VERSION_TEXT:
+        return None
     try:
         return str(Version(text))
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):
         return None
 
 
@@ -515,21 +543,22 @@ class ExtraSource:
 
 
 def _sources(value: object, where: str) -> tuple[str | ExtraSource, ...]:
-    """Names (strings) or inline tables with ``name``, ``kind`` and ``region``."""
-    if isinstance(value, (str, dict)):
-        value = [value]
+    """Dotted names (strings) or inline tables with ``name``, ``kind`` and ``region``."""
     if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected a list of names or tables, got {_shown(value)}")
+        raise ConfigError(
+            f"{where}: expected a list of dotted names or tables, got {_shown(value)}"
+            + _as_list_hint(value)
+        )
     found: list[str | ExtraSource] = []
     for item in _bounded(value, where):
         if isinstance(item, str):
-            found.append(item)
+            found.append(_dotted(item, where))
             continue
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise ConfigError(
                 f"{where}: expected a name or a table with a name, got {_shown(item)}"
             )
-        name = _shown(_bounded_text(item["name"], where))
+        name = _shown(_dotted(_bounded_text(item["name"], where), where))
         unknown = sorted(set(item) - {"name", "kind", "region"})
         kind = item.get("kind", "function")
         region = item.get("region", 0)
@@ -544,11 +573,31 @@ def _sources(value: object, where: str) -> tuple[str | ExtraSource, ...]:
 
 
 def _strings(value: object, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(f"{where}: expected a list of strings, got {_shown(value)}")
+        raise ConfigError(
+            f"{where}: expected a list of strings, got {_shown(value)}" + _as_list_hint(value)
+        )
     return tuple(_bounded(value, where))
+
+
+def _as_list_hint(value: object) -> str:
+    """What to write instead of a single string where a list belongs (as ruff, which
+    takes no string for a list either)."""
+    if isinstance(value, str) and len(value) <= MAX_TEXT:
+        return f" (a list of one: [{_shown(value)}])"
+    return ""
+
+
+def _dotted(name: str, where: str) -> str:
+    """A qualified name (``mylib.memory.checkpoint_block``): a bare name says nothing about
+    which module defines it, so it could never be resolved."""
+    parts = name.split(".")
+    if len(parts) < 2 or not all(part.isidentifier() for part in parts):
+        raise ConfigError(
+            f"{where}: expected a dotted name such as mylib.memory.checkpoint_block (the "
+            f"module, then the function), got {_shown(name)}"
+        )
+    return name
 
 
 def _bounded(items: list, where: str) -> list:
@@ -584,6 +633,14 @@ def _shown(value: object) -> str:
     return _SHORT.repr(value)
 
 
+def _meant(unknown: list[str]) -> str:
+    """ "did you mean" for a misspelt key (``per_file_ignores``, ``exlude``)."""
+    if len(unknown) != 1:
+        return ""
+    close = difflib.get_close_matches(unknown[0].replace("_", "-"), sorted(KNOWN_KEYS), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def _listed(names: list[str]) -> str:
     """Names as an error message lists them: the first few."""
     shown = ", ".join(name[:60] for name in names[:10])
@@ -601,6 +658,8 @@ def parse_code_list(text: Iterable[str], where: str) -> tuple[str, ...]:
 
 def checked_codes(codes: Iterable[str], where: str) -> tuple[str, ...]:
     """The codes, each the prefix of at least one rule's code; else a ConfigError naming it."""
+    from ckptlint.rules import RULES_BY_CODE  # the analysis: not loaded by ``ckptlint clean``
+
     result = []
     for code in codes:
         if not code:

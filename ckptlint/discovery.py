@@ -9,8 +9,8 @@ Folders are walked in name order. Skipped: the usual tool and environment folder
 virtualenvs, paths matching ``exclude``, and (with ``respect-gitignore``, the default) what
 git ignores: ``.gitignore`` files of the repository and ``.git/info/exclude``, matched by
 git's rules (``ckptlint.patterns``, in time linear in the path). An ignore file is read up
-to its first ``MAX_ITEMS`` patterns: a repository's file is untrusted input, and every
-pattern in force costs every path walked.
+to its first ``MAX_ITEMS`` patterns, ``MAX_PATTERN_TEXT`` characters of them and 10 MiB: a
+repository's file is untrusted input, and every pattern in force costs every path walked.
 
 Only regular files are linted: a FIFO, socket or device (or a symbolic link to one, such as
 ``zero.py -> /dev/zero``) found in a folder is skipped, and one named on the command line
@@ -24,9 +24,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ckptlint.config import MAX_ITEMS, Settings
+from ckptlint.config import MAX_ITEMS, MAX_PATTERN_TEXT, Settings
 from ckptlint.patterns import Patterns, compiled
-from ckptlint.source import CannotRead, read_bytes, special_kind
+from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, read_head, special_kind
 
 SKIPPED_FOLDERS = frozenset(
     {
@@ -190,14 +190,16 @@ class _GitIgnores:
     Each ``.gitignore`` applies to the paths below its own folder, relative to it; a deeper
     file's verdict (ignore, or ``!`` re-include) wins over a shallower one's. The walk
     never enters an ignored folder, so only the path itself is matched. At most
-    ``MAX_ITEMS`` patterns are in force at once (each costs every path walked): those of a
-    file past that are not honoured, and the user is told.
+    ``MAX_ITEMS`` patterns of ``MAX_PATTERN_TEXT`` characters in all are in force at once
+    (each costs every path walked): those of a file past that are not honoured, and the user
+    is told.
     """
 
     def __init__(self, specs: tuple[tuple[str, Patterns], ...], notes: list[str] | None) -> None:
         self.specs = specs  # (absolute folder, its rules), outermost first
         self.notes = notes
         self.in_force = sum(len(rules.patterns) for _, rules in specs)
+        self.text_in_force = sum(len(p.text) for _, rules in specs for p in rules.patterns)
 
     @classmethod
     def above(cls, folder: str, notes: list[str] | None) -> _GitIgnores | None:
@@ -227,7 +229,9 @@ class _GitIgnores:
 
     def reading(self, base: str, path: str) -> _GitIgnores:
         """These rules and those of the ignore file ``path``, for the paths below ``base``."""
-        rules = _read_rules(path, MAX_ITEMS - self.in_force, self.notes)
+        rules = _read_rules(
+            path, MAX_ITEMS - self.in_force, MAX_PATTERN_TEXT - self.text_in_force, self.notes
+        )
         if rules is None:
             return self
         return _GitIgnores((*self.specs, (base, rules)), self.notes)
@@ -242,20 +246,38 @@ class _GitIgnores:
         return False
 
 
-def _read_rules(path: str, room: int, notes: list[str] | None) -> Patterns | None:
-    """The rules of an ignore file, its first ``room`` patterns at most; None when there is
-    none (or it is a FIFO, a device...)."""
+def _read_rules(path: str, room: int, text_room: int, notes: list[str] | None) -> Patterns | None:
+    """The rules of an ignore file: its first ``room`` patterns at most, of ``text_room``
+    characters in all, from its first 10 MiB; None when there is none (or it is a FIFO, a
+    device...). What is left out is named in ``notes``."""
     try:
-        lines = read_bytes(path).decode("utf-8", errors="replace").splitlines()
+        data, cut = read_head(path)
     except CannotRead:
         return None
+    left_out = []
+    if cut:
+        data = data[: data.rfind(b"\n") + 1]  # the last whole line
+        left_out.append(f"over {DEFAULT_MAX_FILE_SIZE} bytes: only its first lines are read")
+    lines = data.decode("utf-8", errors="replace").splitlines()
     patterns = [line for line in lines if line.strip() and not line.startswith("#")]
     if len(patterns) > room:
-        if notes is not None:
-            notes.append(
-                f"{path}: {len(patterns)} patterns, {MAX_ITEMS} in force at most: only the "
-                f"first {max(room, 0)} are honoured"
-            )
+        left_out.append(
+            f"{len(patterns)} patterns, {MAX_ITEMS} in force at most: only the first "
+            f"{max(room, 0)} are honoured"
+        )
         patterns = patterns[: max(room, 0)]
+    kept = 0
+    for pattern in patterns:
+        if len(pattern) > text_room:
+            left_out.append(
+                f"patterns of more than {MAX_PATTERN_TEXT} characters in all are not in force "
+                f"at once: only the first {kept} are honoured"
+            )
+            patterns = patterns[:kept]
+            break
+        text_room -= len(pattern)
+        kept += 1
+    if notes is not None:
+        notes.extend(f"{path}: {reason}" for reason in left_out)
     rules = compiled(tuple(patterns))
     return rules if rules else None

@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ckptlint.memos import process_cache
+
 # A piece of a name between two stars: a literal string, or a regular expression that
 # matches a fixed number of characters (``?`` or a class in it), with that number.
 _Piece = str | tuple["re.Pattern[str]", int]
@@ -55,10 +57,14 @@ class _Never(Exception):
 @dataclass(frozen=True)
 class _Glob:
     """One path component's pattern: pieces of fixed length with a star between each two
-    (``starred`` False: a single piece that must match the whole name)."""
+    (``starred`` False: a single piece that must match the whole name). ``literal``: its
+    longest literal piece, which any name it matches contains; ``shortest``: the length of
+    the shortest name it can match (its pieces' lengths)."""
 
     pieces: tuple[_Piece, ...]
     starred: bool
+    literal: str
+    shortest: int
 
     def matches(self, name: str) -> bool:
         pieces = self.pieces
@@ -75,11 +81,6 @@ class _Glob:
                 return False
             start = found
         return True
-
-    @property
-    def literal(self) -> str:
-        """The longest literal piece: any name this glob matches contains it."""
-        return max((p for p in self.pieces if isinstance(p, str)), key=len, default="")
 
 
 def _length(piece: _Piece) -> int:
@@ -116,6 +117,11 @@ class Pattern:
     folders_only: bool
     basename: bool  # no slash: matches the last component, at any depth
     components: tuple[_Glob | None, ...]  # for a path pattern; None stands for ``**``
+    # What every last component this pattern matches has: a string it contains ("" when
+    # unknown) and a least length. Computed once, tested for every path and folder level a
+    # walk meets: most paths fail one of them without matching a piece.
+    literal: str
+    shortest: int
 
     def matches(self, parts: list[str], is_folder: bool) -> bool:
         """Whether the pattern matches the path itself (not a folder above it)."""
@@ -125,12 +131,6 @@ class Pattern:
             glob = self.components[0]
             return glob is not None and glob.matches(parts[-1])
         return _match_components(self.components, parts)
-
-    @property
-    def literal(self) -> str:
-        """A string every last component this pattern matches contains ("" when unknown)."""
-        last = self.components[-1]
-        return "" if last is None else last.literal
 
 
 def _match_components(components: tuple[_Glob | None, ...], parts: list[str]) -> bool:
@@ -185,7 +185,9 @@ def compile_pattern(line: str) -> Pattern | None:
             components = _compile_path(text)
     except _Never:
         return None
-    return Pattern(line, negated, folders_only, basename, components)
+    last = components[-1]
+    literal, shortest = ("", 0) if last is None else (last.literal, last.shortest)
+    return Pattern(line, negated, folders_only, basename, components, literal, shortest)
 
 
 def _strip_trailing_spaces(text: str) -> str:
@@ -218,11 +220,18 @@ def _compile_path(text: str) -> tuple[_Glob | None, ...]:
     return tuple(components)
 
 
+# A run of characters that stand for themselves, taken in one step: compiling costs a step
+# per star, ``?``, class or escape, not per character.
+_LITERAL_RUN = re.compile(r"[^*?\[\\]+")
+
+
+@process_cache
 @lru_cache(maxsize=4096)
 def _compile_glob(text: str) -> _Glob:
     """One component's pattern (no ``/`` in it) to pieces between stars."""
     pieces: list[_Piece] = []
-    current: list[tuple[str, bool]] = []  # (regular expression or literal, is literal)
+    # (literal text, or a regular expression matching one character; is literal)
+    current: list[tuple[str, bool]] = []
     starred = False
     index = 0
     while index < len(text):
@@ -246,17 +255,34 @@ def _compile_glob(text: str) -> _Glob:
                 raise _Never
             current.append((text[index], True))
         else:
-            current.append((character, True))
+            run = _LITERAL_RUN.match(text, index)
+            assert run is not None
+            current.append((run.group(), True))
+            index = run.end()
+            continue
         index += 1
     pieces.append(_piece(current))
-    return _Glob(tuple(pieces), starred)
+    literal = max((piece for piece in pieces if isinstance(piece, str)), key=len, default="")
+    return _Glob(tuple(pieces), starred, literal, sum(map(_length, pieces)))
 
 
 def _piece(items: list[tuple[str, bool]]) -> _Piece:
+    if len(items) == 1:  # most pieces of a pattern of many stars: a name or one ``?``
+        text, literal = items[0]
+        return text if literal else (_expression(text), 1)
     if all(literal for _, literal in items):
         return "".join(text for text, _ in items)
     expression = "".join(re.escape(text) if literal else text for text, literal in items)
-    return (re.compile(expression, re.DOTALL), len(items))
+    length = sum(len(text) if literal else 1 for text, literal in items)
+    return (_expression(expression), length)
+
+
+@process_cache
+@lru_cache(maxsize=4096)
+def _expression(expression: str) -> re.Pattern[str]:
+    """A piece's regular expression, compiled once however many patterns hold it (``?``
+    and ``[...]`` repeat: 10,000 patterns of 400 ``?`` each are 4 million pieces)."""
+    return re.compile(expression, re.DOTALL)
 
 
 def _class(text: str, start: int) -> tuple[str, int]:
@@ -353,8 +379,7 @@ class Patterns:
         patterns = self.patterns
         for index in candidates:
             pattern = patterns[index]
-            literal = pattern.literal
-            if literal and literal not in name:
+            if len(name) < pattern.shortest or pattern.literal not in name:
                 continue
             if pattern.matches(parts, is_folder):
                 return not pattern.negated
@@ -369,6 +394,7 @@ class Patterns:
         return bool(self.verdict(path, is_folder=is_folder))
 
 
+@process_cache
 @lru_cache(maxsize=256)
 def compiled(lines: tuple[str, ...]) -> Patterns:
     """``Patterns(lines)``, compiled once a run for each distinct list of lines."""

@@ -19,6 +19,7 @@ from functools import lru_cache
 from itertools import accumulate, islice
 
 from ckptlint.lazy_tree import parse_lazily, statement_too_deep
+from ckptlint.memos import process_cache
 
 
 class UnreadableSource(Exception):
@@ -100,6 +101,8 @@ class Prefilter:
         )
 
     def passes(self, data: bytes) -> bool:
+        if wide_encoding(data) is not None:
+            return True  # its words are not these bytes: decoding it reports CKP901
         words = self.words
         if self._needles is None:
             words = sorted(self._word_set.intersection(_IDENTIFIER_BYTES.findall(data)))
@@ -196,6 +199,26 @@ def read_bytes(path: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> bytes:
     return data
 
 
+def read_head(path: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> tuple[bytes, bool]:
+    """The first ``max_size`` bytes of the regular file at ``path`` (as ``read_bytes``
+    opens it), and whether the file holds more: for files whose beginning is of use
+    without the rest (an ignore file's first patterns)."""
+    try:
+        _refuse_special(os.stat(path))
+        descriptor = os.open(path, _OPEN_FLAGS)
+    except OSError as error:
+        raise CannotRead(f"cannot read file: {error.strerror or error}") from None
+    with open(descriptor, "rb") as handle:
+        try:
+            size = _refuse_special(os.fstat(descriptor)).st_size
+            data = handle.read(min(size, max_size) + 1)  # read(n) allocates n bytes
+            if len(data) <= max_size and len(data) > size:  # growing, or /proc
+                data += handle.read(max_size + 1 - len(data))
+        except OSError as error:
+            raise CannotRead(f"cannot read file: {error.strerror or error}") from None
+    return data[:max_size], len(data) > max_size
+
+
 def _refuse_special(status: os.stat_result) -> os.stat_result:
     kind = special_kind(status.st_mode)
     if kind is not None:
@@ -219,8 +242,45 @@ def special_kind(mode: int) -> str | None:
     return next((name for test, name in _SPECIAL_KINDS if test(mode)), "an unknown kind of file")
 
 
+# Byte order marks of the encodings Python never reads source in (UTF-32 first: its
+# little-endian mark starts with UTF-16's).
+_WIDE_MARKS = (
+    (b"\xff\xfe\x00\x00", "UTF-32-LE"),
+    (b"\x00\x00\xfe\xff", "UTF-32-BE"),
+    (b"\xff\xfe", "UTF-16-LE"),
+    (b"\xfe\xff", "UTF-16-BE"),
+)
+# Without a mark, what ASCII text (the first characters of any Python file) looks like in
+# each: where its NUL bytes fall among the first four.
+_WIDE_SHAPES = {
+    (False, True, False, True): "UTF-16-LE",
+    (True, False, True, False): "UTF-16-BE",
+    (False, True, True, True): "UTF-32-LE",
+    (True, True, True, False): "UTF-32-BE",
+}
+
+
+def wide_encoding(data: bytes) -> str | None:
+    """``UTF-16-LE`` and the like when ``data`` is text in UTF-16 or UTF-32 (a byte order
+    mark, or the NUL bytes of ASCII in them), which Python cannot read as source; else
+    None."""
+    for mark, name in _WIDE_MARKS:
+        if data.startswith(mark):
+            return name
+    if len(data) < 4 or b"\0" not in data[:4]:
+        return None
+    return _WIDE_SHAPES.get(tuple(byte == 0 for byte in data[:4]))  # type: ignore[arg-type]
+
+
 def decode(data: bytes) -> str:
-    """Decode as Python does: BOM, then a coding declaration, else UTF-8."""
+    """Decode as Python does: BOM, then a coding declaration, else UTF-8. Text in UTF-16
+    or UTF-32 is refused by name, as Python refuses it (with a less helpful message)."""
+    wide = wide_encoding(data)
+    if wide is not None:
+        raise UnreadableSource(
+            f"cannot decode file: it is encoded in {wide}; Python reads source files as UTF-8 "
+            "(or the encoding a coding declaration names)"
+        )
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as error:
@@ -301,6 +361,7 @@ _FEW_WORDS = 8
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 
 
+@process_cache
 @lru_cache(maxsize=4096)
 def identifiers(text: str) -> frozenset[str]:
     """Every identifier-like word of ``text`` (strings and comments included)."""

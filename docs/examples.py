@@ -11,7 +11,8 @@ whose first line is a ``$ `` prompt) says why it cannot run here, right before i
 ``<!-- not runnable: it installs packages -->``.
 
 Each block runs in its own copy of the checkout (the files .gitignore does not ignore), so
-a command that fixes or writes files changes the copy only; each command runs in its own
+a command that fixes or writes files changes the copy only (the copies take the same path
+in turn and hand the ckptlint cache on, so only the first lints cold); each command runs in its own
 ``bash`` in the copy's root, where ``ckptlint``, ``flake8`` and ``python`` are this
 interpreter running the copy's code. The copy's own path prints as ``...``.
 
@@ -23,8 +24,10 @@ tests/test_doc_examples.py runs them and fails where an output differs.
 
 from __future__ import annotations
 
+import atexit
 import difflib
 import doctest
+import functools
 import os
 import re
 import shutil
@@ -117,25 +120,48 @@ def runnable_blocks(pages: list[Path] = PAGES) -> list[Block]:
 # -- running -----------------------------------------------------------------------------------
 def run_block(block: Block) -> list[str]:
     """What each command of ``block`` prints, run in a fresh copy of the checkout."""
-    with tempfile.TemporaryDirectory() as folder:
-        place = Path(os.path.realpath(folder))
-        copy = place / "checkout"
-        _copy_checkout(copy)
-        environment = _environment(place, copy)
-        outputs = []
-        for command in block.commands:
-            result = subprocess.run(
-                ["bash", "-c", command.text],
-                cwd=copy,
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=TIMEOUT,
-            )
-            shown = result.stdout.decode("utf-8", "backslashreplace")
-            outputs.append(shown.replace(str(copy), ELLIPSIS))
-        return outputs
+    place = _place()
+    copy = place / "checkout"
+    _fresh_copy(copy)
+    environment = _environment(place, copy)
+    outputs = []
+    for command in block.commands:
+        result = subprocess.run(
+            ["bash", "-c", command.text],
+            cwd=copy,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=TIMEOUT,
+        )
+        shown = result.stdout.decode("utf-8", "backslashreplace")
+        outputs.append(shown.replace(str(copy), ELLIPSIS))
+    return outputs
+
+
+@functools.cache
+def _place() -> Path:
+    """The folder every block runs in, one a process, removed when it ends."""
+    folder = tempfile.TemporaryDirectory()
+    atexit.register(folder.cleanup)
+    return Path(os.path.realpath(folder.name))
+
+
+def _fresh_copy(copy: Path) -> None:
+    """A fresh copy of the checkout at ``copy``, with the ckptlint cache the blocks before
+    left there: every block runs on the same path with the same user key, so the cache an
+    earlier command filled serves the next (the findings are the same cold or warm; linting
+    this repository cold for each of some thirty commands was most of their time)."""
+    cache = copy / ".ckptlint_cache"
+    kept = copy.parent / "kept_cache"
+    if cache.is_dir():
+        cache.rename(kept)
+    if copy.exists():
+        shutil.rmtree(copy)
+    _copy_checkout(copy)
+    if kept.is_dir():
+        kept.rename(cache)
 
 
 def _copy_checkout(copy: Path) -> None:
@@ -160,7 +186,7 @@ def _copy_checkout(copy: Path) -> None:
 
 def _environment(place: Path, copy: Path) -> dict[str, str]:
     programs = place / "bin"
-    programs.mkdir()
+    programs.mkdir(exist_ok=True)
     for name, arguments in PROGRAMS.items():
         script = programs / name
         words = " ".join([sys.executable, *arguments])
@@ -171,7 +197,7 @@ def _environment(place: Path, copy: Path) -> dict[str, str]:
         "PATH": f"{programs}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(copy),
         "PYTHONUNBUFFERED": "1",  # stdout and stderr interleaved as on a terminal
-        "XDG_CACHE_HOME": str(place / "user-cache"),  # the cache's key, made afresh
+        "XDG_CACHE_HOME": str(place / "user-cache"),  # the cache's key, made for the run
     }
 
 

@@ -1,6 +1,6 @@
-"""Write docs/rules.md from the rules themselves: code, name, summary, fix, docstring, what
-ckptguard does about the same bug, and the example and its correction (what ``ckptlint
---explain CODE`` prints).
+"""Write docs/rules.md from the rules themselves: each rule's documentation under ruff's
+headings (``ckptlint.report.rule_markdown``: what ``ckptlint --explain CODE`` prints and the
+language server shows on hover).
 
     python docs/generate_rules.py
 
@@ -9,20 +9,15 @@ tests/test_rules_doc.py fails when docs/rules.md is not what this writes.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
 
+from ckptlint.report import rule_markdown
 from ckptlint.rules import ALL_RULES
-from ckptlint.rules.base import Rule, shown
+from ckptlint.rules.base import Rule
 
 PAGE = Path(__file__).resolve().parent / "rules.md"
 COMMAND = "python docs/generate_rules.py"
-FIXES = {
-    None: "none",
-    "safe": "safe (`ckptlint --fix`)",
-    "unsafe": "unsafe (`ckptlint --fix --unsafe-fixes`; review the diff)",
-}
 
 
 def render() -> str:
@@ -38,7 +33,8 @@ def render() -> str:
         f"<!-- Generated from the rules' docstrings by `{COMMAND}`: edit the rule, not this"
         " page. -->\n\n"
         "Each rule is one file under `ckptlint/rules/`; `ckptlint --explain CODE` prints the same"
-        " text. Every case of a rule, with the exact place of each finding, is under"
+        " text, and the language server (`ckptlint server`) shows it on hover, under ruff's"
+        " headings. Every case of a rule, with the exact place of each finding, is under"
         " `tests/fixtures/rules/CODE/`.\n\n"
         "| Code | Name | Summary | Fix |\n|---|---|---|---|\n"
         f"{rows}\n{sections}"
@@ -46,15 +42,8 @@ def render() -> str:
 
 
 def _section(rule: Rule) -> str:
-    language = "console" if rule.EXAMPLE.startswith("$ ") else "python"
-    guard = f"**At run time:** {rule.GUARD}\n\n" if rule.GUARD else ""
-    return (
-        f"## {rule.code}\n\n"
-        f"`{rule.name}`: {rule.summary}. Fix: {FIXES[rule.FIX]}.\n\n"
-        f"{inspect.cleandoc(rule.__doc__ or '')}\n\n{guard}"
-        f"Example that is reported:\n\n```{language}\n{shown(rule.EXAMPLE)}```\n\n"
-        f"Written correctly:\n\n```{language}\n{shown(rule.CORRECTED)}```\n"
-    )
+    """The rule's documentation as ``--explain`` prints it, one heading level down."""
+    return rule_markdown(rule, level=3)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import signal
@@ -14,10 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from ckptlint.cli import main
+# Before torch starts (tests/guard imports it, and the subprocesses inherit this): the
+# tests' models are tiny, and on a machine shared with other jobs a second intra-op thread
+# mostly spins waiting for a core (tests/guard/test_example.py beside two busy processes:
+# 26 -> 12 s of CPU). A test that needs threads sets them (test_alarms' two_threads).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from ckptlint.cli import main  # noqa: E402
 from ckptlint.config import Settings
 from ckptlint.core import Finding
 from ckptlint.engine import Engine
+from ckptlint.memos import clear_memos
 
 
 def lint(source: str, **settings: object) -> list[Finding]:
@@ -33,13 +41,19 @@ def codes(source: str, **settings: object) -> list[str]:
     return [finding.code for finding in lint(source, **settings)]
 
 
+# How long a test waits for a program it starts before calling it hung: not a timing (the
+# figures are in benchmarks/), and long, because at load 13 to 18 on 2 cores a torch start
+# took 116 s against the 120 s this used to be.
+SUBPROCESS_TIMEOUT = 900
+
+
 def run_ckptlint(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ckptlint", *arguments],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SUBPROCESS_TIMEOUT,
     )
 
 
@@ -99,6 +113,46 @@ def _user_cache_key(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The cache key of the tests' user lives in a folder of the test session (the cache
     authenticates its entries with it): no test reads or writes the real one."""
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+
+
+GUARD_TESTS = Path(__file__).resolve().parent / "guard"
+
+
+def _torch_installed() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``python -m pytest -m "not torch"`` is the linter's own run: it needs no torch and
+    does not even collect the guard's tests (their modules import torch); nor does a run
+    where torch is not installed."""
+    if collection_path == GUARD_TESTS:
+        if "not torch" in (config.getoption("markexpr") or "") or not _torch_installed():
+            return True
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if GUARD_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.torch)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_analysed_outlives_its_test() -> Iterator[None]:
+    """Drop what the analysis keeps for the life of a process (the memos, the flake8
+    plugin's engines): kept from test to test, every project linted stayed in memory, 8
+    million objects that pytest's five final garbage collections (its unraisable-exception
+    check) walked for half a minute after the summary, and every collection in between."""
+    yield
+    clear_memos()
+    plugin = sys.modules.get("ckptlint.flake8_plugin")
+    if plugin is not None:
+        plugin.CheckpointChecker._engines = {}
+        plugin.CheckpointChecker._roots = {}
 
 
 @pytest.fixture

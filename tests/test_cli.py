@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -258,7 +259,17 @@ def test_explain(project: Path) -> None:
     result = run_cli("--explain", "ckp001", cwd=project)
     assert result.returncode == 0
     assert "use_reentrant" in result.stdout
-    assert "Example that is reported:" in result.stdout and "Written correctly:" in result.stdout
+    headings = re.findall(r"^## (.+)$", result.stdout, flags=re.MULTILINE)
+    assert headings == [
+        "What it does",
+        "Why is this bad?",
+        "Example",
+        "Use instead",
+        "Fix safety",
+        "Not reported",
+    ]
+    late_binding = run_cli("--explain", "CKP202", cwd=project).stdout
+    assert re.findall(r"^## (.+)$", late_binding, flags=re.MULTILINE)[-1] == "At run time"
     assert run_cli("--explain", "CKP999", cwd=project).returncode == 2
 
 

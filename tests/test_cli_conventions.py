@@ -13,7 +13,7 @@ import pytest
 import ckptlint.engine
 from ckptlint.config import Settings
 from ckptlint.engine import Engine, worker_count
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 MISSING = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(f, x)\n"
 TINY = (
@@ -133,19 +133,20 @@ def test_output_format_is_ruffs_name_and_format_the_same_option(tree: Path) -> N
     ("arguments", "message"),
     [
         (
-            ["--format", "junit", "."],
-            "argument --output-format/--format: invalid choice: 'junit' "
-            "(choose from text, json, github, sarif)",
+            ["--format", "emacs", "."],
+            "argument --output-format/--format: invalid choice: 'emacs' "
+            "(choose from concise, full, json, github, gitlab, junit, sarif)",
         ),
         (
             ["--output-format", "sarf", "."],
             "argument --output-format/--format: invalid choice: 'sarf' "
-            "(choose from text, json, github, sarif; did you mean sarif?)",
+            "(choose from concise, full, json, github, gitlab, junit, sarif; did you mean sarif?)",
         ),
         (
-            ["--output-format", "concise", "."],
-            "argument --output-format/--format: invalid choice: 'concise' "
-            "(choose from text, json, github, sarif; did you mean text?)",
+            ["--output-format", "gitlb", "."],
+            "argument --output-format/--format: invalid choice: 'gitlb' "
+            "(choose from concise, full, json, github, gitlab, junit, sarif; did you mean "
+            "gitlab?)",
         ),
         (
             ["--output-formt", "json", "."],
@@ -153,7 +154,7 @@ def test_output_format_is_ruffs_name_and_format_the_same_option(tree: Path) -> N
         ),
         (["--output-format"], "argument --output-format/--format: expected one argument"),
     ],
-    ids=["invalid", "close", "ruff's name", "misspelt option", "no value"],
+    ids=["invalid", "close", "close to another", "misspelt option", "no value"],
 )
 def test_a_usage_error_says_what_was_meant(tree: Path, arguments: list[str], message: str) -> None:
     (tree / "a.py").write_text(MISSING)
@@ -232,6 +233,42 @@ def test_the_cli_runs_as_a_module(tree: Path) -> None:
         cwd=tree,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SUBPROCESS_TIMEOUT,
     )
     assert result.returncode == 1 and result.stdout.startswith("a.py:3:5: CKP001 ")
+
+
+def test_version_help_and_clean_never_import_the_analysis(tree: Path) -> None:
+    """Issue 36: a run imports only what it needs. One interpreter runs the three commands
+    and lists the ckptlint modules they loaded."""
+    script = (
+        "import contextlib, io, sys\n"
+        "from ckptlint.cli import main\n"
+        "for arguments in (['--version'], ['--help']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        main(arguments)\n"
+        "assert main(['clean', '.']) == 0\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('ckptlint'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    assert "ckptlint.config" in loaded  # clean finds the project
+    analysis = {"ckptlint.engine", "ckptlint.analysis", "ckptlint.rules", "ckptlint.discovery"}
+    assert loaded & analysis == set()
+
+
+def test_the_help_states_the_defaults_it_cannot_import() -> None:
+    """The parser names two defaults as text (importing them would load the analysis)."""
+    from ckptlint.cli import build_parser
+    from ckptlint.project.cache import FOLDER
+    from ckptlint.source import DEFAULT_MAX_FILE_SIZE
+
+    text = " ".join(build_parser().format_help().split())
+    assert f"{DEFAULT_MAX_FILE_SIZE}, 10 MiB" in text and f"default: {FOLDER} at" in text

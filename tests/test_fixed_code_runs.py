@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ckptlint.flake8_plugin import CheckpointChecker
-from tests.conftest import run_ckptlint, run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_ckptlint, run_cli
 
 SOURCE = textwrap.dedent(
     """\
@@ -43,7 +43,7 @@ def flake8(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SUBPROCESS_TIMEOUT,
     )
 
 
@@ -102,7 +102,11 @@ def test_files_that_cannot_reach_a_checkpoint_parse_nothing(project: Path) -> No
         "print(len(loads))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=project, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
     )
     assert result.stdout.split() == ["0"], result.stderr
 
@@ -218,10 +222,14 @@ def test_cross_file_wrappers_are_known_to_flake8_cold_and_warm(project: Path) ->
         "def forward(x):\n    return run(Block(), x)\n"
     )
     command = [sys.executable, "-m", "flake8", "--select", "CKP", "model.py"]
-    cold = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
+    cold = subprocess.run(
+        command, cwd=project, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT
+    )
     assert cold.stdout.startswith("model.py:5:12: CKP301 "), cold.stdout + cold.stderr
     assert (project / ".ckptlint_cache").is_dir()
-    warm = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
+    warm = subprocess.run(
+        command, cwd=project, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT
+    )
     assert warm.stdout == cold.stdout
     cli = run_ckptlint("model.py", cwd=project)
     assert cli.stdout.splitlines()[0] == cold.stdout.splitlines()[0]

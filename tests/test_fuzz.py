@@ -48,7 +48,7 @@ from ckptlint.project.search import NAMES, matches
 from ckptlint.regions.sources import SourceTable
 from ckptlint.rules import ALL_RULES
 from ckptlint.source import Prefilter, UnreadableSource, decode
-from tests.conftest import hang_guard, run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, hang_guard, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = settings(
@@ -361,7 +361,7 @@ def test_real_flake8_on_a_fuzzed_sample(texts: list[str]) -> None:
             cwd=folder,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=SUBPROCESS_TIMEOUT,
         )
     assert result.returncode in (0, 1), result.stderr
     assert "failed during execution" not in result.stdout + result.stderr

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import lint_tree, messages_of
+from tests.conftest import SUBPROCESS_TIMEOUT, lint_tree, messages_of
 
 RECOMPUTE = """
     import torch
@@ -173,12 +173,17 @@ print(torch.equal(plain, grads(CheckpointFunction)), torch.equal(plain, grads(No
 """
 
 
+@pytest.mark.torch
 def test_what_the_rules_say_is_what_torch_does(tmp_path: Path) -> None:
     """Gradients through the Function that restores RNG equal the unchecked ones, those
     through the one that does not differ (its recompute draws another dropout mask)."""
     lint_tree(tmp_path, recompute_package())
     run = subprocess.run(
-        [sys.executable, "-c", RUN], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", RUN],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout == "True False\n"

@@ -20,7 +20,7 @@ import pytest
 from ckptlint.config import Settings
 from ckptlint.discovery import files_to_lint
 from ckptlint.source import CannotRead, FileTooLarge, read_bytes
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 from tests.test_cli_output import sarif_validator
 
 MISSING = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(block, x)\n"
@@ -57,7 +57,7 @@ def run_limited(*arguments: str, cwd: Path, memory: int = 2 * GIB) -> subprocess
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=SUBPROCESS_TIMEOUT,
         preexec_fn=limit,
     )
 
@@ -228,7 +228,11 @@ class TestReadBytes:
             "    print(error.reason)\n"
         )
         result = subprocess.run(
-            [sys.executable, "-c", script], cwd=project, capture_output=True, text=True, timeout=60
+            [sys.executable, "-c", script],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=SUBPROCESS_TIMEOUT,
         )
         assert (result.stdout, result.stderr) == (
             "file too large: over max-file-size (3221225472 bytes)\n",

@@ -17,7 +17,7 @@ import pytest
 
 from ckptlint.config import MAX_ITEMS
 from ckptlint.project import cache
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 MISSING = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(block, x)\n"
 MIB = 1024**2
@@ -190,7 +190,7 @@ def run_measured(*arguments: str, cwd: Path) -> tuple[subprocess.CompletedProces
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=SUBPROCESS_TIMEOUT,
         env={**os.environ, "CKPTLINT_PEAK": str(peak_file)},
     )
     return result, int(peak_file.read_text()) * 1024

@@ -14,12 +14,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
 from ckptlint import report
 from ckptlint.core import Applicability, Finding
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 # The same kinds of finding in each tool: its code, and a line of a file that makes one.
 RUFF = {
@@ -67,7 +68,12 @@ def ruff(*arguments: str, cwd: Path, stdin: bytes = b"") -> subprocess.Completed
     if not any(a.startswith("--output-format") for a in arguments):
         command += ["--output-format", "concise"]  # ckptlint's text format
     return subprocess.run(
-        command, cwd=cwd, input=stdin.decode(), capture_output=True, text=True, timeout=60
+        command,
+        cwd=cwd,
+        input=stdin.decode(),
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
     )
 
 
@@ -92,6 +98,13 @@ CASES = {
     "--quiet": (BOTH, ["--quiet"]),
     "-q": (BOTH, ["-q"]),
     "--exit-zero": (BOTH, ["--exit-zero"]),
+    "-e": (BOTH, ["-e"]),
+    "--silent": (BOTH, ["--silent"]),
+    "-s": (("unsafe",), ["-s"]),
+    "-s clean": ((), ["-s"]),
+    "--add-noqa": (BOTH, ["--add-noqa"]),
+    "--add-noqa one": (("no fix",), ["--add-noqa"]),
+    "--add-noqa clean": ((), ["--add-noqa"]),
     "--statistics": (BOTH, ["--statistics"]),
     "--statistics --unsafe-fixes": (BOTH, ["--statistics", "--unsafe-fixes"]),
     "--statistics no fix": (("no fix",), ["--statistics"]),
@@ -125,6 +138,12 @@ def test_the_same_flag_behaves_as_in_ruff(tmp_path: Path, kinds: tuple, flags: l
         fixed_by_ruff = "x is None" in (tmp_path / "r.py").read_text()
         fixed_by_ckptlint = "(block, x, use_reentrant=False)" in (tmp_path / "c.py").read_text()
         assert fixed_by_ckptlint == fixed_by_ruff == ("--unsafe-fixes" in flags)
+    if "--add-noqa" in flags:  # the same lines were given a comment, which suppresses them
+        for name, tool in (("r.py", "ruff"), ("c.py", "ckptlint")):
+            noqa = [line for line in (tmp_path / name).read_text().splitlines() if "# noqa" in line]
+            assert len(noqa) == len(kinds), tool
+        again = run_cli(*ckptlint_select, "c.py", cwd=tmp_path)
+        assert (again.returncode, again.stdout) == (0, "All checks passed!\n")
     if "report.txt" in flags:
         written = shape((tmp_path / "report.txt").read_text())
         ruff(*ruff_select, *flags, "r.py", cwd=tmp_path)
@@ -146,7 +165,7 @@ def test_standard_input_as_in_ruff(tmp_path: Path, fix: bool) -> None:
         assert shape(ours.stdout) == shape(theirs.stdout)
 
 
-@pytest.mark.parametrize("output_format", ["json", "github", "sarif"])
+@pytest.mark.parametrize("output_format", ["json", "github", "gitlab", "junit", "sarif"])
 def test_shared_output_formats_as_in_ruff(tmp_path: Path, output_format: str) -> None:
     """The formats both tools have: the same exit code, one entry per finding, nothing on
     stderr; GitHub annotations with the same properties, SARIF logs with the same keys."""
@@ -157,6 +176,27 @@ def test_shared_output_formats_as_in_ruff(tmp_path: Path, output_format: str) ->
     assert (ours.returncode, ours.stderr) == (theirs.returncode, theirs.stderr) == (1, "")
     if output_format == "json":
         assert len(json.loads(ours.stdout)) == len(json.loads(theirs.stdout)) == 2
+    elif output_format == "gitlab":
+
+        def keys(issue: dict, prefix: str = "") -> set[str]:
+            return {
+                f"{prefix}{key}"
+                for name, value in issue.items()
+                for key in ([name] if not isinstance(value, dict) else keys(value, f"{name}."))
+            }
+
+        assert [keys(issue) for issue in json.loads(ours.stdout)] == [
+            keys(issue) for issue in json.loads(theirs.stdout)
+        ]
+    elif output_format == "junit":
+        ours_xml, theirs_xml = (
+            ElementTree.fromstring(ours.stdout),
+            ElementTree.fromstring(theirs.stdout),
+        )
+        assert ours_xml.tag == theirs_xml.tag == "testsuites"
+        assert set(ours_xml.attrib) == set(theirs_xml.attrib)
+        for tree in (ours_xml, theirs_xml):
+            assert len(tree.findall("./testsuite/testcase/failure")) == 2
     elif output_format == "github":
 
         def properties(line: str) -> list[str]:

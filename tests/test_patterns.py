@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ckptlint.patterns import Patterns
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 # Paths of the tree: a trailing slash marks a folder.
 PATHS = [
@@ -131,7 +131,7 @@ def test_patterns_match_as_git_does(tmp_path: Path) -> None:
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=SUBPROCESS_TIMEOUT,
         )
         assert result.returncode in (0, 1), result.stderr
         by_git = set(result.stdout.split("\0")) - {""}

@@ -25,6 +25,11 @@ flake8 never hands the plugin a file it cannot parse: it reports E999 itself. Su
 
 CKP902 is about paths that cannot be read, not about code: its examples are command lines
 with their output, run in a folder holding a clean ``src/model.py``.
+
+Each rule's folder pins the message of every finding in it too: ``<CODE>/messages.txt``
+holds the CLI's line for each (``path:line:column: CODE message``). After a change of
+wording, refresh them with ``python tests/test_rule_fixtures.py --update`` and review the
+diff.
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ from pathlib import Path
 
 import pytest
 
+from ckptlint import report
 from ckptlint.project.layout import Layout
 from ckptlint.rules import ALL_RULES
 from ckptlint.rules.base import shown
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 EXPECTATION = re.compile(r"  # expect: (CKP[0-9]{3}@[1-9][0-9]*(?: CKP[0-9]{3}@[1-9][0-9]*)*)$")
@@ -105,13 +111,18 @@ class Runs:
             cwd=folder,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=SUBPROCESS_TIMEOUT,
         )
         assert cli.returncode in (0, 1) and cli.stderr == "", cli.stderr
         self.cli: dict[str, list[Place]] = defaultdict(list)
         self.cli_fixable: set[str] = set()
+        self.messages: dict[str, list[str]] = defaultdict(list)  # by rule folder
         for item in json.loads(cli.stdout):
             self.cli[item["path"]].append((item["line"], item["column"], item["code"]))
+            line = (
+                f"{item['path']}:{item['line']}:{item['column']}: {item['code']} {item['message']}"
+            )
+            self.messages[item["path"].split("/")[0]].append(line)
             if item["fixable"]:
                 self.cli_fixable.add(item["code"])
         flake8 = subprocess.run(
@@ -131,7 +142,7 @@ class Runs:
             cwd=folder,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=SUBPROCESS_TIMEOUT,
         )
         assert flake8.returncode in (0, 1) and flake8.stderr == "", flake8.stderr
         self.flake8: dict[str, list[Place]] = defaultdict(list)
@@ -141,14 +152,28 @@ class Runs:
             self.flake8[relative].append((int(row), int(column), code))
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    folder = tmp_path_factory.mktemp("fixtures") / "rules"
+def copied_fixtures(place: Path) -> Path:
+    """The fixtures and the rules' examples, in a folder of their own under ``place``."""
+    folder = place / "rules"
     shutil.copytree(FIXTURES, folder, symlinks=True)
     for relative, text in EXPLAINED.items():
         assert not (folder / relative).exists(), f"{relative}: a fixture takes the example's name"
         (folder / relative).write_text(text)
-    return Runs(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return Runs(copied_fixtures(tmp_path_factory.mktemp("fixtures")))
+
+
+def pinned_messages(code: str) -> list[str]:
+    path = FIXTURES / code / MESSAGES
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+MESSAGES = "messages.txt"
+RULE_FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 
 @pytest.mark.parametrize("case", fixture_files())
@@ -163,6 +188,14 @@ def test_flake8_reports_exactly_the_expected_findings(runs: Runs, case: str) -> 
         assert found == expectations(text_of(case))
     else:  # flake8 reports E999 itself and never runs the plugin on the file
         assert [code for *_, code in found] == ["E999"]
+
+
+@pytest.mark.parametrize("code", RULE_FOLDERS)
+def test_each_findings_message_is_pinned(runs: Runs, code: str) -> None:
+    assert sorted(runs.messages.get(code, [])) == pinned_messages(code), (
+        f"the messages of tests/fixtures/rules/{code}/ changed: if the new ones are right, "
+        "run `python tests/test_rule_fixtures.py --update` and review the diff"
+    )
 
 
 def test_nothing_is_reported_for_a_file_that_is_no_case(runs: Runs) -> None:
@@ -224,5 +257,28 @@ def test_command_line_examples_print_their_findings(
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda rule: rule.code)
 def test_rule_carries_explanation_and_examples(rule) -> None:
     assert rule.__doc__ and len(rule.__doc__.split()) > 20
+    headings = [heading for heading, _ in report.rule_sections(rule)]
+    required = ["What it does", "Why is this bad?", "Example", "Use instead", "Not reported"]
+    assert [h for h in headings if h in required] == required  # ruff's, in ruff's order
+    assert ("Fix safety" in headings) == (rule.FIX is not None)
+    assert ("At run time" in headings) == (rule.GUARD is not None)
     assert rule.EXAMPLE and rule.CORRECTED and "# expect" not in shown(rule.EXAMPLE)
     assert rule.code.startswith("CKP") and len(rule.code) == 6
+
+
+def update_messages() -> None:
+    """Write each rule folder's ``messages.txt`` from what the CLI reports now."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as place:
+        found = Runs(copied_fixtures(Path(place))).messages
+    for code in RULE_FOLDERS:
+        lines = sorted(found.get(code, []))
+        (FIXTURES / code / MESSAGES).write_text("".join(f"{line}\n" for line in lines))
+        print(f"tests/fixtures/rules/{code}/{MESSAGES}: {len(lines)} messages")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit("usage: python tests/test_rule_fixtures.py --update")
+    update_messages()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import lint, messages_of, run_ckptlint
+from tests.conftest import SUBPROCESS_TIMEOUT, lint, messages_of, run_ckptlint
 
 SEMANTIC = ("CKP101", "CKP201", "CKP202", "CKP203", "CKP301")
 
@@ -273,7 +273,7 @@ def test_flake8_and_cli_report_the_same_semantic_findings(project: Path) -> None
         cwd=project,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SUBPROCESS_TIMEOUT,
     )
     from_flake8 = [tuple(line.split(" ", 2)[:2]) for line in result.stdout.splitlines()]
     cli = json.loads(run_ckptlint("--format", "json", "model.py", cwd=project).stdout)

@@ -13,7 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import lint_tree, messages_of, run_cli
+import pytest
+
+from tests.conftest import SUBPROCESS_TIMEOUT, lint_tree, messages_of, run_cli
 
 MEMORY = """
     from torch.utils.checkpoint import checkpoint
@@ -111,6 +113,7 @@ def test_messages_name_the_keyword_the_wrapper_takes(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.torch
 def test_fixes_add_only_keywords_the_callee_takes_and_the_code_runs(tmp_path: Path) -> None:
     lint_tree(tmp_path, FILES)
     (tmp_path / "pyproject.toml").write_text(
@@ -131,7 +134,11 @@ def test_fixes_add_only_keywords_the_callee_takes_and_the_code_runs(tmp_path: Pa
         "print(x.grad.shape)\n"
     )
     run = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout == "torch.Size([2, 4])\n"

@@ -14,6 +14,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from ckptlint.memos import process_memo
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Body, Scope, node_position
 from ckptlint.resolution.evaluator import Evaluator, children_run_here, own_nodes
@@ -466,7 +467,7 @@ class ReachAnalysis:
 # (body, scope, walk): a body's nodes with their scopes (see nodes_with_scopes), the body
 # and scope kept so that their ids are never reused while an entry lives.
 _Walk = tuple[tuple[ast.AST, Scope], ...]
-_NODES_WITH_SCOPES: dict[tuple[int, int], tuple[Body, Scope, _Walk]] = {}
+_NODES_WITH_SCOPES: dict[tuple[int, int], tuple[Body, Scope, _Walk]] = process_memo()
 
 
 # Imports followed from a reader to the module that assigns the global.

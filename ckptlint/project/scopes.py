@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ckptlint.memos import process_memo
+
 ScopeKind = Literal["module", "class", "function"]
 Position = tuple[int, int]
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -239,7 +241,7 @@ def _first_lines(body: list[ast.stmt]) -> list[int]:
 
 
 # body id: (the body, kept so that its id is never reused while the entry lives; its lines)
-_FIRST_LINES: dict[int, tuple[list[ast.stmt], list[int]]] = {}
+_FIRST_LINES: dict[int, tuple[list[ast.stmt], list[int]]] = process_memo()
 
 
 def touches_lines(node: ast.AST, sorted_lines: list[int]) -> bool:

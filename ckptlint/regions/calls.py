@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Sequence
 
+from ckptlint.memos import process_memo
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import (
     COMPREHENSIONS,
@@ -153,4 +154,4 @@ def calls_in_body(
 
 _CALLS_IN_BODY: dict[
     tuple[int, int], tuple[Sequence[ast.AST], Scope, list[tuple[ast.Call, Scope]]]
-] = {}
+] = process_memo()

@@ -20,6 +20,7 @@ from typing import TypeGuard, TypeVar
 
 from packaging.version import Version
 
+from ckptlint.memos import process_memo
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import (
     FUNCTIONS,
@@ -1715,7 +1716,7 @@ def own_nodes(statements: Body | ast.expr) -> tuple[ast.AST, ...]:
     return result
 
 
-_OWN_NODES: dict[int, tuple[Body | ast.expr, tuple[ast.AST, ...]]] = {}
+_OWN_NODES: dict[int, tuple[Body | ast.expr, tuple[ast.AST, ...]]] = process_memo()
 
 
 def children_run_here(node: ast.AST) -> list[ast.AST]:

@@ -36,6 +36,14 @@ class DdpFindUnusedReentrant(Rule):
     """`DistributedDataParallel(..., find_unused_parameters=True)` wraps a model that runs
     reentrant checkpoint regions.
 
+    Reported at the DDP call when its model (the first argument) resolves to a class of the
+    project, naming the reentrant regions it runs (found as CKP301 follows a region: the
+    model's `forward` and what it calls, in any file). Every file naming
+    `find_unused_parameters` is analysed for it, whether or not it names a checkpoint
+    function, from every entry point (folder walks, pre-commit, flake8).
+
+    ## Why is this bad?
+
     A reentrant region (`use_reentrant=True`, or `use_reentrant` left out: torch 2.13 still
     defaults to the reentrant variant) runs its forward under `no_grad`, so when the forward
     ends DDP's search for unused parameters does not find the region's parameters in the
@@ -49,12 +57,10 @@ class DdpFindUnusedReentrant(Rule):
     model), or build DDP with `static_graph=True`, or drop `find_unused_parameters` if
     every parameter is used (see CKP401 for a module checkpointed twice).
 
-    Reported at the DDP call when its model (the first argument) resolves to a class of the
-    project, naming the reentrant regions it runs (found as CKP301 follows a region: the
-    model's `forward` and what it calls, in any file). A model built where the analysis
-    cannot see (a factory keyed by a config string, `accelerator.prepare`) is not reported.
-    Every file naming `find_unused_parameters` is analysed for it, whether or not it names
-    a checkpoint function, from every entry point (folder walks, pre-commit, flake8).
+    ## Not reported
+
+    A model built where the analysis cannot see (a factory keyed by a config string,
+    `accelerator.prepare`).
     """
 
     code = "CKP402"

@@ -14,6 +14,15 @@ from ckptlint.rules.base import (
 class GlobalSideEffect(Rule):
     """A checkpoint region assigns a module global or mutates a module-level object.
 
+    Reported for `global X` followed by an assignment, and for item or attribute
+    assignment, `del`, and mutating methods (`append`, `extend`, `update`, `pop`,
+    `setdefault`, `clear`, `__setitem__`, ...) on a module-level object, in the region's
+    own code or in what it calls directly, in any module of the tree, through every
+    region source (for transformers' `GradientCheckpointingLayer` subclasses, at their
+    `def forward`).
+
+    ## Why is this bad?
+
     The checkpoint runs the region once in the forward and again in the backward, so its
     side effects happen twice: a step counter counts double, a list of recorded
     activations gets every entry twice, a running statistic is updated twice (and the
@@ -22,14 +31,11 @@ class GlobalSideEffect(Rule):
     Move the side effect out of the checkpointed function (do it before or after the
     `checkpoint(...)` call), or return the value from the region and store it outside.
 
-    Reported for `global X` followed by an assignment, and for item or attribute
-    assignment, `del`, and mutating methods (`append`, `extend`, `update`, `pop`,
-    `setdefault`, `clear`, `__setitem__`, ...) on a module-level object, in the region's
-    own code or in what it calls directly, in any module of the tree, through every
-    region source (for transformers' `GradientCheckpointingLayer` subclasses, at their
-    `def forward`). A write after a test of the same global, or of a "loaded" flag the
+    ## Not reported
+
+    A write after a test of the same global, or of a "loaded" flag the
     function keeps (`if key not in CACHE:`, `if KERNEL is None:`), is a memo or a lazy
-    initialisation that the second run leaves as it was, and is not reported; so are the
+    initialisation that the second run leaves as it was; so are the
     other memo forms: a lookup and a write when it found nothing (`m = CACHE.get(key)`,
     then `if m is None: CACHE[key] = build(key)`), `CACHE.setdefault(key, build(key))`
     (not with an empty container as the value: that entry is there to be filled) and

@@ -15,14 +15,19 @@ class InaccessiblePath(Rule):
     """A path given on the command line does not exist, or a file or folder could not be
     opened (no permission, a dangling symbolic link), or a file named on the command line
     is not a regular file ("not a regular file: a FIFO", a socket, a device such as a link
-    to `/dev/zero`: never opened nor read), so nothing in it was checked. Such special
-    files found by walking a folder are skipped without a finding.
+    to `/dev/zero`: never opened nor read).
 
-    Reported at line 1, column 1 of the path, like ruff's E902 and flake8's E902. The rest
-    of the run goes on and the exit code is 1. Check the path, fix its permissions, or
-    exclude it in `[tool.ckptlint]`.
+    Reported at line 1, column 1 of the path, like ruff's E902 and flake8's E902.
 
-    Files that could be read but not decoded or parsed are CKP901.
+    ## Why is this bad?
+
+    Nothing in the path was checked. The rest of the run goes on and the exit code is 1.
+    Check the path, fix its permissions, or exclude it in `[tool.ckptlint]`.
+
+    ## Not reported
+
+    Special files (FIFOs, sockets, devices) found by walking a folder: they are skipped
+    without a finding. Files that could be read but not decoded or parsed are CKP901.
     """
 
     code = "CKP902"

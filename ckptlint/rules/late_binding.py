@@ -43,42 +43,50 @@ class ClosureRead:
 class LateBinding(Rule):
     """A checkpoint region reads a loop variable through its closure (late binding).
 
+    Reported when the region is a lambda or def (directly, through `functools.partial` or
+    returned by a factory) that reads a variable of an enclosing function, and the
+    checkpoint call sits inside a `for`/`while` loop (or comprehension) of that function
+    that rebinds the variable, or changes the part of it the region reads (an item, an
+    attribute, or anything for a region that uses the whole object) to a value computed
+    from names the loop binds. Through a wrapper of your own the same holds at the
+    wrapper's call (`run(lambda h: layer(h), x)` in a loop).
+
+    ## Why is this bad?
+
     A closure reads the variable, not the value it had when the closure was made. The
     checkpoint runs the region once in the forward and again in the backward, and the
     backward usually runs after the loop has moved on: the recompute then sees the
     variable's last value, computes something else than the forward did, and the gradients
     are silently wrong (PyTorch does not notice: shapes agree).
 
-    Bind the value when the region is made: a default argument (`lambda x, i=i: ...`),
-    `functools.partial(f, i)`, a factory function's parameter (`make_forward(layer)`), or
-    pass it as an input of the checkpoint.
-
-    The fix (unsafe: it changes the function's signature) does the first: each late-bound
-    name becomes a parameter `name=name` of the def or lambda (keyword-only after a
-    `*args`), so the value the function is made with, the one the forward reads, is what
-    the recompute reads too. It is offered where the function is made anew for the call:
-    a lambda in the call, a def made by a factory the call calls (transformers'
-    `create_custom_forward(layer_module)` closing over `past_key_value`), or a def made
-    earlier in the same iteration with no rebinding of the names in between. A def made
-    once before the loop, or an object changed in place (a copy would keep only what a
-    shallow copy keeps), gets no fix: rewrite those by hand.
-
     The same holds for an object the loop changes in place: a dict the region reads
     (`**kwargs`) that the loop updates with each layer's value (`kwargs["window"] = w`) is
     read at its last state by every recompute. Bind a copy (`functools.partial(f,
     **kwargs)`, `dict(kwargs)` as a default argument).
 
-    Reported when the region is a lambda or def (directly, through `functools.partial` or
-    returned by a factory) that reads a variable of an enclosing function, and the
-    checkpoint call sits inside a `for`/`while` loop (or comprehension) of that function
-    that rebinds the variable, or changes the part of it the region reads (an item, an
-    attribute, or anything for a region that uses the whole object) to a value computed
-    from names the loop binds. Not reported when the loop also runs the backward
-    (`loss.backward()` in the same iteration), when the region is the loop variable
-    itself (`checkpoint(layer, x)` passes the current value), when the loop only sets the
-    variable to one constant before the call (`use_cache = False`), or only remakes a
-    def or lambda under that name (same code, same closure cells). Through a wrapper of
-    your own the same holds at the wrapper's call (`run(lambda h: layer(h), x)` in a loop).
+    Bind the value when the region is made: a default argument (`lambda x, i=i: ...`),
+    `functools.partial(f, i)`, a factory function's parameter (`make_forward(layer)`), or
+    pass it as an input of the checkpoint.
+
+    ## Fix safety
+
+    The fix changes the function's signature: each late-bound name becomes a parameter
+    `name=name` of the def or lambda (keyword-only after a `*args`), so the value the
+    function is made with, the one the forward reads, is what the recompute reads too. It
+    is offered where the function is made anew for the call: a lambda in the call, a def
+    made by a factory the call calls (transformers' `create_custom_forward(layer_module)`
+    closing over `past_key_value`), or a def made earlier in the same iteration with no
+    rebinding of the names in between. A def made once before the loop, or an object
+    changed in place (a copy would keep only what a shallow copy keeps), gets no fix:
+    rewrite those by hand.
+
+    ## Not reported
+
+    When the loop also runs the backward (`loss.backward()` in the same iteration), when
+    the region is the loop variable itself (`checkpoint(layer, x)` passes the current
+    value), when the loop only sets the variable to one constant before the call
+    (`use_cache = False`), or only remakes a def or lambda under that name (same code, same
+    closure cells).
     """
 
     code = "CKP202"

@@ -50,19 +50,24 @@ class MissingUseReentrant(Rule):
     """`torch.utils.checkpoint.checkpoint` and `checkpoint_sequential` called without
     `use_reentrant`.
 
+    `use_reentrant=None` is the same as leaving it out (torch warns and picks the default),
+    so it is reported too; the fix replaces `None` with `False`, where the `None` is written
+    (in the call, or in the `functools.partial` it goes through).
+
+    Through your own wrappers the finding goes to the call that decides: a wrapper that
+    hands `use_reentrant` on to torch (its own parameter, defaulting to `None`, or
+    `**kwargs` forwarded to `checkpoint`) leaves it to its callers, so the calls that leave
+    it unset are reported, and the fix adds the keyword the wrapper takes. A wrapper that
+    cannot take it (`def run(fn, *args)`) is reported at its own `checkpoint` call, never at
+    its callers, also when it is declared in `extend-checkpoint-functions`.
+
+    ## Why is this bad?
+
     PyTorch warns when `use_reentrant` is omitted and has announced that the implicit
     default will change. The implicit value today selects the reentrant implementation,
     which gives parameters no gradients when no input requires grad, ignores keyword
     arguments and does not support nested checkpoints or `torch.autograd.grad`.
-    `use_reentrant=False` is the variant PyTorch recommends.
-
-    Pass it explicitly. The autofix adds `use_reentrant=False`; because that switches the
-    implementation the code ran with, it is an unsafe fix: apply it with
-    `ckptlint --fix --unsafe-fixes` and review the diff.
-
-    `use_reentrant=None` is the same as leaving it out (torch warns and picks the default),
-    so it is reported too; the fix replaces `None` with `False`, where the `None` is written
-    (in the call, or in the `functools.partial` it goes through).
+    `use_reentrant=False` is the variant PyTorch recommends: pass it explicitly.
 
     A call that also passes keyword arguments for the region (`checkpoint(fn, x,
     mask=m)`) does not run at all: torch's reentrant variant takes no keywords for the
@@ -70,6 +75,13 @@ class MissingUseReentrant(Rule):
     forward (torch 2.13, also with `use_reentrant=None` or `True`). The finding says so;
     its fix makes the call run, since the non-reentrant variant passes those keywords on
     to the function.
+
+    ## Fix safety
+
+    The fix adds `use_reentrant=False`, which switches the implementation the code ran with
+    (the reentrant one, torch's implicit default) to the one PyTorch recommends.
+
+    ## Not reported
 
     A `**mapping` is read for what it holds under `use_reentrant`: a `**kwargs` parameter
     holds what its callers pass, and the edits a wrapper makes apply in order
@@ -79,13 +91,6 @@ class MissingUseReentrant(Rule):
     (`use_reentrant`) is given or may come from `*args`. A value first read into a name
     (`reentrant = kwargs.get("use_reentrant")`) is followed to that one assignment; a
     conditional expression leaves it unset only where both branches do.
-
-    Through your own wrappers the finding goes to the call that decides: a wrapper that
-    hands `use_reentrant` on to torch (its own parameter, defaulting to `None`, or
-    `**kwargs` forwarded to `checkpoint`) leaves it to its callers, so the calls that leave
-    it unset are reported, and the fix adds the keyword the wrapper takes. A wrapper that
-    cannot take it (`def run(fn, *args)`) is reported at its own `checkpoint` call, never at
-    its callers, also when it is declared in `extend-checkpoint-functions`.
     """
 
     code = "CKP001"

@@ -16,15 +16,6 @@ from ckptlint.rules.base import (
 class MutableGlobalRead(Rule):
     """A checkpoint region reads a module global that is changed at run time.
 
-    The checkpoint runs the region once in the forward and again in the backward. A global
-    read by the region is read twice, and if anything changes it in between (a function
-    with `global X; X = ...`, `X += ...`, `X[key] = ...`, `X.append(...)`,
-    `X.update(...)`...), the recompute computes with another value than the forward did:
-    the gradients are silently wrong, with no error from PyTorch.
-
-    Pass the value as an input of the checkpoint, or bind it when making the region
-    (`functools.partial(block, scale=SCALE)`), so both runs see the same value.
-
     Every region source counts (torch's checkpoint, checkpoint_wrapper, transformers'
     layers, timm, Megatron, DeepSpeed, your own wrappers...). The state searched is what
     the region's own code reads, and the code it calls directly, in any module of the
@@ -40,7 +31,20 @@ class MutableGlobalRead(Rule):
     X` keeps the object it was bound to: for it only changes of that object's content
     count (`cfg.X = ...` elsewhere rebinds the module's name, not the importer's).
 
-    Not reported, because they are set-up, not run-time changes: constants bound once,
+    ## Why is this bad?
+
+    The checkpoint runs the region once in the forward and again in the backward. A global
+    read by the region is read twice, and if anything changes it in between (a function
+    with `global X; X = ...`, `X += ...`, `X[key] = ...`, `X.append(...)`,
+    `X.update(...)`...), the recompute computes with another value than the forward did:
+    the gradients are silently wrong, with no error from PyTorch.
+
+    Pass the value as an input of the checkpoint, or bind it when making the region
+    (`functools.partial(block, scale=SCALE)`), so both runs see the same value.
+
+    ## Not reported
+
+    Set-up, not run-time changes: constants bound once,
     imports, functions and classes; module-level statements (they run at import); a
     function used only at import (a registry's `register` decorator, decorator
     factories) or only from constructors (`__init__`, `reset_parameters`,

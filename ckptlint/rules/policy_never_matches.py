@@ -45,6 +45,13 @@ MEMBERSHIP = (ast.In, ast.NotIn)
 class PolicyNeverMatches(Rule):
     """A selective-checkpoint policy compares the op with something torch never passes.
 
+    Reported at the comparison, in any policy the module defines: a function handed to
+    `create_selective_checkpoint_contexts` (directly, through `functools.partial`, as a
+    factory's product, or an object's `__call__`), or one returning a `CheckpointPolicy`.
+    Containers are followed to where they are written (a module-level set of ops).
+
+    ## Why is this bad?
+
     `create_selective_checkpoint_contexts(policy)` makes torch call `policy(ctx, op, ...)`
     for every op of the region with `op` an `OpOverload`: `torch.ops.aten.mm.default`,
     never the `OpOverloadPacket` `torch.ops.aten.mm`, and never a Python function such as
@@ -58,11 +65,9 @@ class PolicyNeverMatches(Rule):
     `create_selective_checkpoint_contexts([torch.ops.aten.mm])`, is rejected by torch
     itself with a ValueError.)
 
-    Reported at the comparison, in any policy the module defines: a function handed to
-    `create_selective_checkpoint_contexts` (directly, through `functools.partial`, as a
-    factory's product, or an object's `__call__`), or one returning a `CheckpointPolicy`.
-    Containers are followed to where they are written (a module-level set of ops).
-    `torch.ops.higher_order.*` operators are passed as they are and compare fine.
+    ## Not reported
+
+    `torch.ops.higher_order.*` operators: they are passed as they are and compare fine.
     """
 
     code = "CKP501"

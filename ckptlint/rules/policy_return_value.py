@@ -22,6 +22,12 @@ from ckptlint.rules.base import (
 class PolicyReturnValue(Rule):
     """A selective-checkpoint policy returns a value torch silently reads as "recompute".
 
+    Reported at a `return` of a truthy int, float, string or bytes constant, or of a
+    `CheckpointPolicy` member's `.value`/`.name`; and at the `def` of a policy that returns
+    None on every path. Policies are found as CKP501 finds them.
+
+    ## Why is this bad?
+
     torch saves an op's output when the policy returns `CheckpointPolicy.MUST_SAVE` or
     `PREFER_SAVE`, or `True` (a bool is accepted for backward compatibility: `True` is
     `MUST_SAVE`, `False` is `PREFER_RECOMPUTE`). Anything else is read as "recompute",
@@ -32,10 +38,9 @@ class PolicyReturnValue(Rule):
 
     Return a `CheckpointPolicy` member (or a bool).
 
-    Reported at a `return` of a truthy int, float, string or bytes constant, or of a
-    `CheckpointPolicy` member's `.value`/`.name`; and at the `def` of a policy that returns
-    None on every path. Policies are found as CKP501 finds them. A policy returning
-    `False`, `0` or `None` on some paths only is not reported: torch reads those as
+    ## Not reported
+
+    A policy returning `False`, `0` or `None` on some paths only: torch reads those as
     "recompute", which is what they say.
     """
 

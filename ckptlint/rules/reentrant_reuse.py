@@ -47,6 +47,17 @@ FIX = "pass `use_reentrant=False` (or build DDP with `static_graph=True`)"
 class ReentrantReuse(Rule):
     """A reentrant checkpoint region whose module runs more than once per step.
 
+    Reported when the same module (by the same expression: `self.block`) is checkpointed
+    reentrantly (`use_reentrant=True`, or `use_reentrant` left out)
+    - inside a `for`/`while` loop or a comprehension that does not rebind anything the
+      region expression uses, and does not also run the backward (`loss.backward()`);
+    - twice in one block of statements, or checkpointed and called directly in it (not in
+      exclusive `if`/`else` branches);
+    - once per element of an `nn.ModuleList`/`nn.Sequential` that holds one module several
+      times (`nn.ModuleList([block] * n)`, `[block for _ in range(n)]`).
+
+    ## Why is this bad?
+
     A reentrant region (`use_reentrant=True`, or `use_reentrant` left out: torch 2.13
     still defaults to the reentrant variant) computes its gradients in a backward pass of
     its own. A module checkpointed twice in one forward therefore gets its parameters'
@@ -62,17 +73,12 @@ class ReentrantReuse(Rule):
     `use_reentrant=False` handles all of these (gradients identical to the unchecked model);
     so does DDP's `static_graph=True` for a model whose graph never changes.
 
-    Reported when the same module (by the same expression: `self.block`) is checkpointed
-    reentrantly
-    - inside a `for`/`while` loop or a comprehension that does not rebind anything the
-      region expression uses, and does not also run the backward (`loss.backward()`);
-    - twice in one block of statements, or checkpointed and called directly in it (not in
-      exclusive `if`/`else` branches);
-    - once per element of an `nn.ModuleList`/`nn.Sequential` that holds one module several
-      times (`nn.ModuleList([block] * n)`, `[block for _ in range(n)]`).
-    Only regions with parameters count: a module of the project, a method of one, or a
-    torch layer with weights (`nn.Linear`...), also through `functools.partial` or a
-    factory such as `create_custom_forward(self.block)`.
+    ## Not reported
+
+    Regions without parameters: only a module of the project, a method of one, or a torch
+    layer with weights (`nn.Linear`...) counts, also through `functools.partial` or a
+    factory such as `create_custom_forward(self.block)`. A loop that runs the backward in
+    each iteration checkpoints each module once per step.
     """
 
     code = "CKP401"

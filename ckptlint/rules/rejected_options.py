@@ -32,6 +32,12 @@ REENTRANT_ERROR = (
 class RejectedOptions(Rule):
     """`context_fn=` or `debug=True` where torch's checkpoint rejects them.
 
+    Keywords are followed where they are written: in the call, a `functools.partial`, a
+    `checkpoint_wrapper` applied by `apply_activation_checkpointing`, or a wrapper of your
+    own that passes them on.
+
+    ## Why is this bad?
+
     Selective activation checkpointing (`context_fn=partial(create_selective_checkpoint_contexts,
     policy)`) and `debug=True` exist only in the non-reentrant implementation. With
     `use_reentrant=True`, or without `use_reentrant` (torch 2.13 still defaults to the
@@ -47,10 +53,10 @@ class RejectedOptions(Rule):
     Pass `use_reentrant=False` (it is what PyTorch recommends anyway); for a sequence,
     checkpoint its segments with `checkpoint(..., use_reentrant=False, context_fn=...)`.
 
-    Keywords are followed where they are written: in the call, a `functools.partial`, a
-    `checkpoint_wrapper` applied by `apply_activation_checkpointing`, or a wrapper of your
-    own that passes them on. `context_fn=noop_context_fn` (torch's default) is fine; a
-    value only known at run time (a parameter of yours) is not reported.
+    ## Not reported
+
+    `context_fn=noop_context_fn` (torch's default), and a value only known at run time (a
+    parameter of yours).
     """
 
     code = "CKP002"

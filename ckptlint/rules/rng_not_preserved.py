@@ -17,19 +17,10 @@ from ckptlint.rules.base import (
 class RngNotPreserved(Rule):
     """`preserve_rng_state=False` and the region draws random numbers.
 
-    With `preserve_rng_state=False` the checkpoint does not save and restore the RNG state
-    around the recompute. Dropout masks (and anything else drawn from torch's RNG) in the
-    recompute then differ from the ones the forward used, so the backward differentiates a
-    different function: the gradients are silently wrong.
-
-    Remove `preserve_rng_state=False` (the default, True, restores the RNG state), or keep
-    the random op outside the checkpointed region.
-
     `preserve_rng_state=False` counts wherever it reaches torch's checkpoint: in the call,
     in a `functools.partial`, through `checkpoint_wrapper(module, preserve_rng_state=False)`,
     `apply_activation_checkpointing(checkpoint_wrapper_fn=partial(...))`, the composable
-    `checkpoint(module, ...)`, or a wrapper of your own that passes it on. (Megatron,
-    DeepSpeed, fairscale and Transformer Engine restore their RNG states themselves.) A
+    `checkpoint(module, ...)`, or a wrapper of your own that passes it on. A
     `torch.autograd.Function` of your own that runs a function again in its `backward`
     counts as well when its code does not save the RNG state in `forward` and set it back
     in `backward`.
@@ -38,9 +29,23 @@ class RngNotPreserved(Rule):
     assigned in `__init__`, in a parent's `__init__` or in another file, `F.dropout`,
     `torch.dropout`), `torch.rand*`, `bernoulli`, `multinomial`, `normal`, `rrelu`, and
     in-place samplers such as `.normal_()` and `.uniform_()`, anywhere in the code the
-    region runs, in any module of the tree (8 levels of calls). Dropout with a literal
-    `p=0` or `training=False` is not random; a dropout probability only known at run time
-    counts as random.
+    region runs, in any module of the tree (8 levels of calls). A dropout probability only
+    known at run time counts as random.
+
+    ## Why is this bad?
+
+    With `preserve_rng_state=False` the checkpoint does not save and restore the RNG state
+    around the recompute. Dropout masks (and anything else drawn from torch's RNG) in the
+    recompute then differ from the ones the forward used, so the backward differentiates a
+    different function: the gradients are silently wrong.
+
+    Remove `preserve_rng_state=False` (the default, True, restores the RNG state), or keep
+    the random op outside the checkpointed region.
+
+    ## Not reported
+
+    Dropout with a literal `p=0` or `training=False` (not random). Megatron, DeepSpeed,
+    fairscale and Transformer Engine restore their RNG states themselves.
     """
 
     code = "CKP301"

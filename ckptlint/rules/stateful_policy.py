@@ -21,6 +21,13 @@ from ckptlint.rules.base import (
 class StatefulPolicy(Rule):
     """A selective-checkpoint policy keeps state between calls and ignores `ctx.is_recompute`.
 
+    Reported at the statement that changes the state (an augmented assignment, an item or
+    attribute assignment, `append`/`update`/...; on a closure variable, a global or the
+    policy object's own attribute) when the policy also reads that state and never
+    mentions `is_recompute`.
+
+    ## Why is this bad?
+
     Policies that decide by position ("save every second matmul") keep a counter outside
     the call: a closure's dict, a global, an attribute of the policy object. Up to torch
     2.12, torch calls the policy once per op in the forward and again per op in the
@@ -36,11 +43,9 @@ class StatefulPolicy(Rule):
     Count the forward and the recompute apart (`mode = "recompute" if ctx.is_recompute
     else "forward"`, as torchtitan does), or decide from the op and its arguments alone.
 
-    Reported at the statement that changes the state (an augmented assignment, an item or
-    attribute assignment, `append`/`update`/...; on a closure variable, a global or the
-    policy object's own attribute) when the policy also reads that state and never
-    mentions `is_recompute`. A list the policy only appends to (a log of ops) decides
-    nothing and is not reported.
+    ## Not reported
+
+    A list the policy only appends to (a log of ops): it decides nothing.
     """
 
     code = "CKP503"

@@ -49,6 +49,18 @@ CHEAP_METHODS = frozenset(
 class TinyRegion(Rule):
     """A checkpoint region that is a single cheap op.
 
+    Reported for torch modules (`nn.GELU()`, including modules assigned in `__init__` and
+    elements of an `nn.ModuleList` built from one constructor, and a module behind a
+    reparametrization: `weight_norm`, `spectral_norm`, `nn.utils.parametrizations.*` and
+    `nn.utils.parametrize.register_parametrization` return the module they are given, still
+    one conv or linear, its weight computed from others), torch functions
+    (`torch.relu`, `F.gelu`), `functools.partial` of those, and lambdas, functions and
+    methods whose body is one such op applied to their parameters, through every region
+    source that takes a function or a module (also a module that
+    `apply_activation_checkpointing` selects).
+
+    ## Why is this bad?
+
     Checkpointing trades memory for compute: the region's intermediate activations are
     dropped after the forward and recomputed in the backward. A region that is one cheap
     op (an activation, dropout, a norm layer, an elementwise or arithmetic op, a single
@@ -58,17 +70,11 @@ class TinyRegion(Rule):
 
     Call the op directly, or checkpoint a larger block that contains it (a whole layer).
 
-    Reported for torch modules (`nn.GELU()`, including modules assigned in `__init__` and
-    elements of an `nn.ModuleList` built from one constructor, and a module behind a
-    reparametrization: `weight_norm`, `spectral_norm`, `nn.utils.parametrizations.*` and
-    `nn.utils.parametrize.register_parametrization` return the module they are given, still
-    one conv or linear, its weight computed from others), torch functions
-    (`torch.relu`, `F.gelu`), `functools.partial` of those, and lambdas, functions and
-    methods whose body is one such op applied to their parameters, through every region
-    source that takes a function or a module (also a module that
-    `apply_activation_checkpointing` selects). The region must be exactly one such thing:
-    an `nn.Sequential` of several layers, a function of several statements, a region that
-    may be one of several things, and anything that cannot be resolved are not reported.
+    ## Not reported
+
+    The region must be exactly one such thing: an `nn.Sequential` of several layers, a
+    function of several statements, a region that may be one of several things, and
+    anything that cannot be resolved are not reported.
     """
 
     code = "CKP101"

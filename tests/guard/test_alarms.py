@@ -25,6 +25,7 @@ from torch.utils.checkpoint import (
 
 import ckptguard
 from ckptguard import _reader, _readplan, _strict
+from tests.conftest import SUBPROCESS_TIMEOUT
 
 VARIANTS = pytest.mark.parametrize("reentrant", [False, True], ids=["nonreentrant", "reentrant"])
 
@@ -546,7 +547,11 @@ def _run_script(tmp_path, *command: str, environment: dict | None = None):
     env.pop("CKPTGUARD", None) if environment is None else None
     arguments = [a if a != "SCRIPT" else str(script) for a in command]
     return subprocess.run(
-        [sys.executable, *arguments], capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+        env=env,
     )
 
 
@@ -569,7 +574,11 @@ def test_ckptguard_environment_variable(tmp_path) -> None:
     for value, enabled in (("1", True), ("strict", True), ("0", False), ("", False)):
         env = {**os.environ, "CKPTGUARD": value}
         result = subprocess.run(
-            [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=SUBPROCESS_TIMEOUT,
+            env=env,
         )
         assert (result.returncode != 0) is enabled, (value, result.stderr)
     assert ckptguard.options_from_environment("strict,warn") == {

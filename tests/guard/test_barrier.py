@@ -16,6 +16,8 @@ import sys
 import pytest
 import torch
 
+from tests.conftest import SUBPROCESS_TIMEOUT
+
 WORKER = pathlib.Path(__file__).with_name("barrier_worker.py")
 INJECTED = "RuntimeError: injected failure."
 UNPLACEABLE = "ImportError: '__main__' is not a built-in module."
@@ -108,7 +110,7 @@ def _launch(how: str) -> subprocess.CompletedProcess:
         input=source if how == "stdin" else None,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=SUBPROCESS_TIMEOUT,
         env=env,
     )
 

@@ -14,6 +14,7 @@ from packaging.requirements import Requirement
 
 import ckptguard
 from ckptguard import _compat
+from tests.conftest import SUBPROCESS_TIMEOUT
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,7 +52,11 @@ def test_old_torch_is_refused_before_the_layers_are_imported() -> None:
         "    print(error)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+        check=True,
     )
     assert "on torch 2.4.0+cu121: it needs torch>=2.8," in done.stdout, done.stderr
 

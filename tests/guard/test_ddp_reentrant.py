@@ -23,6 +23,8 @@ import sys
 import pytest
 import torch
 
+from tests.conftest import SUBPROCESS_TIMEOUT
+
 WORKER = pathlib.Path(__file__).with_name("ddp_reentrant_worker.py")
 MARKED_TWICE = "Expected to mark a variable ready only once"
 BLOCK = [
@@ -49,7 +51,9 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, dict]
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         str(WORKER), str(out),
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, env=env
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     found: dict[int, dict[str, dict]] = {}
     for rank in (0, 1):

@@ -10,6 +10,8 @@ import sys
 import pytest
 import torch
 
+from tests.conftest import SUBPROCESS_TIMEOUT
+
 WORKER = pathlib.Path(__file__).with_name("distributed_worker.py")
 
 pytestmark = pytest.mark.skipif(
@@ -24,7 +26,9 @@ def _torchrun(mode: str) -> subprocess.CompletedProcess:
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         str(WORKER), "--mode", mode,
     ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, env=env
+    )
 
 
 def test_ddp_trains_without_alarm() -> None:

@@ -1,4 +1,5 @@
-"""examples/train_guarded.py: clean with the guard, and each injected mistake is named."""
+"""examples/train_guarded.py: clean with the guard, each injected mistake named, and what plain
+torch does about each."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import sys
 
 import pytest
 import torch
+
+import ckptguard
+from tests.conftest import SUBPROCESS_TIMEOUT
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / "examples" / "train_guarded.py"
 EXPECTED_KIND = {
@@ -26,20 +30,31 @@ EXPECTED_KIND = {
 
 def _run(*flags: str) -> subprocess.CompletedProcess:
     command = [sys.executable, str(EXAMPLE), "--steps", "3", *flags]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return subprocess.run(command, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
 
 
+# The script as a user runs it: three processes for its three endings (clean, the guard's
+# error, plain torch's wrong gradients). Each mistake is then injected in this process,
+# through the function the script runs: starting torch ten more times checked nothing more.
 def test_clean_run_under_guard() -> None:
     result = _run("--guard")
     assert result.returncode == 0, result.stderr
     assert "finished without an error" in result.stdout
 
 
+def test_the_script_ends_with_the_guards_error() -> None:
+    result = _run("--guard", "--inject", "global")
+    assert result.returncode != 0
+    assert "CheckpointMismatchError: ckptguard [global]" in result.stderr
+
+
 @pytest.mark.parametrize("mistake", list(EXPECTED_KIND))
 def test_injected_mistake_is_named(mistake: str) -> None:
-    result = _run("--guard", "--inject", mistake)
-    assert result.returncode != 0
-    assert f"CheckpointMismatchError: ckptguard [{EXPECTED_KIND[mistake]}]" in result.stderr
+    example = _example_module()
+    with pytest.raises(ckptguard.CheckpointMismatchError) as info:
+        example.train(3, mistake, guard=True, log=lambda line: None)
+    assert str(info.value).startswith(f"ckptguard [{EXPECTED_KIND[mistake]}]")
+    assert not ckptguard.is_enabled()  # the script's train() switched the guard off again
 
 
 def _example_module():

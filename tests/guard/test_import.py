@@ -5,10 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.conftest import SUBPROCESS_TIMEOUT
+
 SCRIPT = """
 import sys
 sys.modules["torch"] = None  # makes any `import torch` fail, as if it were not installed
 import ckptguard
+from ckptguard import PlanInfeasibleError
+assert issubclass(PlanInfeasibleError, ValueError)
+assert ckptguard.PlanInfeasibleError is PlanInfeasibleError
 assert not ckptguard.is_enabled()
 ckptguard.disable()
 try:
@@ -20,7 +25,7 @@ except ImportError as error:
 
 def test_import_without_torch_fails_only_at_enable() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == (

@@ -14,6 +14,7 @@ from torch import nn
 import ckptguard
 from ckptguard.planner import Plan, PlanInfeasibleError
 from ckptguard.planner.regions import is_region
+from tests.conftest import SUBPROCESS_TIMEOUT
 
 
 class Block(nn.Module):
@@ -292,7 +293,7 @@ def test_progress_is_a_line_per_stage_in_a_log_and_nothing_quiet(tmp_path, quiet
             [sys.executable, "-c", _PLAN_AND_VERIFY.replace("QUIET", str(quiet))],
             stdout=output,
             stderr=subprocess.STDOUT,
-            timeout=300,
+            timeout=SUBPROCESS_TIMEOUT,
         )
     lines = log.read_text().splitlines()
     assert result.returncode == 0, lines
@@ -419,7 +420,9 @@ def test_ddp_ranks_apply_the_same_plan():
         str(worker),
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, env=env
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     plans = [
         line.split(": plan ", 1)[1] for line in result.stdout.splitlines() if ": plan " in line

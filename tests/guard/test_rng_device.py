@@ -9,13 +9,15 @@ import sys
 
 import pytest
 
+from tests.conftest import SUBPROCESS_TIMEOUT
+
 WORKER = pathlib.Path(__file__).with_name("rng_device_worker.py")
 
 
 @pytest.fixture(scope="module")
 def results() -> dict:
     completed = subprocess.run(
-        [sys.executable, str(WORKER)], capture_output=True, text=True, timeout=180
+        [sys.executable, str(WORKER)], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT
     )
     assert completed.returncode == 0, completed.stderr
     return json.loads(completed.stdout)
