@@ -306,13 +306,14 @@ class Evaluator:
         known by name): each with the context the call runs its body in."""
         if not isinstance(expression, ast.Call):
             return None
+        functions = [
+            v for v in self.evaluate(expression.func, context) if isinstance(v, FunctionValue)
+        ]
         callee = self.evaluate(expression.func, context)
-        if not all(isinstance(v, FunctionValue) for v in callee):
-            return None
-        if any(_called_name(v) in TEST_HELPERS for v in callee):
+        if len(functions) != len(callee) or any(_called_name(v) in TEST_HELPERS for v in callee):
             return None
         arguments = Arguments.of(expression, context)
-        return [(v, self.bind(v, arguments)) for v in callee]  # type: ignore[misc]
+        return [(function, self.bind(function, arguments)) for function in functions]
 
     def mro(self, cls: ClassValue) -> list[ClassValue | External]:
         """The class and its bases, left to right, each once (external bases end a branch;
@@ -1410,7 +1411,7 @@ def _only_spread(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) ->
     return answer
 
 
-_ONLY_SPREAD: dict[int, tuple[ast.AST, dict[str, bool]]] = {}
+_ONLY_SPREAD: dict[int, tuple[ast.AST, dict[str, bool]]] = process_memo()
 
 
 def passed_on(argument: Argument) -> Argument:
@@ -1454,7 +1455,7 @@ def _read_of(parameter: ast.arg) -> ast.Name:
     return read
 
 
-_READS: dict[int, tuple[ast.arg, ast.Name]] = {}
+_READS: dict[int, tuple[ast.arg, ast.Name]] = process_memo()
 
 
 def _span(node: ast.AST | None) -> tuple[int, int] | None:
