@@ -28,9 +28,11 @@ from ckptlint.effects.reach import (
     header_nodes,
     root_name,
 )
+from ckptlint.effects.restores import restored
 from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import FUNCTIONS, Binding, Scope, node_position, statements_at
 from ckptlint.project.search import ATTRIBUTE_WRITES, CONTENT_WRITES, NAMES
+from ckptlint.regions.steps import runs_backward
 from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import UNKNOWN, ClassValue, Context, ModuleValue
 from ckptlint.torch_catalogue import MUTATING_METHODS
@@ -84,6 +86,8 @@ class ChangeFinder:
                 and (write.where.line, write.how) not in seen
                 and not guarded_by_test_of(functions[-1].body, write, scope)
             ]
+            if writes and self._undone_within_a_step(module, statement, functions):
+                continue
             if writes and not self.runs_at_setup_only(module, functions, 0):
                 for write in writes:
                     seen.add((write.where.line, write.how))
@@ -155,6 +159,8 @@ class ChangeFinder:
                 for target, rebinds in self._written_attributes(statement)
                 if target.attr == attribute and receives(target.value, functions, context)
             ]
+            if rebinds and self._undone_within_a_step(other, statement, functions):
+                continue
             if rebinds and not self.runs_at_setup_only(other, functions, 0):
                 how = "assigns" if any(rebinds) else "mutates"
                 yield GlobalWrite(owner, name, Location(other, statement.lineno), how)
@@ -178,6 +184,8 @@ class ChangeFinder:
                 if write.id == name
                 and any(b.imported for b in scope.lookup(name, node_position(write)))
             ]
+            if writes and self._undone_within_a_step(other, statement, functions):
+                continue
             if writes and not self.runs_at_setup_only(other, functions, 0):
                 yield GlobalWrite(owner, name, Location(other, statement.lineno), "mutates")
 
@@ -242,6 +250,49 @@ class ChangeFinder:
             return None
         return path[-1], functions, scope
 
+    def _undone_within_a_step(
+        self, module: Module, statement: ast.stmt, functions: list[Function]
+    ) -> bool:
+        """Whether the function puts the statement's write back (``restores``) within an
+        extent that runs the backward too (``try: loss.backward() finally: X = old``, each
+        ``with manager():`` block using the context manager), or that calls nothing: a
+        forward and its recompute both see the set value, or neither does. A restore around
+        the forward alone is a change the recompute sees."""
+        function = functions[-1]
+        extents = {restored(function, node) for node in (statement, *header_nodes(statement))}
+        extents.discard(None)
+        if not extents:
+            return False
+        for extent in extents:
+            if isinstance(extent, ast.Try):
+                if not runs_backward(extent) and _calls_anything(extent):
+                    return False
+            elif not self._every_with_runs_backward(module, function):
+                return False
+        return True
+
+    def _every_with_runs_backward(self, module: Module, manager: Function) -> bool:
+        """Whether every use of the context manager ``manager`` in the project is a ``with``
+        whose block runs the backward (unused: a user may enter it anywhere)."""
+        uses = 0
+        for other in self._modules_naming(module, manager.name):
+            for line in other.lines_naming(manager.name):
+                if other is module and line == manager.lineno:
+                    continue
+                path = statements_at(other.tree.body, line)
+                if path and isinstance(path[-1], (ast.Import, ast.ImportFrom)):
+                    continue
+                blocks = [
+                    s
+                    for s in path
+                    if isinstance(s, (ast.With, ast.AsyncWith))
+                    and any(_calls_named(item.context_expr, manager.name) for item in s.items)
+                ]
+                if not blocks or not runs_backward(blocks[-1]):
+                    return False
+                uses += 1
+        return uses > 0
+
     def runs_at_setup_only(self, module: Module, functions: list[Function], depth: int) -> bool:
         """Whether the outermost of ``functions`` runs only while the program is set up: a
         constructor-like method, a function named for seeding or initialisation, or a function
@@ -285,6 +336,21 @@ class ChangeFinder:
                 if other.resolve_import(target.level, target.module) == module.name:
                     return True
         return False
+
+
+def _calls_anything(statement: ast.Try) -> bool:
+    """Whether a ``try`` runs a call before its ``finally`` (only then can code that reads
+    the global run while it is set)."""
+    parts = [*statement.body, *statement.handlers, *statement.orelse]
+    return any(isinstance(node, ast.Call) for part in parts for node in ast.walk(part))
+
+
+def _calls_named(expression: ast.expr, name: str) -> bool:
+    """``name(...)`` or ``x.name(...)``."""
+    if not isinstance(expression, ast.Call):
+        return False
+    func = expression.func
+    return (func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)) == name
 
 
 def _same_class(value: ClassValue, module: Module, cls: ast.ClassDef) -> bool:

@@ -14,6 +14,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from ckptlint.effects.restores import restored
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Body, Scope, node_position
 from ckptlint.resolution.evaluator import Evaluator, children_run_here, own_nodes
@@ -316,8 +317,9 @@ class ReachAnalysis:
 
     def _facts_of(self, function: FunctionValue, context: Context) -> FunctionFacts:
         """One pass over the body: global reads, calls, random draws and global writes
-        (an assignment's targets, a mutating method's receiver), then the writes sorted
-        into those that always run and those behind an opt-in switch."""
+        (an assignment's targets, a mutating method's receiver; not those the function puts
+        back, see ``restores``), then the writes sorted into those that always run and those
+        behind an opt-in switch."""
         body = function.node.body
         statements = [body] if isinstance(body, ast.expr) else body
         module = function.module
@@ -350,9 +352,11 @@ class ReachAnalysis:
                     facts.draws.append(RandomDraw(what, Location(module, node.lineno)))
                 mutation = _mutation(node, scope, module)
                 if mutation is not None and not is_memo_call(node):
-                    writes.append((mutation, scope))
+                    if restored(function.node, node) is None:
+                        writes.append((mutation, scope))
             elif isinstance(node, _ASSIGNING):
-                writes.extend((w, scope) for w in _assignment_writes(node, scope, module))
+                if restored(function.node, node) is None:
+                    writes.extend((w, scope) for w in _assignment_writes(node, scope, module))
             elif isinstance(node, ast.If) and switches:
                 test, branch = node.test, node.body
                 if isinstance(test, ast.Name) and branch and test.id in switches:

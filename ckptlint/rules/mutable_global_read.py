@@ -49,7 +49,12 @@ class MutableGlobalRead(Rule):
     initialisation or memo (a write after a test of the same global, or of a "loaded"
     flag the function keeps: `if KERNEL is None: KERNEL = load()`; a lookup then a write
     where it found nothing; `CACHE.setdefault(key, build(key))`, a value built from the
-    key), since a memo only adds the value its key decides. Globals read only
+    key), since a memo only adds the value its key decides; a global set and put back
+    (`try: ... finally: X = previous`, a `@contextmanager` restoring it after its `yield`)
+    where the extent also runs the backward (`with fast_path(): loss.backward()` at every
+    use of the manager), so that a forward and its recompute see the same value. Set and
+    put back around the forward alone, the backward's recompute sees the restored value:
+    that is reported. Globals read only
     deep inside what the region calls (a framework's accessors: a process group set up
     once) are not searched, and what cannot be resolved statically (a region passed in
     from outside the tree) stays silent. Changes made by the region itself are CKP203.

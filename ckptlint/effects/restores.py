@@ -1,0 +1,168 @@
+"""Writes a function puts back: state set for a while and restored, which leaves no net change.
+
+``global FAST; previous = FAST; FAST = True; try: ... finally: FAST = previous`` changes
+``FAST`` only until the ``finally`` runs; a ``@contextmanager`` that sets it before its
+``yield`` and restores it in a ``finally`` (or after the ``yield``) changes it only inside the
+caller's ``with`` block. A region that does either leaves the global as it found it, and so
+does its recompute: no side effect runs twice (CKP203). A read of the global sees the set
+value only within that extent: the change matters to a region only where its forward runs
+inside the extent and its backward outside (CKP201 asks ``extent``).
+
+A restore is a write of the same place after the first: an assignment (``X = old``,
+``cfg.X = old``, ``TABLE[k] = old``), ``del TABLE[k]`` or ``TABLE.pop(k)`` for an item,
+the inverse augmented assignment (``DEPTH += 1`` ... ``DEPTH -= 1``), and for a container
+the method that takes back what was added (``STACK.append(x)`` ... ``STACK.pop()``).
+Only the syntax of one function body is read.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ckptlint.resolution.evaluator import own_nodes
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+# What a later call on the same container takes back of a method's change.
+_UNDOING = {
+    "append": frozenset({"pop", "remove", "clear"}),
+    "extend": frozenset({"pop", "remove", "clear"}),
+    "insert": frozenset({"pop", "remove", "clear"}),
+    "add": frozenset({"remove", "discard", "clear"}),
+    "update": frozenset({"update", "clear"}),
+    "setdefault": frozenset({"pop", "clear"}),
+    "__setitem__": frozenset({"pop", "__delitem__", "clear"}),
+}
+_INVERSE = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
+_MANAGERS = frozenset({"contextmanager", "asynccontextmanager"})
+
+
+def restored(function: ast.AST, node: ast.AST) -> ast.AST | None:
+    """Where the write ``node`` (an assignment statement or a mutating call) of ``function``
+    is undone: the ``try`` statement whose ``finally`` restores it (the change lasts while
+    it runs), ``function`` itself when it is a ``@contextmanager`` that restores it after its
+    ``yield`` (the change lasts while the caller's ``with`` block runs), else None."""
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    return _restorations(function).get(id(node))
+
+
+def is_context_manager(function: Function) -> bool:
+    """A generator decorated with ``@contextmanager`` (by its last name)."""
+    return any(_last_name(d) in _MANAGERS for d in function.decorator_list)
+
+
+def _restorations(function: Function) -> dict[int, ast.AST]:
+    found = _CACHE.get(id(function))
+    if found is not None and found[0] is function:
+        return found[1]
+    nodes = own_nodes(function.body)
+    restorations: dict[int, ast.AST] = {}
+    manager = is_context_manager(function)
+    yields = [n.lineno for n in nodes if isinstance(n, (ast.Yield, ast.YieldFrom))]
+    for node in nodes:
+        if isinstance(node, ast.Try) and node.finalbody:
+            first = node.finalbody[0].lineno
+            keeps = manager and any(node.lineno <= line < first for line in yields)
+            extent: ast.AST = function if keeps else node
+            _mark(nodes, first, own_nodes(node.finalbody), extent, restorations)
+    if manager and yields:
+        after = [s for s in function.body if s.lineno > yields[0]]
+        if after:
+            _mark(nodes, yields[0], own_nodes(after), function, restorations)
+    _CACHE[id(function)] = (function, restorations)
+    return restorations
+
+
+def _mark(
+    nodes: tuple[ast.AST, ...],
+    before: int,
+    restorers: tuple[ast.AST, ...],
+    extent: ast.AST,
+    restorations: dict[int, ast.AST],
+) -> None:
+    """Record the writes of ``nodes`` on lines before ``before`` that one of ``restorers``
+    undoes, and those restorers (putting a value back is no change either)."""
+    undoings = [(restorer, set(_undoings(restorer))) for restorer in restorers]
+    undoings = [(restorer, undone) for restorer, undone in undoings if undone]
+    if not undoings:
+        return
+    for node in nodes:
+        if getattr(node, "lineno", before) >= before:
+            continue
+        wanted = set(_undone_by(node))
+        for restorer, undone in undoings:
+            if wanted & undone:
+                restorations.setdefault(id(node), extent)
+                restorations.setdefault(id(restorer), extent)
+
+
+def _undone_by(node: ast.AST) -> Iterator[tuple[str, str]]:
+    """What would undo the write ``node`` makes: ``("assign", place)`` (assigning the place
+    again), ``("aug", place, op)``, ``("call", container, method)``."""
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in _flattened(targets):
+            yield ("assign", ast.dump(target))
+            if isinstance(target, ast.Subscript):  # an item added, taken out again
+                yield ("drop", _item(target.value, target.slice))
+    elif isinstance(node, ast.AugAssign):
+        place = ast.dump(node.target)
+        yield ("assign", place)
+        inverse = _INVERSE.get(type(node.op))
+        if inverse is not None:
+            yield ("aug", f"{place} {inverse.__name__}")
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        method = node.func.attr
+        container = ast.dump(node.func.value)
+        for undoing in _UNDOING.get(method, ()):
+            yield ("call", f"{container}.{undoing}")
+        yield ("assign", container)
+
+
+def _undoings(node: ast.AST) -> Iterator[tuple[str, str]]:
+    """What a statement or call of a ``finally`` (or after a ``yield``) restores."""
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in _flattened(targets):
+            yield ("assign", ast.dump(target))
+    elif isinstance(node, ast.AugAssign):
+        yield ("aug", f"{ast.dump(node.target)} {type(node.op).__name__}")
+    elif isinstance(node, ast.Delete):
+        for target in node.targets:
+            if isinstance(target, ast.Subscript):
+                yield ("drop", _item(target.value, target.slice))
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        container = ast.dump(node.func.value)
+        yield ("call", f"{container}.{node.func.attr}")
+        if node.func.attr == "pop" and node.args:
+            yield ("drop", _item(node.func.value, node.args[0]))
+
+
+def _item(container: ast.expr, key: ast.expr) -> str:
+    return f"{ast.dump(container)}[{ast.dump(key)}]"
+
+
+def _flattened(targets: list[ast.expr]) -> Iterator[ast.expr]:
+    stack = list(reversed(targets))
+    while stack:
+        target = stack.pop()
+        if isinstance(target, (ast.Tuple, ast.List)):
+            stack.extend(reversed(target.elts))
+        elif isinstance(target, ast.Starred):
+            stack.append(target.value)
+        else:
+            yield target
+
+
+def _last_name(expression: ast.expr) -> str:
+    if isinstance(expression, ast.Call):
+        expression = expression.func
+    if isinstance(expression, ast.Attribute):
+        return expression.attr
+    return expression.id if isinstance(expression, ast.Name) else ""
+
+
+# function id -> (the function, its restored writes by node id, each with its extent)
+_CACHE: dict[int, tuple[Function, dict[int, ast.AST]]] = {}
