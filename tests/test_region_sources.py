@@ -71,8 +71,7 @@ SOURCES = {
         "out = checkpoint_wrapper({region}{rng})",
     ),
     "CheckpointWrapper class": (
-        "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import"
-        " CheckpointWrapper",
+        "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper",
         "out = CheckpointWrapper({region}{rng})",
     ),
     "composable checkpoint": (
