@@ -20,10 +20,13 @@ from ckptlint.rules.base import (
     Rule,
     Scope,
     Site,
+    SourceCall,
+    Values,
     header_nodes,
     known,
     loops_around,
     node_position,
+    own_nodes,
     root_name,
     runs_backward,
     statements_at,
@@ -65,7 +68,11 @@ class ReentrantReuse(Rule):
     Reported when the same module (by the same expression: `self.block`) is checkpointed
     reentrantly
     - inside a `for`/`while` loop or a comprehension that does not rebind anything the
-      region expression uses, and does not also run the backward (`loss.backward()`);
+      region expression uses, and does not also run the backward (`loss.backward()`); a
+      region that picks its module by an argument the loop rebinds (`self._run_block`
+      doing `self.blocks[key](x)`, `getattr(self, name)`, called with the loop's `key`)
+      checkpoints another module on each pass, and is reported only for a loop around that
+      one that runs it again;
     - twice in one block of statements, or checkpointed and called directly in it (not in
       exclusive `if`/`else` branches);
     - once per element of an `nn.ModuleList`/`nn.Sequential` that holds one module several
@@ -140,9 +147,15 @@ class Recurrent(nn.Module):
         if owner is None:
             return None
         certain = parameters is True
+        selectors = _selector_arguments(analysis, site)
+        inner: list[ast.AST] = []
         for loop in loops_around(owner.node, site.node):
             if runs_backward(loop):
                 break  # one step per iteration, here and in the loops around it
+            if any(_varies(loop, inner, owner, selector) for selector in selectors):
+                inner.append(loop)
+                continue  # each pass picks its own module (``self.blocks[key]``)
+            inner.append(loop)
             if not _rebinds(loop, owner, expression):
                 if not certain:
                     return None
@@ -200,6 +213,98 @@ def _written_at(site: Site, flow: Flow) -> ast.expr | None:
             return None
         flow = (argument.expression, argument.context)
     return None
+
+
+def _selector_arguments(analysis: ProjectAnalysis, site: Site) -> list[ast.expr]:
+    """The arguments written at the site that the region uses to pick the module it runs:
+    passed to a parameter it indexes a container with (``self.blocks[key]``) or names an
+    attribute with (``getattr(self, name)``). A loop that rebinds one checkpoints another
+    module on each pass. Where the region's parameters cannot be matched with the arguments
+    (a ``*args`` on the way), every argument may be one."""
+    found: list[ast.expr] = []
+    for path in analysis.effective_paths(site):
+        if analysis.reentrancy(path) is None:
+            continue
+        for function in _region_functions(analysis, analysis.region(site)):
+            selecting = _selecting_parameters(function)
+            if not selecting:
+                continue
+            passed = _passed_to(path, function, selecting)
+            flows = passed if passed is not None else _region_inputs(path)
+            for flow in flows:
+                expression = _written_at(site, flow)
+                if expression is not None:
+                    found.append(expression)
+    return found
+
+
+def _region_functions(analysis: ProjectAnalysis, region: Values) -> Iterator[FunctionValue]:
+    """The functions a region's call runs first: a function, or a module's ``forward``."""
+    for value in region:
+        if isinstance(value, FunctionValue):
+            yield value
+        elif isinstance(value, Instance) and not isinstance(value.cls, External):
+            for forward in analysis.member((value,), "forward"):
+                if isinstance(forward, FunctionValue):
+                    yield forward
+
+
+def _selecting_parameters(function: FunctionValue) -> set[str]:
+    """Parameters of ``function`` used as a key into a container or as an attribute name:
+    ``self.blocks[key]``, ``self.layers[index - 1]``, ``getattr(self, name)``."""
+    node = function.node
+    arguments = node.args
+    names = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    found: set[str] = set()
+    for inner in own_nodes(node.body):
+        keys: list[ast.expr] = []
+        if isinstance(inner, ast.Subscript):
+            keys.append(inner.slice)
+        elif (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Name)
+            and inner.func.id == "getattr"
+            and len(inner.args) >= 2
+        ):
+            keys.append(inner.args[1])
+        for key in keys:
+            found.update(n.id for n in ast.walk(key) if isinstance(n, ast.Name) and n.id in names)
+    return found
+
+
+def _passed_to(path: SourceCall, function: FunctionValue, names: set[str]) -> list[Flow] | None:
+    """The arguments the source hands on to the parameters ``names`` of the region's
+    function (after the region itself); None when positions cannot be matched."""
+    node = function.node
+    positional = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+    if function.bound is not None:
+        positional = positional[1:]
+    inputs = path.arguments.positional[path.source.region[0] + 1 :]
+    found: list[Flow] = []
+    for index, name in enumerate(positional):
+        if name not in names:
+            continue
+        if index >= len(inputs):
+            flow = path.arguments.keywords.get(name)
+            if flow is None and (None in inputs or path.arguments.double_star):
+                return None
+        else:
+            if None in inputs[: index + 1]:
+                return None
+            flow = inputs[index]
+        if flow is not None:
+            found.append(flow)
+    for name in names - set(positional):
+        flow = path.arguments.keywords.get(name)
+        if flow is not None:
+            found.append(flow)
+    return found
+
+
+def _region_inputs(path: SourceCall) -> list[Flow]:
+    """Every argument the source hands on to the region."""
+    inputs = path.arguments.positional[path.source.region[0] + 1 :]
+    return [flow for flow in inputs if flow is not None] + list(path.arguments.keywords.values())
 
 
 def _has_parameters(analysis: ProjectAnalysis, site: Site, expression: ast.expr) -> bool | None:
@@ -282,6 +387,20 @@ def _rebinds(loop: ast.AST, owner: Scope, expression: ast.expr) -> bool:
         if any(ast.dump(t) in parts for t in targets):
             return True
     return False
+
+
+def _varies(loop: ast.AST, inner: list[ast.AST], owner: Scope, expression: ast.expr) -> bool:
+    """Whether a pass of ``loop`` binds a name of ``expression`` anew, outside the loops
+    ``inner`` nested in it (``for _ in range(2): for key in keys:`` gives each key twice)."""
+    first, last = loop.lineno, loop.end_lineno or loop.lineno  # type: ignore[attr-defined]
+    spans = [(n.lineno, n.end_lineno or n.lineno) for n in inner]  # type: ignore[attr-defined]
+    names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    return any(
+        first <= binding.position[0] <= last
+        and not any(start <= binding.position[0] <= end for start, end in spans)
+        for name in names
+        for binding in owner.bindings.get(name, [])
+    )
 
 
 def _repeating_container(
