@@ -18,7 +18,7 @@ Only the syntax of one function body is read.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ckptlint.resolution.evaluator import own_nodes
 
@@ -144,8 +144,8 @@ def _item(container: ast.expr, key: ast.expr) -> str:
     return f"{ast.dump(container)}[{ast.dump(key)}]"
 
 
-def _flattened(targets: list[ast.expr]) -> Iterator[ast.expr]:
-    stack = list(reversed(targets))
+def _flattened(targets: Sequence[ast.expr]) -> Iterator[ast.expr]:
+    stack: list[ast.expr] = list(reversed(targets))
     while stack:
         target = stack.pop()
         if isinstance(target, (ast.Tuple, ast.List)):
