@@ -29,14 +29,16 @@ class MutableGlobalRead(Rule):
     layers, timm, Megatron, DeepSpeed, your own wrappers...). The state searched is what
     the region's own code reads, and the code it calls directly, in any module of the
     tree: a global (`SCALE`), a module's attribute (`config.SCALE`, also `import
-    pkg.cfg as cfg`), a name imported from another module (`from .registry import
-    ACTIVATIONS`), and a class attribute used as configuration (`Config.scale`, assigned
-    in the class body). A change is a statement in a function of any module that rebinds
-    or mutates it, and the message gives its file and line: `global X; X = ...` in the
-    global's module, `cfg.X = ...` elsewhere, `Config.scale = ...` or `cls.scale *= ...`
-    in a classmethod, and for a container used as a registry an item written
-    (`REGISTRY[name] = fn`), `setdefault`, `update`, or a `register(name, fn)`-style
-    function that writes it and runs after set-up. A name imported with `from ... import
+    pkg.cfg as cfg` and `getattr(cfg, "SCALE", default)`), a name imported from another
+    module (`from .registry import ACTIVATIONS`), and a class attribute used as
+    configuration (`Config.scale`, assigned in the class body). A change is a statement in
+    a function of any module that rebinds or mutates it, and the message gives its file and
+    line: `global X; X = ...` in the global's module, `cfg.X = ...`, `setattr(cfg, "X",
+    v)`, `vars(cfg)["X"] = v` or `del cfg.X` elsewhere (also in a lambda the function
+    makes), `Config.scale = ...` or `cls.scale *= ...` in a classmethod, and for a
+    container used as a registry an item written (`REGISTRY[name] = fn`, also through a
+    local alias `table = REGISTRY`), `setdefault`, `update`, or a `register(name,
+    fn)`-style function that writes it and runs after set-up. A name imported with `from ... import
     X` keeps the object it was bound to: for it only changes of that object's content
     count (`cfg.X = ...` elsewhere rebinds the module's name, not the importer's).
 
