@@ -18,6 +18,7 @@ Only the syntax of one function body is read.
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
 from ckptlint.resolution.evaluator import own_nodes
@@ -54,48 +55,49 @@ def is_context_manager(function: Function) -> bool:
 
 
 def _restorations(function: Function) -> dict[int, ast.AST]:
+    """The restored writes of a function (and the writes restoring them), by node id, each
+    with its extent; in time linear in the body: each write is matched once, with the
+    nearest restore after it."""
     found = _CACHE.get(id(function))
     if found is not None and found[0] is function:
         return found[1]
     nodes = own_nodes(function.body)
-    restorations: dict[int, ast.AST] = {}
+    writes: dict[tuple[str, str], list[tuple[int, ast.AST]]] = {}
+    for node in nodes:
+        for key in dict.fromkeys(_undone_by(node)):
+            writes.setdefault(key, []).append((node.lineno, node))  # type: ignore[attr-defined]
+    for listed in writes.values():
+        listed.sort(key=lambda item: item[0])
     manager = is_context_manager(function)
-    yields = [n.lineno for n in nodes if isinstance(n, (ast.Yield, ast.YieldFrom))]
+    yields = sorted(n.lineno for n in nodes if isinstance(n, (ast.Yield, ast.YieldFrom)))
+    ends: list[tuple[int, tuple[ast.AST, ...], ast.AST]] = []  # a restore's line, its nodes
     for node in nodes:
         if isinstance(node, ast.Try) and node.finalbody:
             first = node.finalbody[0].lineno
-            keeps = manager and any(node.lineno <= line < first for line in yields)
-            extent: ast.AST = function if keeps else node
-            _mark(nodes, first, own_nodes(node.finalbody), extent, restorations)
+            index = bisect_left(yields, node.lineno)
+            keeps = manager and index < len(yields) and yields[index] < first
+            ends.append((first, own_nodes(node.finalbody), function if keeps else node))
     if manager and yields:
         after = [s for s in function.body if s.lineno > yields[0]]
         if after:
-            _mark(nodes, yields[0], own_nodes(after), function, restorations)
+            ends.append((yields[0], own_nodes(after), function))
+    restorations: dict[int, ast.AST] = {}
+    marked: dict[tuple[str, str], int] = {}  # how many of a key's writes are matched
+    for first, restorers, extent in sorted(ends, key=lambda end: end[0]):
+        for restorer in restorers:
+            restores = False
+            for key in dict.fromkeys(_undoings(restorer)):
+                listed = writes.get(key, [])
+                restores = restores or bool(listed) and listed[0][0] < first
+                index = marked.get(key, 0)
+                while index < len(listed) and listed[index][0] < first:
+                    restorations.setdefault(id(listed[index][1]), extent)
+                    index += 1
+                marked[key] = index
+            if restores:
+                restorations.setdefault(id(restorer), extent)
     _CACHE[id(function)] = (function, restorations)
     return restorations
-
-
-def _mark(
-    nodes: tuple[ast.AST, ...],
-    before: int,
-    restorers: tuple[ast.AST, ...],
-    extent: ast.AST,
-    restorations: dict[int, ast.AST],
-) -> None:
-    """Record the writes of ``nodes`` on lines before ``before`` that one of ``restorers``
-    undoes, and those restorers (putting a value back is no change either)."""
-    undoings = [(restorer, set(_undoings(restorer))) for restorer in restorers]
-    undoings = [(restorer, undone) for restorer, undone in undoings if undone]
-    if not undoings:
-        return
-    for node in nodes:
-        if getattr(node, "lineno", before) >= before:
-            continue
-        wanted = set(_undone_by(node))
-        for restorer, undone in undoings:
-            if wanted & undone:
-                restorations.setdefault(id(node), extent)
-                restorations.setdefault(id(restorer), extent)
 
 
 def _undone_by(node: ast.AST) -> Iterator[tuple[str, str]]:
@@ -113,10 +115,13 @@ def _undone_by(node: ast.AST) -> Iterator[tuple[str, str]]:
         inverse = _INVERSE.get(type(node.op))
         if inverse is not None:
             yield ("aug", f"{place} {inverse.__name__}")
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        method = node.func.attr
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _UNDOING
+    ):
         container = ast.dump(node.func.value)
-        for undoing in _UNDOING.get(method, ()):
+        for undoing in _UNDOING[node.func.attr]:
             yield ("call", f"{container}.{undoing}")
         yield ("assign", container)
 
