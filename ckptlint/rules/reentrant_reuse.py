@@ -19,8 +19,10 @@ from ckptlint.rules.base import (
     ProjectAnalysis,
     Rule,
     Scope,
+    Sequence,
     Site,
     SourceCall,
+    Value,
     Values,
     header_nodes,
     known,
@@ -76,7 +78,9 @@ class ReentrantReuse(Rule):
     - twice in one block of statements, or checkpointed and called directly in it (not in
       exclusive `if`/`else` branches);
     - once per element of an `nn.ModuleList`/`nn.Sequential` that holds one module several
-      times (`nn.ModuleList([block] * n)`, `[block for _ in range(n)]`).
+      times (`nn.ModuleList([block] * n)`, `[block for _ in range(n)]`, or filled in a loop
+      that adds the same module each pass: `self.layers.append(self.block)`,
+      `layers.extend([block] * n)`).
     Only regions with parameters count: a module of the project, a method of one, or a
     torch layer with weights (`nn.Linear`...), also through `functools.partial` or a
     factory such as `create_custom_forward(self.block)`.
@@ -423,7 +427,74 @@ def _repeating_container(
         arguments = [a.value if isinstance(a, ast.Starred) else a for a in value.call.args]
         if any(_repeats_one_object(argument) for argument in arguments):
             return value.call.lineno
+        made: list[Value] = [value]
+        if arguments and value.context is not None:  # ``nn.ModuleList(layers)``, filled before
+            made.extend(analysis.evaluate(arguments[0], value.context))
+        for container in made:
+            added = _added_several_times(container)
+            if added is not None:
+                return added
     return None
+
+
+def _added_several_times(container: Value) -> int | None:
+    """The line of ``self.layers.append(self.block)`` in a loop that does not make
+    ``self.block`` anew (or ``.extend([block] * n)``, ``+= [block] * n``): one module added
+    to the container several times, through the name it was made for."""
+    origin = container.origin if isinstance(container, (Instance, Sequence)) else None
+    if origin is None:
+        return None
+    is_attribute = isinstance(origin.node, ast.Attribute)
+    cls = origin.scope.enclosing_class
+    holder = cls.node if is_attribute and cls is not None else origin.scope.node
+    for function in ast.walk(holder):
+        if not isinstance(function, FUNCTIONS):
+            continue
+        for node in own_nodes(function.body):
+            for added, spread in _added_to(node, origin.name, is_attribute):
+                if spread:
+                    if _repeats_one_object(added):
+                        return node.lineno  # type: ignore[attr-defined]
+                elif isinstance(added, (ast.Name, ast.Attribute)) and any(
+                    not _binds_any(loop, added) for loop in loops_around(function, node)
+                ):
+                    return node.lineno  # type: ignore[attr-defined]
+    return None
+
+
+def _added_to(node: ast.AST, name: str, is_attribute: bool) -> Iterator[tuple[ast.expr, bool]]:
+    """What ``node`` adds to the container named ``name`` (``self.name`` when
+    ``is_attribute``), and whether it is spread (``extend``, ``+=``)."""
+
+    def names_it(target: ast.expr) -> bool:
+        if is_attribute:
+            return isinstance(target, ast.Attribute) and target.attr == name
+        return isinstance(target, ast.Name) and target.id == name
+
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("append", "insert", "extend")
+        and names_it(node.func.value)
+        and node.args
+    ):
+        yield node.args[-1], node.func.attr == "extend"
+    elif isinstance(node, ast.AugAssign) and names_it(node.target):
+        yield node.value, True
+
+
+def _binds_any(loop: ast.AST, expression: ast.expr) -> bool:
+    """Whether the loop binds a name ``expression`` uses, or assigns ``expression``
+    itself (``self.block = Block()`` in the loop makes a new one each pass)."""
+    names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    wanted = ast.dump(expression)
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in names:
+            return True
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if ast.dump(node, annotate_fields=True).replace("Store", "Load") == wanted:
+                return True
+    return False
 
 
 def _repeats_one_object(node: ast.expr) -> bool:
