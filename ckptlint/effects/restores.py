@@ -21,7 +21,7 @@ import ast
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
-from ckptlint.resolution.evaluator import own_nodes
+from ckptlint.resolution.evaluator import children_run_here
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -61,7 +61,12 @@ def _restorations(function: Function) -> dict[int, ast.AST]:
     found = _CACHE.get(id(function))
     if found is not None and found[0] is function:
         return found[1]
-    nodes = own_nodes(function.body)
+    nodes = _nodes_of(function.body)
+    if not any(isinstance(n, ast.Try) and n.finalbody for n in nodes) and not (
+        is_context_manager(function)
+    ):
+        _CACHE[id(function)] = (function, _NONE)
+        return _NONE
     writes: dict[tuple[str, str], list[tuple[int, ast.AST]]] = {}
     for node in nodes:
         for key in dict.fromkeys(_undone_by(node)):
@@ -76,11 +81,11 @@ def _restorations(function: Function) -> dict[int, ast.AST]:
             first = node.finalbody[0].lineno
             index = bisect_left(yields, node.lineno)
             keeps = manager and index < len(yields) and yields[index] < first
-            ends.append((first, own_nodes(node.finalbody), function if keeps else node))
+            ends.append((first, _nodes_of(node.finalbody), function if keeps else node))
     if manager and yields:
         after = [s for s in function.body if s.lineno > yields[0]]
         if after:
-            ends.append((yields[0], own_nodes(after), function))
+            ends.append((yields[0], _nodes_of(after), function))
     restorations: dict[int, ast.AST] = {}
     marked: dict[tuple[str, str], int] = {}  # how many of a key's writes are matched
     for first, restorers, extent in sorted(ends, key=lambda end: end[0]):
@@ -98,6 +103,18 @@ def _restorations(function: Function) -> dict[int, ast.AST]:
                 restorations.setdefault(id(restorer), extent)
     _CACHE[id(function)] = (function, restorations)
     return restorations
+
+
+def _nodes_of(statements: list[ast.stmt]) -> tuple[ast.AST, ...]:
+    """The nodes of a body, not those of nested definitions (as ``own_nodes``, but not
+    kept: most bodies asked about restore nothing)."""
+    nodes: list[ast.AST] = []
+    stack: list[ast.AST] = list(reversed(statements))
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(reversed(children_run_here(node)))
+    return tuple(nodes)
 
 
 def _undone_by(node: ast.AST) -> Iterator[tuple[str, str]]:
@@ -171,3 +188,4 @@ def _last_name(expression: ast.expr) -> str:
 
 # function id -> (the function, its restored writes by node id, each with its extent)
 _CACHE: dict[int, tuple[Function, dict[int, ast.AST]]] = {}
+_NONE: dict[int, ast.AST] = {}  # what a function without a finally or a yield restores
