@@ -72,7 +72,7 @@ class ReentrantReuse(Rule):
     - inside a `for`/`while` loop or a comprehension that does not rebind anything the
       region expression uses, and does not also run the backward (`loss.backward()`); a
       region that picks its module by an argument the loop rebinds (`self._run_block`
-      doing `self.blocks[key](x)`, `getattr(self, name)`, called with the loop's `key`)
+      running `self.blocks[key]` or `getattr(self, name)`, called with the loop's `key`)
       checkpoints another module on each pass, and is reported only for a loop around that
       one that runs it again;
     - twice in one block of statements, or checkpointed and called directly in it (not in
