@@ -1,12 +1,14 @@
 """How much of real code's recompute regions ckptlint sees, and what it reports there.
 
-For each tree of ``benchmarks/trees.py`` (15 public model trees, pinned versions):
+For each tree of ``benchmarks/trees.py`` (15 public model trees, pinned versions; with
+``--set new`` issue 37's 16 held-out trees, ``--set all`` both):
 
 - **scan**: checkpoint call sites a lexical scan finds: a call (outside strings and
   comments) of a name of the ecosystem's checkpoint APIs (``checkpoint``,
   ``checkpoint_sequential``, ``checkpoint_wrapper``, ``apply_activation_checkpointing``,
-  ``checkpoint_seq``, ``_gradient_checkpointing_func``, ``te_checkpoint``, names ending in
-  ``checkpoint_fn``/``_func``/``_function``...), plus classes naming
+  ``checkpoint_seq``, ``_gradient_checkpointing_func``, ``te_checkpoint``, the class
+  ``CheckpointWrapper``, names ending in
+  ``checkpoint_fn``/``_func``/``_function``/``_forward``...), plus classes naming
   ``GradientCheckpointingLayer`` among their bases.
 - **recognised**: scan sites where ckptlint finds a region source (a site on that line).
 - **resolved**: recognised sites whose region ckptlint evaluated to code (a function,
@@ -18,7 +20,8 @@ For each tree of ``benchmarks/trees.py`` (15 public model trees, pinned versions
   subclasses of subclasses of ``GradientCheckpointingLayer``).
 - findings per rule, from a full run (``--show-findings`` prints them for review).
 
-    python benchmarks/region_coverage.py [--show-findings] [--show-unresolved N] [TREE ...]
+    python benchmarks/region_coverage.py [--set pinned|new|all] [--show-findings]
+        [--show-unresolved N] [TREE ...]
 """
 
 from __future__ import annotations
@@ -44,9 +47,9 @@ from ckptlint.resolution.values import known  # noqa: E402
 SCANNED_NAMES = frozenset(
     "checkpoint checkpoint_sequential checkpoint_wrapper apply_activation_checkpointing"
     " checkpoint_seq checkpoint_module _gradient_checkpointing_func te_checkpoint"
-    " ptd_checkpoint_wrapper".split()
+    " ptd_checkpoint_wrapper CheckpointWrapper".split()
 )
-SCANNED_SUFFIX = re.compile(r"checkpoint(?:ing)?_(?:fn|func|function)$")
+SCANNED_SUFFIX = re.compile(r"checkpoint(?:ing)?_(?:fn|func|function|forward)$")
 LAYER_BASE = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([^)]*\bGradientCheckpointingLayer\b", re.M)
 RULES = ("CKP001", "CKP101", "CKP201", "CKP202", "CKP203", "CKP301")
 
@@ -126,40 +129,59 @@ def main() -> None:
     parser.add_argument("trees", nargs="*", help="tree folder names (default: all)")
     parser.add_argument("--show-unresolved", type=int, default=0, metavar="N")
     parser.add_argument("--show-findings", action="store_true")
+    parser.add_argument("--set", choices=("pinned", "new", "all"), default="pinned")
     arguments = parser.parse_args()
-    folders = trees.all_trees()
+    groups = [
+        (label, fetch())
+        for label, fetch in (("pinned trees", trees.all_trees), ("new trees", trees.new_trees))
+        if arguments.set in ("all", label.split()[0])
+    ]
     if arguments.trees:
-        folders = [f for f in folders if any(name in f.name for name in arguments.trees)]
+        groups = [
+            (label, [f for f in folders if any(name in f.name for name in arguments.trees)])
+            for label, folders in groups
+        ]
     header = ["tree", "scan", "recognised", "resolved", "delegated", "followed", "+found"]
     print(" ".join(f"{h:>11}" if i else f"{h:42}" for i, h in enumerate(header + list(RULES))))
-    total: collections.Counter = collections.Counter()
-    for folder in folders:
-        start = time.perf_counter()
-        counts, unresolved = measure(folder, arguments.show_unresolved)
-        total.update(counts)
-        cells = [counts[h] for h in header[1:]] + [counts[code] for code in RULES]
-        row = f"{folder.name[:42]:42}" + "".join(f"{c:>12}" for c in cells)
-        print(f"{row}   ({time.perf_counter() - start:.1f} s)", flush=True)
-        for entry in unresolved:
-            print(f"    {entry}")
-        if arguments.show_findings:
-            settings = Settings(root=folder, respect_gitignore=False)
-            paths = [f.path for f in discover([str(folder)], settings) if f.error is None]
-            for result in Engine(settings, paths).lint(paths):
-                for finding in result.findings:
-                    if finding.code != "CKP001":
-                        where = f"{result.path}:{finding.line}:{finding.column}"
-                        print(f"    {where}: {finding.code} {finding.message}")
-    cells = [total[h] for h in header[1:]] + [total[code] for code in RULES]
-    print(f"{'all trees':42}" + "".join(f"{c:>12}" for c in cells))
-    seen = total["resolved"] + total["delegated"]
-    print(
-        f"\nrecognised: {total['recognised']}/{total['scan']}"
-        f" ({100 * total['recognised'] / max(total['scan'], 1):.1f} %);"
-        f" recognised and resolved (or delegated to resolved call sites): {seen}/{total['scan']}"
-        f" ({100 * seen / max(total['scan'], 1):.1f} %); followed into model code:"
-        f" {total['followed']}; more sites found than the scan sees: {total['+found']}"
-    )
+    totals: list[tuple[str, collections.Counter]] = []
+    for label, folders in groups:
+        total: collections.Counter = collections.Counter()
+        for folder in folders:
+            start = time.perf_counter()
+            counts, unresolved = measure(folder, arguments.show_unresolved)
+            total.update(counts)
+            cells = [counts[h] for h in header[1:]] + [counts[code] for code in RULES]
+            row = f"{folder.name[:42]:42}" + "".join(f"{c:>12}" for c in cells)
+            print(f"{row}   ({time.perf_counter() - start:.1f} s)", flush=True)
+            for entry in unresolved:
+                print(f"    {entry}")
+            if arguments.show_findings:
+                show_findings(folder)
+        cells = [total[h] for h in header[1:]] + [total[code] for code in RULES]
+        print(f"{label:42}" + "".join(f"{c:>12}" for c in cells))
+        totals.append((label, total))
+    print()
+    for label, total in totals:
+        seen = total["resolved"] + total["delegated"]
+        scanned = max(total["scan"], 1)
+        print(
+            f"{label}: recognised {total['recognised']}/{total['scan']}"
+            f" ({100 * total['recognised'] / scanned:.1f} %); recognised and resolved (or"
+            f" delegated to resolved call sites) {seen}/{total['scan']}"
+            f" ({100 * seen / scanned:.1f} %); followed into model code {total['followed']};"
+            f" more sites found than the scan sees {total['+found']}"
+        )
+
+
+def show_findings(folder: Path) -> None:
+    """Every finding but CKP001's of a full run on the tree, for review."""
+    settings = Settings(root=folder, respect_gitignore=False)
+    paths = [f.path for f in discover([str(folder)], settings) if f.error is None]
+    for result in Engine(settings, paths).lint(paths):
+        for finding in result.findings:
+            if finding.code != "CKP001":
+                where = f"{result.path}:{finding.line}:{finding.column}"
+                print(f"    {where}: {finding.code} {finding.message}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Each tree is a package's source distribution from PyPI (its wheel where PyPI has no sdist:
 a wheel holds the .py files too), unpacked as published. Nothing is installed or built.
 
-    python benchmarks/trees.py            # fetch all, print where they are
+    python benchmarks/trees.py            # fetch the pinned trees, print where they are
+    python benchmarks/trees.py --new      # and issue 37's held-out trees
 """
 
 from __future__ import annotations
@@ -37,6 +38,27 @@ TREES = [
     ("xformers", "0.0.35"),
     ("torchtitan", "0.3.0"),
     ("mmcv", "2.2.0"),
+]
+
+# (PyPI name, version): issue 37's held-out trees, packages that checkpoint and that no rule
+# was written against; region_coverage.py --trees new measures them.
+NEW_TREES = [
+    ("peft", "0.21.2"),
+    ("accelerate", "1.16.0"),
+    ("mosaicml", "0.32.1"),
+    ("nanotron", "0.4"),
+    ("open_flamingo", "2.0.1"),
+    ("salesforce-lavis", "1.0.2"),
+    ("mmengine", "0.10.7"),
+    ("mmpretrain", "1.2.0"),
+    ("torchtune", "0.6.1"),
+    ("monai", "1.6.1"),
+    ("colossalai", "0.5.0"),
+    ("trl", "1.16.0"),
+    ("flash-linear-attention", "0.6.0"),
+    ("diffsynth", "2.1.12"),
+    ("ai2-olmo-core", "3.0.0"),
+    ("alphafold3-pytorch", "0.8.3"),
 ]
 
 
@@ -90,7 +112,11 @@ def all_trees() -> list[Path]:
     return [tree(name, version) for name, version in TREES]
 
 
+def new_trees() -> list[Path]:
+    return [tree(name, version) for name, version in NEW_TREES]
+
+
 if __name__ == "__main__":
-    for path in all_trees():
+    for path in all_trees() + (new_trees() if sys.argv[1:] == ["--new"] else []):
         files = sum(1 for _ in path.rglob("*.py"))
         print(f"{path.name:40} {files:6d} .py files  {path}")

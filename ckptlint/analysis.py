@@ -37,7 +37,7 @@ from ckptlint.regions.sites import (
 from ckptlint.regions.sources import (
     CHECKPOINT,
     CHECKPOINT_SEQUENTIAL,
-    CHECKPOINT_WRAPPER,
+    CHECKPOINT_WRAPPERS,
     ReentrantArgument,
     SourceTable,
 )
@@ -180,7 +180,7 @@ class ProjectAnalysis:
         None when it is not reentrant, not torch's, or cannot be told."""
         name = path.source.names[0]
         arguments = path.arguments
-        if name == CHECKPOINT_WRAPPER:
+        if name in CHECKPOINT_WRAPPERS:
             if "checkpoint_fn" in arguments.keywords:
                 return None  # a checkpoint function of the caller's: its own rules
             flow = arguments.get(1, "checkpoint_impl")

@@ -70,6 +70,10 @@ SOURCES = {
         " checkpoint_wrapper",
         "out = checkpoint_wrapper({region}{rng})",
     ),
+    "CheckpointWrapper class": (
+        "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper",
+        "out = CheckpointWrapper({region}{rng})",
+    ),
     "composable checkpoint": (
         "from torch.distributed._composable import checkpoint",
         "out = checkpoint({region}{rng})",
@@ -116,6 +120,7 @@ RNG_KEYWORD = {
     "torch checkpoint",
     "checkpoint_sequential",
     "checkpoint_wrapper",
+    "CheckpointWrapper class",
     "composable checkpoint",
     "timm checkpoint",
     "xformers",

@@ -91,6 +91,33 @@ def test_mutable_state_of_another_module_is_named_with_the_place_that_changes_it
     ]
 
 
+def test_tiny_region_message_names_each_op_a_list_filled_in_a_loop_may_hold() -> None:
+    source = """\
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.parts = nn.ModuleList()
+        for part in (nn.LayerNorm(8), nn.GELU(), nn.Dropout(0.1)):
+            self.parts.append(part)
+
+    def forward(self, x):
+        for part in self.parts:
+            x = checkpoint(part, x, use_reentrant=False)
+        return x
+"""
+    [finding] = lint(source, select=("CKP101",))
+    assert (finding.line, finding.column) == (13, 17)
+    assert finding.message == (
+        "`checkpoint()` region is a single cheap op (`nn.LayerNorm`, `nn.GELU` or"
+        " `nn.Dropout`): its input stays alive as the checkpoint input, so the checkpoint"
+        " saves (almost) no memory and adds a recompute; call it directly or checkpoint a"
+        " larger block containing it"
+    )
+
+
 def test_late_binding_message_names_variable_and_loop() -> None:
     source = """\
 from torch.utils.checkpoint import checkpoint

@@ -14,6 +14,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from ckptlint.effects.restores import restored
 from ckptlint.memos import process_memo
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Body, Scope, node_position
@@ -317,8 +318,9 @@ class ReachAnalysis:
 
     def _facts_of(self, function: FunctionValue, context: Context) -> FunctionFacts:
         """One pass over the body: global reads, calls, random draws and global writes
-        (an assignment's targets, a mutating method's receiver), then the writes sorted
-        into those that always run and those behind an opt-in switch."""
+        (an assignment's targets, a mutating method's receiver; not those the function puts
+        back, see ``restores``), then the writes sorted into those that always run and those
+        behind an opt-in switch."""
         body = function.node.body
         statements = [body] if isinstance(body, ast.expr) else body
         module = function.module
@@ -341,19 +343,25 @@ class ReachAnalysis:
             elif isinstance(node, ast.Attribute):
                 if isinstance(node.ctx, ast.Load):
                     where = context.at(scope) if scope is not context.scope else context
-                    facts.reads.extend(self._module_attribute_reads(node, where))
+                    read = (node.value, node.attr, node.lineno)
+                    facts.reads.extend(self._module_attribute_reads(*read, where))
             elif isinstance(node, ast.Call):
                 where = context.at(scope) if scope is not context.scope else context
                 facts.calls.append((node, where))
+                named = _getattr_with_a_name(node)
+                if named is not None:  # ``getattr(cfg, "SCALE", 1.0)``
+                    facts.reads.extend(self._module_attribute_reads(*named, node.lineno, where))
                 callee = node.func
                 if isinstance(callee, ast.Attribute) and callee.attr in RANDOM_METHODS:
                     what = f"`.{callee.attr}()`"
                     facts.draws.append(RandomDraw(what, Location(module, node.lineno)))
                 mutation = _mutation(node, scope, module)
                 if mutation is not None and not is_memo_call(node):
-                    writes.append((mutation, scope))
+                    if restored(function.node, node) is None:
+                        writes.append((mutation, scope))
             elif isinstance(node, _ASSIGNING):
-                writes.extend((w, scope) for w in _assignment_writes(node, scope, module))
+                if restored(function.node, node) is None:
+                    writes.extend((w, scope) for w in _assignment_writes(node, scope, module))
             elif isinstance(node, ast.If) and switches:
                 test, branch = node.test, node.body
                 if isinstance(test, ast.Name) and branch and test.id in switches:
@@ -370,25 +378,23 @@ class ReachAnalysis:
         return facts
 
     def _module_attribute_reads(
-        self, node: ast.Attribute, context: Context
+        self, receiver: ast.expr, attribute: str, line: int, context: Context
     ) -> Iterator[GlobalRead]:
         """``config.SCALE`` where ``config`` is a module of the project, and ``Config.scale``
         where ``Config`` is a class of the project whose body assigns ``scale``."""
-        if not isinstance(node.value, (ast.Name, ast.Attribute)):
+        if not isinstance(receiver, (ast.Name, ast.Attribute)):
             return
-        for owner in self.evaluator.evaluate(node.value, context):
+        for owner in self.evaluator.evaluate(receiver, context):
             if isinstance(owner, ModuleValue):
                 target = owner.module
-                bindings = target.scopes.module.bindings.get(node.attr, [])
+                bindings = target.scopes.module.bindings.get(attribute, [])
                 if bindings and all(_is_data(b.node) for b in bindings):
-                    where = Location(context.module, node.lineno)
-                    yield GlobalRead(target, node.attr, where)
+                    yield GlobalRead(target, attribute, Location(context.module, line))
             elif isinstance(owner, ClassValue) and _at_module_level(owner):
-                bindings = self.evaluator.scope_of(owner).bindings.get(node.attr, [])
+                bindings = self.evaluator.scope_of(owner).bindings.get(attribute, [])
                 if bindings and all(_is_data(b.node) for b in bindings):
-                    where = Location(context.module, node.lineno)
-                    name = f"{owner.node.name}.{node.attr}"
-                    yield GlobalRead(owner.module, name, where)
+                    name = f"{owner.node.name}.{attribute}"
+                    yield GlobalRead(owner.module, name, Location(context.module, line))
 
     def _imported_data(
         self, name: str, scope: Scope, position: tuple[int, int], module: Module
@@ -586,6 +592,16 @@ def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
         yield node
         if not isinstance(node, ast.Lambda):
             stack.extend(ast.iter_child_nodes(node))
+
+
+def _getattr_with_a_name(call: ast.Call) -> tuple[ast.expr, str] | None:
+    """``getattr(receiver, "name"[, default])``: the receiver and the name."""
+    if not (isinstance(call.func, ast.Name) and call.func.id == "getattr" and len(call.args) > 1):
+        return None
+    name = call.args[1]
+    if isinstance(name, ast.Constant) and isinstance(name.value, str):
+        return call.args[0], name.value
+    return None
 
 
 def _is_setdefault(node: ast.AST) -> bool:

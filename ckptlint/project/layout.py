@@ -1,9 +1,16 @@
 """Module names of files, and files of module names, as Python's import system would see them.
 
 A file's module name comes from the packages (folders with ``__init__.py``) above it; the
-first folder above them is an import root, as a ``sys.path`` entry would be. The project's
-files are registered up front; a module none of them provides is looked for under those
-roots on disk (an excluded or git-ignored file is still importable). Within a root a package
+first folder above them is an import root, as a ``sys.path`` entry would be (where a script
+run from that folder, or pytest, imports it from). Folders without ``__init__.py`` are
+namespace packages (PEP 420) where the import system would see them as such: inside a
+regular package, or between the file and a project root (a folder holding
+``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``) or a source folder of one
+(``src/``). So ``proj/pkg/models/block.py`` is ``pkg.models.block`` and its
+``from ..utils import f`` resolves, while ``proj/pkg/models/`` stays an import root too.
+Several source folders may each hold a part of one namespace package. The project's files
+are registered up front; a module none of them provides is looked for under those roots on
+disk (an excluded or git-ignored file is still importable). Within a root a package
 (``blocks/__init__.py``) wins over a module of the same name (``blocks.py``), and a folder
 without ``__init__.py`` is a namespace package, as in Python's ``FileFinder``.
 
@@ -13,8 +20,9 @@ result depended on is what the cache checks before it reuses the result.
 
 from __future__ import annotations
 
+import keyword
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,6 +39,7 @@ class Layout:
         self._found_names: dict[str, str] = {}  # a file found on disk: the name it was found by
         self._listings: dict[str, frozenset[str]] = {}
         self._packages: dict[str, bool] = {}  # folder: holds an __init__.py
+        self._project_roots: dict[str, bool] = {}  # folder: holds a project marker
         self._project_packages: dict[str, bool] = {}
         self._roots_naming: dict[str, list[str]] | None = None
         self.recorder: Recorder | None = None
@@ -42,18 +51,19 @@ class Layout:
         absolute = os.path.abspath(path)
         name = self._names.get(absolute)
         if name is None:
-            root, parts = _split_at_root(absolute, self._is_package_folder)
+            root, first, parts = self._split(absolute)
             name = ".".join(parts)
             self._names[absolute] = name
             present = self._registered.get(name)
             if present is None or _shadows(absolute, present):
                 self._registered[name] = absolute
                 self._found.pop(name, None)
-            if root not in self._root_set:
-                self._root_set.add(root)
-                self.roots.append(root)
-                self._roots_naming = None
-                self._project_packages.clear()
+            for folder in (first, root):
+                if folder not in self._root_set:
+                    self._root_set.add(folder)
+                    self.roots.append(folder)
+                    self._roots_naming = None
+                    self._project_packages.clear()
         return name
 
     def module_name(self, path: str) -> str:
@@ -63,7 +73,7 @@ class Layout:
         absolute = os.path.abspath(path)
         name = self._names.get(absolute) or self._found_names.get(absolute)
         if name is None:
-            parts = _split_at_root(absolute, self._is_package_folder)[1]
+            parts = self._split(absolute)[2]
             name = self._found_names[absolute] = ".".join(parts)
         return name
 
@@ -123,10 +133,60 @@ class Layout:
             found.extend(r for r in self._roots_naming.get(name, ()) if r not in found)
         return sorted(found, key=self.roots.index) if len(names) > 1 else found
 
+    def _split(self, path: str) -> tuple[str, str, list[str]]:
+        """The import root of ``path``, the first folder above its packages (an import root
+        too: a script run there, or pytest, imports from it) and the module name's parts.
+
+        Above the packages, folders without ``__init__.py`` are namespace packages up to a
+        project root, or up to a source folder directly inside one (``src/``); without
+        either, up to the last regular package crossed (``pkg/models/`` in ``pkg/``). A
+        folder whose name is no identifier ends the walk, as do ``MAX_NAMESPACE_DEPTH``
+        folders.
+        """
+        folder, filename = os.path.split(path)
+        stem = filename[:-3] if filename.endswith(".py") else filename
+        parts = self._above_packages(folder, [] if stem == "__init__" else [stem])
+        first = folder = parts.pop(0)
+        found = (first, parts)
+        for _ in range(MAX_NAMESPACE_DEPTH + 1):  # each namespace folder, then the root
+            if self._is_project_root(folder):
+                return folder, first, parts
+            parent, name = os.path.split(folder)
+            if name in _SOURCE_FOLDERS and self._is_project_root(parent):
+                return folder, first, parts
+            if parent == folder or not name.isidentifier() or keyword.iskeyword(name):
+                break
+            above = self._above_packages(parent, [name, *parts])
+            folder = above.pop(0)
+            if folder != parent:  # a namespace package inside a regular one
+                found = (folder, above)
+            parts = above
+        return found[0], first, found[1]
+
+    def _above_packages(self, folder: str, parts: list[str]) -> list[str]:
+        """The first folder from ``folder`` up that is no package, then the names of the
+        packages crossed and ``parts``."""
+        while self._is_package_folder(folder):
+            parent, package = os.path.split(folder)
+            if parent == folder:
+                break
+            parts = [package, *parts]
+            folder = parent
+        return [folder, *parts]
+
     def _is_package_folder(self, folder: str) -> bool:
         found = self._packages.get(folder)
         if found is None:
             found = self._packages[folder] = os.path.isfile(os.path.join(folder, "__init__.py"))
+        return found
+
+    def _is_project_root(self, folder: str) -> bool:
+        found = self._project_roots.get(folder)
+        if found is None:
+            found = any(
+                os.path.isfile(os.path.join(folder, m)) for m in _PROJECT_MARKERS
+            ) or os.path.exists(os.path.join(folder, ".git"))
+            self._project_roots[folder] = found
         return found
 
     def _is_folder(self, root: str, parts: list[str]) -> bool:
@@ -158,34 +218,12 @@ def _shadows(candidate: str, present: str) -> bool:
     return present == package_folder + ".py"
 
 
+# What makes a folder a project root (as ``config.project_root`` finds one, with ``.git``).
 _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
 _SOURCE_FOLDERS = frozenset({"src", "lib", "python"})
-
-
-def _split_at_root(path: str, is_package: Callable[[str], bool]) -> tuple[str, list[str]]:
-    """The import root above ``path`` and the module name parts below it.
-
-    The root is the first folder above the packages; but a folder without ``__init__.py``
-    directly inside a project (``megatron/`` next to ``pyproject.toml``) is a namespace
-    package, and the project folder is the root.
-    """
-    folder, filename = os.path.split(path)
-    stem = filename[:-3] if filename.endswith(".py") else filename
-    parts = [] if stem == "__init__" else [stem]
-    while is_package(folder):
-        folder, package = os.path.split(folder)
-        parts.insert(0, package)
-        if not package:
-            break
-    parent, name = os.path.split(folder)
-    if (
-        len(parts) > 1
-        and name.isidentifier()
-        and name not in _SOURCE_FOLDERS
-        and any(os.path.isfile(os.path.join(parent, marker)) for marker in _PROJECT_MARKERS)
-    ):
-        return parent, [name, *parts]
-    return folder, parts
+# Namespace packages nested deeper than this above a file's packages are not looked for (a
+# bound on the walk up from each file; what each folder is, is read once a run).
+MAX_NAMESPACE_DEPTH = 32
 
 
 def resolve_relative(current: str, is_package: bool, level: int, module: str) -> str | None:

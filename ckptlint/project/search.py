@@ -13,8 +13,11 @@ import re
 from ckptlint.source import identifier_at
 
 NAMES = "names"  # the word as a whole identifier, anywhere
-ATTRIBUTE_WRITES = "attribute-writes"  # ``x.WORD = ...``, ``x.WORD[k] += ...``, ``x.WORD.pop()``
-CONTENT_WRITES = "content-writes"  # ``WORD[k] = ...``, ``WORD.a = ...``, ``WORD.update(...)``
+# ``x.WORD = ...``, ``x.WORD[k] += ...``, ``x.WORD.pop()``, ``setattr(x, "WORD", v)``,
+# ``vars(x)["WORD"] = v``
+ATTRIBUTE_WRITES = "attribute-writes"
+# ``WORD[k] = ...``, ``WORD.a = ...``, ``WORD.update(...)``, ``alias = WORD`` (then written)
+CONTENT_WRITES = "content-writes"
 KINDS = (NAMES, ATTRIBUTE_WRITES, CONTENT_WRITES)
 
 _MUTATORS = (
@@ -45,8 +48,29 @@ def _matches_at(kind: str, data: bytes, start: int, end: int) -> bool:
         return True
     after_dot = data[:start].rstrip(b" \t\\\n").endswith(b".")
     if kind == ATTRIBUTE_WRITES:
-        return after_dot and _written(data, start, end, bare=True)
-    return not after_dot and _written(data, start, end, bare=False)
+        return (after_dot and _written(data, start, end, bare=True)) or _named_by_string(
+            data, start, end
+        )
+    return not after_dot and (_written(data, start, end, bare=False) or _aliased(data, start, end))
+
+
+def _named_by_string(data: bytes, start: int, end: int) -> bool:
+    """``setattr(x, "WORD", v)``, ``delattr(x, "WORD")``, ``vars(x)["WORD"] = v``,
+    ``x.__dict__["WORD"] = v``: the word quoted on a line that names one of those."""
+    quote = data[start - 1 : start] if start else b""
+    if quote not in (b'"', b"'") or data[end : end + 1] != quote:
+        return False
+    line = data[data.rfind(b"\n", 0, start) + 1 : start]
+    return any(word in line for word in (b"setattr", b"delattr", b"vars", b"__dict__"))
+
+
+def _aliased(data: bytes, start: int, end: int) -> bool:
+    """``table = WORD``: another name for the object, whose writes are the object's."""
+    before = data[data.rfind(b"\n", 0, start) + 1 : start].rstrip(b" \t")
+    if not before.endswith(b"=") or before.endswith((b"==", b"!=", b"<=", b">=")):
+        return False
+    following = data[_skip_spaces(data, end) : _skip_spaces(data, end) + 1]
+    return following in (b"", b"\n", b"\r", b";", b"#")
 
 
 def _written(data: bytes, start: int, end: int, *, bare: bool) -> bool:

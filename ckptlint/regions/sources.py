@@ -65,6 +65,9 @@ _WRAPPER = "torch.distributed.algorithms._checkpoint.checkpoint_wrapper"
 CHECKPOINT = "torch.utils.checkpoint.checkpoint"
 CHECKPOINT_SEQUENTIAL = "torch.utils.checkpoint.checkpoint_sequential"
 CHECKPOINT_WRAPPER = f"{_WRAPPER}.checkpoint_wrapper"
+CHECKPOINT_WRAPPER_CLASS = f"{_WRAPPER}.CheckpointWrapper"
+# The factory and the class it builds take the same arguments (``checkpoint_impl`` second).
+CHECKPOINT_WRAPPERS = (CHECKPOINT_WRAPPER, CHECKPOINT_WRAPPER_CLASS)
 
 _TORCH_RNG = "CPU and the devices of tensor positional arguments, unless preserve_rng_state=False"
 
@@ -94,6 +97,14 @@ SOURCES: tuple[RegionSource, ...] = (
         (CHECKPOINT_WRAPPER,),
         "module",
         (0, "module"),
+        rng_keyword="preserve_rng_state",
+        rng=f"torch's checkpoint: {_TORCH_RNG} (passed through **checkpoint_fn_kwargs)",
+    ),
+    RegionSource(
+        "torch",
+        (CHECKPOINT_WRAPPER_CLASS,),
+        "module",
+        (0, "mod"),
         rng_keyword="preserve_rng_state",
         rng=f"torch's checkpoint: {_TORCH_RNG} (passed through **checkpoint_fn_kwargs)",
     ),

@@ -55,6 +55,7 @@ from ckptlint.regions.sources import (
     CHECKPOINT,
     CHECKPOINT_SEQUENTIAL,
     CHECKPOINT_WRAPPER,
+    CHECKPOINT_WRAPPERS,
     ReentrantArgument,
 )
 from ckptlint.regions.steps import Loop, loops_around, runs_backward
@@ -130,6 +131,7 @@ __all__ = [
     "CHECKPOINT",
     "CHECKPOINT_SEQUENTIAL",
     "CHECKPOINT_WRAPPER",
+    "CHECKPOINT_WRAPPERS",
     "CHECKPOINT_POLICY",
     "PARTIAL",
     "Policy",

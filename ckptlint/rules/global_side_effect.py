@@ -43,7 +43,11 @@ class GlobalSideEffect(Rule):
     side effect that changes gradients: the forward fills the entry, the recompute finds
     it and writes nothing, and both compute with the same value as long as it is built
     from the key alone. What is appended to the entry, `CACHE.setdefault(key,
-    []).append(h)`, is written by each run and is reported.) A write
+    []).append(h)`, is written by each run and is reported.) A write the code puts back
+    leaves no net change and is not reported either: set and restored in a `finally`
+    (`previous = FAST; FAST = True; try: ... finally: FAST = previous`, `DEPTH += 1` ...
+    `DEPTH -= 1`, `STACK.append(x)` ... `STACK.pop()`), or by a `@contextmanager` the region
+    enters, which restores it after its `yield`. A write
     behind a switch that defaults to off (`if force_reset:` with `force_reset=False`) is
     reported only where the region's call passes the switch; neither are
     writes deep inside what the region calls (a framework's trackers and caches made on

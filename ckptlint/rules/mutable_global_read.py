@@ -20,14 +20,16 @@ class MutableGlobalRead(Rule):
     layers, timm, Megatron, DeepSpeed, your own wrappers...). The state searched is what
     the region's own code reads, and the code it calls directly, in any module of the
     tree: a global (`SCALE`), a module's attribute (`config.SCALE`, also `import
-    pkg.cfg as cfg`), a name imported from another module (`from .registry import
-    ACTIVATIONS`), and a class attribute used as configuration (`Config.scale`, assigned
-    in the class body). A change is a statement in a function of any module that rebinds
-    or mutates it, and the message gives its file and line: `global X; X = ...` in the
-    global's module, `cfg.X = ...` elsewhere, `Config.scale = ...` or `cls.scale *= ...`
-    in a classmethod, and for a container used as a registry an item written
-    (`REGISTRY[name] = fn`), `setdefault`, `update`, or a `register(name, fn)`-style
-    function that writes it and runs after set-up. A name imported with `from ... import
+    pkg.cfg as cfg` and `getattr(cfg, "SCALE", default)`), a name imported from another
+    module (`from .registry import ACTIVATIONS`), and a class attribute used as
+    configuration (`Config.scale`, assigned in the class body). A change is a statement in
+    a function of any module that rebinds or mutates it, and the message gives its file and
+    line: `global X; X = ...` in the global's module, `cfg.X = ...`, `setattr(cfg, "X",
+    v)`, `vars(cfg)["X"] = v` or `del cfg.X` elsewhere (also in a lambda the function
+    makes), `Config.scale = ...` or `cls.scale *= ...` in a classmethod, and for a
+    container used as a registry an item written (`REGISTRY[name] = fn`, also through a
+    local alias `table = REGISTRY`), `setdefault`, `update`, or a `register(name,
+    fn)`-style function that writes it and runs after set-up. A name imported with `from ... import
     X` keeps the object it was bound to: for it only changes of that object's content
     count (`cfg.X = ...` elsewhere rebinds the module's name, not the importer's).
 
@@ -53,7 +55,12 @@ class MutableGlobalRead(Rule):
     initialisation or memo (a write after a test of the same global, or of a "loaded"
     flag the function keeps: `if KERNEL is None: KERNEL = load()`; a lookup then a write
     where it found nothing; `CACHE.setdefault(key, build(key))`, a value built from the
-    key), since a memo only adds the value its key decides. Globals read only
+    key), since a memo only adds the value its key decides; a global set and put back
+    (`try: ... finally: X = previous`, a `@contextmanager` restoring it after its `yield`)
+    where the extent also runs the backward (`with fast_path(): loss.backward()` at every
+    use of the manager), so that a forward and its recompute see the same value. Set and
+    put back around the forward alone, the backward's recompute sees the restored value:
+    that is reported. Globals read only
     deep inside what the region calls (a framework's accessors: a process group set up
     once) are not searched, and what cannot be resolved statically (a region passed in
     from outside the tree) stays silent. Changes made by the region itself are CKP203.

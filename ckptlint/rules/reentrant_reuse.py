@@ -19,11 +19,16 @@ from ckptlint.rules.base import (
     ProjectAnalysis,
     Rule,
     Scope,
+    Sequence,
     Site,
+    SourceCall,
+    Value,
+    Values,
     header_nodes,
     known,
     loops_around,
     node_position,
+    own_nodes,
     root_name,
     runs_backward,
     statements_at,
@@ -54,7 +59,9 @@ class ReentrantReuse(Rule):
     - twice in one block of statements, or checkpointed and called directly in it (not in
       exclusive `if`/`else` branches);
     - once per element of an `nn.ModuleList`/`nn.Sequential` that holds one module several
-      times (`nn.ModuleList([block] * n)`, `[block for _ in range(n)]`).
+      times (`nn.ModuleList([block] * n)`, `[block for _ in range(n)]`, or filled in a loop
+      that adds the same module each pass: `self.layers.append(self.block)`,
+      `layers.extend([block] * n)`).
 
     ## Why is this bad?
 
@@ -78,7 +85,10 @@ class ReentrantReuse(Rule):
     Regions without parameters: only a module of the project, a method of one, or a torch
     layer with weights (`nn.Linear`...) counts, also through `functools.partial` or a
     factory such as `create_custom_forward(self.block)`. A loop that runs the backward in
-    each iteration checkpoints each module once per step.
+    each iteration checkpoints each module once per step. A region that picks its module by
+    an argument the loop rebinds (`self._run_block` running `self.blocks[key]` or
+    `getattr(self, name)`, called with the loop's `key`) checkpoints another module on each
+    pass: it is reported only for a loop around that one that runs it again.
     """
 
     code = "CKP401"
@@ -146,9 +156,15 @@ class Recurrent(nn.Module):
         if owner is None:
             return None
         certain = parameters is True
+        selectors = _selector_arguments(analysis, site)
+        inner: list[ast.AST] = []
         for loop in loops_around(owner.node, site.node):
             if runs_backward(loop):
                 break  # one step per iteration, here and in the loops around it
+            if any(_varies(loop, inner, owner, selector) for selector in selectors):
+                inner.append(loop)
+                continue  # each pass picks its own module (``self.blocks[key]``)
+            inner.append(loop)
             if not _rebinds(loop, owner, expression):
                 if not certain:
                     return None
@@ -206,6 +222,98 @@ def _written_at(site: Site, flow: Flow) -> ast.expr | None:
             return None
         flow = (argument.expression, argument.context)
     return None
+
+
+def _selector_arguments(analysis: ProjectAnalysis, site: Site) -> list[ast.expr]:
+    """The arguments written at the site that the region uses to pick the module it runs:
+    passed to a parameter it indexes a container with (``self.blocks[key]``) or names an
+    attribute with (``getattr(self, name)``). A loop that rebinds one checkpoints another
+    module on each pass. Where the region's parameters cannot be matched with the arguments
+    (a ``*args`` on the way), every argument may be one."""
+    found: list[ast.expr] = []
+    for path in analysis.effective_paths(site):
+        if analysis.reentrancy(path) is None:
+            continue
+        for function in _region_functions(analysis, analysis.region(site)):
+            selecting = _selecting_parameters(function)
+            if not selecting:
+                continue
+            passed = _passed_to(path, function, selecting)
+            flows = passed if passed is not None else _region_inputs(path)
+            for flow in flows:
+                expression = _written_at(site, flow)
+                if expression is not None:
+                    found.append(expression)
+    return found
+
+
+def _region_functions(analysis: ProjectAnalysis, region: Values) -> Iterator[FunctionValue]:
+    """The functions a region's call runs first: a function, or a module's ``forward``."""
+    for value in region:
+        if isinstance(value, FunctionValue):
+            yield value
+        elif isinstance(value, Instance) and not isinstance(value.cls, External):
+            for forward in analysis.member((value,), "forward"):
+                if isinstance(forward, FunctionValue):
+                    yield forward
+
+
+def _selecting_parameters(function: FunctionValue) -> set[str]:
+    """Parameters of ``function`` used as a key into a container or as an attribute name:
+    ``self.blocks[key]``, ``self.layers[index - 1]``, ``getattr(self, name)``."""
+    node = function.node
+    arguments = node.args
+    names = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    found: set[str] = set()
+    for inner in own_nodes(node.body):
+        keys: list[ast.expr] = []
+        if isinstance(inner, ast.Subscript):
+            keys.append(inner.slice)
+        elif (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Name)
+            and inner.func.id == "getattr"
+            and len(inner.args) >= 2
+        ):
+            keys.append(inner.args[1])
+        for key in keys:
+            found.update(n.id for n in ast.walk(key) if isinstance(n, ast.Name) and n.id in names)
+    return found
+
+
+def _passed_to(path: SourceCall, function: FunctionValue, names: set[str]) -> list[Flow] | None:
+    """The arguments the source hands on to the parameters ``names`` of the region's
+    function (after the region itself); None when positions cannot be matched."""
+    node = function.node
+    positional = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+    if function.bound is not None:
+        positional = positional[1:]
+    inputs = path.arguments.positional[path.source.region[0] + 1 :]
+    found: list[Flow] = []
+    for index, name in enumerate(positional):
+        if name not in names:
+            continue
+        if index >= len(inputs):
+            flow = path.arguments.keywords.get(name)
+            if flow is None and (None in inputs or path.arguments.double_star):
+                return None
+        else:
+            if None in inputs[: index + 1]:
+                return None
+            flow = inputs[index]
+        if flow is not None:
+            found.append(flow)
+    for name in names - set(positional):
+        flow = path.arguments.keywords.get(name)
+        if flow is not None:
+            found.append(flow)
+    return found
+
+
+def _region_inputs(path: SourceCall) -> list[Flow]:
+    """Every argument the source hands on to the region."""
+    inputs = path.arguments.positional[path.source.region[0] + 1 :]
+    return [flow for flow in inputs if flow is not None] + list(path.arguments.keywords.values())
 
 
 def _has_parameters(analysis: ProjectAnalysis, site: Site, expression: ast.expr) -> bool | None:
@@ -290,6 +398,20 @@ def _rebinds(loop: ast.AST, owner: Scope, expression: ast.expr) -> bool:
     return False
 
 
+def _varies(loop: ast.AST, inner: list[ast.AST], owner: Scope, expression: ast.expr) -> bool:
+    """Whether a pass of ``loop`` binds a name of ``expression`` anew, outside the loops
+    ``inner`` nested in it (``for _ in range(2): for key in keys:`` gives each key twice)."""
+    first, last = loop.lineno, loop.end_lineno or loop.lineno  # type: ignore[attr-defined]
+    spans = [(n.lineno, n.end_lineno or n.lineno) for n in inner]  # type: ignore[attr-defined]
+    names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    return any(
+        first <= binding.position[0] <= last
+        and not any(start <= binding.position[0] <= end for start, end in spans)
+        for name in names
+        for binding in owner.bindings.get(name, [])
+    )
+
+
 def _repeating_container(
     analysis: ProjectAnalysis, site: Site, loop: ast.AST, expression: ast.expr
 ) -> int | None:
@@ -310,7 +432,74 @@ def _repeating_container(
         arguments = [a.value if isinstance(a, ast.Starred) else a for a in value.call.args]
         if any(_repeats_one_object(argument) for argument in arguments):
             return value.call.lineno
+        made: list[Value] = [value]
+        if arguments and value.context is not None:  # ``nn.ModuleList(layers)``, filled before
+            made.extend(analysis.evaluate(arguments[0], value.context))
+        for container in made:
+            added = _added_several_times(container)
+            if added is not None:
+                return added
     return None
+
+
+def _added_several_times(container: Value) -> int | None:
+    """The line of ``self.layers.append(self.block)`` in a loop that does not make
+    ``self.block`` anew (or ``.extend([block] * n)``, ``+= [block] * n``): one module added
+    to the container several times, through the name it was made for."""
+    origin = container.origin if isinstance(container, (Instance, Sequence)) else None
+    if origin is None:
+        return None
+    is_attribute = isinstance(origin.node, ast.Attribute)
+    cls = origin.scope.enclosing_class
+    holder = cls.node if is_attribute and cls is not None else origin.scope.node
+    for function in ast.walk(holder):
+        if not isinstance(function, FUNCTIONS):
+            continue
+        for node in own_nodes(function.body):
+            for added, spread in _added_to(node, origin.name, is_attribute):
+                if spread:
+                    if _repeats_one_object(added):
+                        return node.lineno  # type: ignore[attr-defined]
+                elif isinstance(added, (ast.Name, ast.Attribute)) and any(
+                    not _binds_any(loop, added) for loop in loops_around(function, node)
+                ):
+                    return node.lineno  # type: ignore[attr-defined]
+    return None
+
+
+def _added_to(node: ast.AST, name: str, is_attribute: bool) -> Iterator[tuple[ast.expr, bool]]:
+    """What ``node`` adds to the container named ``name`` (``self.name`` when
+    ``is_attribute``), and whether it is spread (``extend``, ``+=``)."""
+
+    def names_it(target: ast.expr) -> bool:
+        if is_attribute:
+            return isinstance(target, ast.Attribute) and target.attr == name
+        return isinstance(target, ast.Name) and target.id == name
+
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("append", "insert", "extend")
+        and names_it(node.func.value)
+        and node.args
+    ):
+        yield node.args[-1], node.func.attr == "extend"
+    elif isinstance(node, ast.AugAssign) and names_it(node.target):
+        yield node.value, True
+
+
+def _binds_any(loop: ast.AST, expression: ast.expr) -> bool:
+    """Whether the loop binds a name ``expression`` uses, or assigns ``expression``
+    itself (``self.block = Block()`` in the loop makes a new one each pass)."""
+    names = {n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}
+    wanted = ast.dump(expression)
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in names:
+            return True
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if ast.dump(node, annotate_fields=True).replace("Store", "Load") == wanted:
+                return True
+    return False
 
 
 def _repeats_one_object(node: ast.expr) -> bool:

@@ -9,6 +9,7 @@ from ckptlint.rules.base import (
     CHECKPOINT,
     CHECKPOINT_SEQUENTIAL,
     CHECKPOINT_WRAPPER,
+    CHECKPOINT_WRAPPERS,
     UNKNOWN,
     Constant,
     External,
@@ -43,7 +44,8 @@ class RejectedOptions(Rule):
     `use_reentrant=True`, or without `use_reentrant` (torch 2.13 still defaults to the
     reentrant variant), the first forward raises `ValueError: Passing context_fn or debug
     is only supported when use_reentrant=False`. The same holds through
-    `checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.REENTRANT, context_fn=...)`.
+    `checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.REENTRANT, context_fn=...)`
+    and the class it builds, `CheckpointWrapper(module, CheckpointImpl.REENTRANT, ...)`.
 
     `checkpoint_sequential` passes no keyword on but `use_reentrant` and
     `preserve_rng_state`: `context_fn` or `debug` there raise `ValueError: Unexpected
@@ -99,6 +101,8 @@ def forward(self, x):
         self, analysis: ProjectAnalysis, site: Site, path: SourceCall, context: FileContext
     ) -> str | None:
         name = path.source.names[0]
+        if name in CHECKPOINT_WRAPPERS:
+            name = CHECKPOINT_WRAPPER  # the class takes what its factory takes
         if name not in (CHECKPOINT, CHECKPOINT_SEQUENTIAL, CHECKPOINT_WRAPPER):
             return None
         context_flow = path.keyword("context_fn")

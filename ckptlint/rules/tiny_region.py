@@ -72,9 +72,10 @@ class TinyRegion(Rule):
 
     ## Not reported
 
-    The region must be exactly one such thing: an `nn.Sequential` of several layers, a
-    function of several statements, a region that may be one of several things, and
-    anything that cannot be resolved are not reported.
+    A region that may be one of several things is reported only when each of them is one
+    such op (the modules of an `nn.ModuleList` filled by `append`, `extend`, `insert` or
+    item writes, checkpointed one per call). An `nn.Sequential` of several layers, a
+    function of several statements, and anything that cannot be resolved are not reported.
     """
 
     code = "CKP101"
@@ -117,8 +118,7 @@ class Block(nn.Module):
                 continue
             if any(source.kind == "sequence" for source in site.sources):
                 continue  # a sequence is split into segments; its parts are not one op
-            region = single(analysis.region(site))
-            op = None if region is None else cheap_op(region, analysis)
+            op = cheap_ops(analysis.region(site), analysis)
             if op is not None:
                 message = (
                     f"{site.subject} is a single cheap op ({op}): its input stays alive as the"
@@ -128,11 +128,26 @@ class Block(nn.Module):
                 yield context.finding(site.node, self.code, message)
 
 
+def cheap_ops(values: Values, analysis: ProjectAnalysis) -> str | None:
+    """The cheap ops a region may be (``nn.LayerNorm` or `nn.GELU``), when each value it
+    may have is one (the modules of a list filled in a loop, one per call); None when any
+    may be more, or is unknown."""
+    if not values or UNKNOWN in values:
+        return None
+    ops: list[str] = []
+    for value in values:
+        op = cheap_op(value, analysis)
+        if op is None:
+            return None
+        ops.append(op)
+    ops = list(dict.fromkeys(ops))
+    return ops[0] if len(ops) == 1 else f"{', '.join(ops[:-1])} or {ops[-1]}"
+
+
 def cheap_op(region: Value, analysis: ProjectAnalysis) -> str | None:
     """A description of the one cheap op ``region`` is, or None when it is more (or unknown)."""
     if isinstance(region, PartialValue):
-        inner = single(region.inner)
-        return None if inner is None else cheap_op(inner, analysis)
+        return cheap_ops(region.inner, analysis)
     if isinstance(region, External):
         namespace, _, short = region.name.rpartition(".")
         cheap = namespace in CHEAP_NAMESPACES and short in CHEAP_FUNCTIONS
