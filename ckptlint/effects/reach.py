@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ckptlint.effects.restores import restored
 from ckptlint.memos import process_memo
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Body, Scope, node_position
+from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Binding, Body, Scope, node_position
 from ckptlint.resolution.evaluator import Evaluator, children_run_here, own_nodes
 from ckptlint.resolution.values import (
     Arguments,
@@ -360,8 +360,9 @@ class ReachAnalysis:
                     if restored(function.node, node) is None:
                         writes.append((mutation, scope))
             elif isinstance(node, _ASSIGNING):
-                if restored(function.node, node) is None:
-                    writes.extend((w, scope) for w in _assignment_writes(node, scope, module))
+                made = list(_assignment_writes(node, scope, module))
+                if made and restored(function.node, node) is None:
+                    writes.extend((w, scope) for w in made)
             elif isinstance(node, ast.If) and switches:
                 test, branch = node.test, node.body
                 if isinstance(test, ast.Name) and branch and test.id in switches:
@@ -381,8 +382,12 @@ class ReachAnalysis:
         self, receiver: ast.expr, attribute: str, line: int, context: Context
     ) -> Iterator[GlobalRead]:
         """``config.SCALE`` where ``config`` is a module of the project, and ``Config.scale``
-        where ``Config`` is a class of the project whose body assigns ``scale``."""
-        if not isinstance(receiver, (ast.Name, ast.Attribute)):
+        where ``Config`` is a class of the project whose body assigns ``scale``. Only a
+        receiver named at module level (an import, a class, a module global) or the ``cls``
+        of a classmethod is evaluated: one rooted in a local variable or another parameter
+        (``self.config``, ``hidden_states.shape``, most of a body's attribute reads) names no
+        module or class the analysis could tell."""
+        if not _names_a_module_or_class(receiver, context.scope):
             return
         for owner in self.evaluator.evaluate(receiver, context):
             if isinstance(owner, ModuleValue):
@@ -482,6 +487,33 @@ _MAX_REEXPORTS = 4
 
 def _at_module_level(cls: ClassValue) -> bool:
     return cls.context.scope.kind == "module"
+
+
+def _names_a_module_or_class(receiver: ast.expr, scope: Scope) -> bool:
+    """Whether ``receiver`` (``cfg``, ``pkg.cfg``, ``Config``) is rooted in a name bound at
+    module level, or in the first parameter of a classmethod (see
+    ``_module_attribute_reads``)."""
+    root = receiver
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    bindings = scope.lookup(root.id, node_position(root))
+    if not bindings:
+        return False
+    return all(b.scope.kind == "module" or _is_class_parameter(b) for b in bindings)
+
+
+def _is_class_parameter(binding: Binding) -> bool:
+    function = binding.scope.node
+    if not isinstance(binding.node, ast.arg) or not isinstance(function, FUNCTIONS):
+        return False
+    positional = [*function.args.posonlyargs, *function.args.args]
+    return (
+        bool(positional)
+        and positional[0] is binding.node
+        and any(isinstance(d, ast.Name) and d.id == "classmethod" for d in function.decorator_list)
+    )
 
 
 def module_data(name: str, scope: Scope, position: tuple[int, int]) -> bool:

@@ -21,6 +21,7 @@ import ast
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
+from ckptlint.memos import process_memo
 from ckptlint.resolution.evaluator import children_run_here
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -187,5 +188,5 @@ def _last_name(expression: ast.expr) -> str:
 
 
 # function id -> (the function, its restored writes by node id, each with its extent)
-_CACHE: dict[int, tuple[Function, dict[int, ast.AST]]] = {}
+_CACHE: dict[int, tuple[Function, dict[int, ast.AST]]] = process_memo()
 _NONE: dict[int, ast.AST] = {}  # what a function without a finally or a yield restores

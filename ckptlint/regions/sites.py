@@ -191,7 +191,7 @@ class SiteFinder:
         summary applied to them."""
         found: list[SourceCall] = []
         for transfer in self.hand_on.summary(value):
-            found.extend(self.hand_on.resolve(transfer, arguments))
+            found.extend(self.hand_on.resolve(transfer, arguments, value))
         return found[:MAX_TRANSFERS]
 
     def class_paths(self, cls: ClassValue, instance: Instance) -> list[SourceCall]:

@@ -108,9 +108,12 @@ class HandOn:
 
     # -- summaries ---------------------------------------------------------------------------
     def summary(self, function: FunctionValue) -> Summary:
-        """How ``function`` hands a region on (empty: it is no wrapper)."""
+        """How ``function`` hands a region on (empty: it is no wrapper). One summary per
+        definition, whatever activation made it: what it closes over and the instance it
+        is bound to are read as its parameters are, unbound (a site binds them)."""
         if isinstance(function.node, ast.Lambda):
             return ()
+        function = canonical(function)
         key = ("summary", function)
         if not self.solver.settled(key):
             for callee in self._bottom_up(function):
@@ -153,7 +156,7 @@ class HandOn:
         for _, _, steps in self.steps(function):
             for step in steps:
                 if isinstance(step.target, FunctionValue):
-                    yield step.target
+                    yield canonical(step.target)
 
     def steps(self, function: FunctionValue) -> list[tuple[ast.Call, Scope, tuple[Step, ...]]]:
         """The calls ``function`` runs itself that may reach a source, with what each
@@ -253,7 +256,10 @@ class HandOn:
         inner = transfer.inner
         context = self.evaluator.bind(transfer.function, None).at(transfer.scope)
         arguments = _through_partials(transfer.step, Arguments.of(transfer.call, context))
-        bound = self.evaluator.bind(inner.function, arguments)
+        target = transfer.step.target
+        bound = self.evaluator.bind(
+            target if isinstance(target, FunctionValue) else inner.function, arguments
+        )
         found = []
         for parameter in inner.depends:
             argument = bound.argument(parameter)
@@ -287,9 +293,15 @@ class HandOn:
                 yield from known(self.evaluator.evaluate(node.func, context))
 
     # -- applying a summary ------------------------------------------------------------------
-    def resolve(self, transfer: Transfer, arguments: Arguments | None) -> list[SourceCall]:
-        """The source call ``transfer`` makes when its function receives ``arguments``
-        (None: a call the analysis does not see, parameters unbound), level after level.
+    def resolve(
+        self,
+        transfer: Transfer,
+        arguments: Arguments | None,
+        callee: FunctionValue | None = None,
+    ) -> list[SourceCall]:
+        """The source call ``transfer`` makes when its function, as ``callee`` (with what it
+        closes over and is bound to), receives ``arguments`` (None: a call the analysis does
+        not see, parameters unbound), level after level.
 
         What a level makes depends only on its transfer and the context its function runs
         in; transfers are shared by every caller of their function and contexts are one
@@ -301,8 +313,9 @@ class HandOn:
         climbed: list[tuple[Transfer, tuple[Transfer, Context]]] = []
         current = arguments
         found: tuple[_Resolved, ...] | None = None
+        function = callee or transfer.function
         for level in transfer.chain:
-            context = self.evaluator.bind(level.function, current).at(level.scope)
+            context = self.evaluator.bind(function, current).at(level.scope)
             key = (level, context)
             found = self._resolved.get(key)
             if found is not None:
@@ -311,6 +324,8 @@ class HandOn:
             current = _through_partials(level.step, Arguments.of(level.call, context))
             if level.inner is None:
                 found = self._source_calls(level, context, current)
+            elif isinstance(level.step.target, FunctionValue):
+                function = level.step.target  # as the level's body calls it
         assert found is not None
         for level, key in reversed(climbed):
             found = tuple(
@@ -338,6 +353,14 @@ class HandOn:
 
 
 _Resolved = tuple[RegionSource, Arguments, tuple[FunctionValue, ...], tuple[PartialValue, ...]]
+
+
+def canonical(function: FunctionValue) -> FunctionValue:
+    """The definition ``function`` is, in the scope it is written in, unbound."""
+    context = function.context
+    if not context.env and function.bound is None:
+        return function
+    return FunctionValue(function.node, Context(context.module, context.scope))
 
 
 def _through_partials(step: Step, arguments: Arguments) -> Arguments:
