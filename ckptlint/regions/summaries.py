@@ -32,12 +32,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ckptlint.project.scopes import FUNCTIONS, Scope
+from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, node_position
 from ckptlint.regions.calls import calls_in_body
 from ckptlint.regions.sources import RegionSource
-from ckptlint.resolution.evaluator import own_nodes
+from ckptlint.resolution.evaluator import only_spread, own_nodes, passed_on
 from ckptlint.resolution.values import (
+    Argument,
     Arguments,
+    CallKeywords,
     ClassValue,
     Context,
     FunctionValue,
@@ -84,6 +86,20 @@ class Transfer:
     inner: Transfer | None = None  # the transfer of the wrapper ``step.target``
     depends: tuple[ast.arg, ...] = ()  # the parameters the region comes from
     class_path: int = 0  # for a wrapper class: which of the paths its ``forward`` makes
+    # How the last level's function is bound, in terms of this one's parameters (None: it
+    # cannot be told without binding each level; see ``Shortcut``).
+    shortcut: Shortcut | None = None
+
+    @property
+    def wrappers(self) -> tuple[FunctionValue, ...]:
+        """The functions of the chain, outermost first."""
+        return tuple(level.function for level in self.chain)
+
+    @property
+    def last(self) -> Transfer:
+        for level in self.chain:
+            last = level
+        return last
 
     @property
     def chain(self) -> Iterator[Transfer]:
@@ -95,6 +111,25 @@ class Transfer:
 
 
 Summary = tuple[Transfer, ...]
+
+
+@dataclass(frozen=True)
+class Shortcut:
+    """A chain whose levels only hand on what they were given: the last level's function
+    (``function``, as the level above calls it) bound in terms of the first level's
+    parameters, so that a site binds two functions, not every level. Each of its parameters
+    is bound to a parameter of the first function (handed on unchanged) or to an argument
+    that depends on no caller (a default, a constant, a module-level name); its ``**kwargs``
+    (``keywords``) to the first function's, less the names the levels between took as
+    parameters of their own (``taken``). ``function`` None: the first level is the last."""
+
+    function: FunctionValue | None = None
+    bindings: tuple[tuple[ast.arg, ast.arg | Argument], ...] = ()
+    keywords: ast.arg | None = None
+    taken: frozenset[str] = frozenset()
+
+
+_IDENTITY = Shortcut()
 
 
 class HandOn:
@@ -219,7 +254,8 @@ class HandOn:
                 for transfer in self._transfers(function, call, scope, step):
                     depends = self._depends(transfer, owners)
                     if depends:
-                        found.append(replace(transfer, depends=depends))
+                        shortcut = self._shortcut(transfer)
+                        found.append(replace(transfer, depends=depends, shortcut=shortcut))
                 if len(found) >= MAX_TRANSFERS:
                     return tuple(found[:MAX_TRANSFERS])
         return tuple(found)
@@ -269,6 +305,96 @@ class HandOn:
             found.extend(self.parameters_in(values, owners))
         return tuple(dict.fromkeys(found))
 
+    def _shortcut(self, transfer: Transfer) -> Shortcut | None:
+        """The transfer's ``Shortcut``, from the next level's (None where a level computes
+        what it hands on, or edits the ``**kwargs`` it hands on)."""
+        inner = transfer.inner
+        if inner is None:
+            return _IDENTITY if not isinstance(transfer.step.target, ClassValue) else None
+        target = transfer.step.target
+        below = inner.shortcut
+        if below is None or not isinstance(target, FunctionValue):
+            return None
+        function = transfer.function
+        node = function.node
+        assert not isinstance(node, ast.Lambda)
+        unbound = self.evaluator.bind(function, None).at(transfer.scope)
+        arguments = _through_partials(transfer.step, Arguments.of(transfer.call, unbound))
+        bound = self.evaluator.bind(target, arguments)  # the next level, as this one calls it
+        if below.function is None:  # the next level is the last: its own parameters
+            last = target
+            bindings: list[tuple[ast.arg, ast.arg | Argument]] = [
+                (parameter, parameter) for parameter in _parameters(target.node)
+            ]
+            keywords = target.node.args.kwarg if not isinstance(target.node, ast.Lambda) else None
+            taken: frozenset[str] = frozenset()
+        else:
+            last, bindings = below.function, list(below.bindings)
+            keywords, taken = below.keywords, below.taken
+        composed: list[tuple[ast.arg, ast.arg | Argument]] = []
+        for parameter, origin in bindings:
+            if isinstance(origin, Argument):
+                composed.append((parameter, origin))
+                continue
+            argument = bound.argument(origin)
+            if argument is None:
+                continue  # not bound there (a ``*args`` or ``**`` may carry it): not here either
+            handed = self._handed_on(passed_on(argument), function)
+            if handed is None:
+                return None
+            composed.append((parameter, handed))
+        if keywords is not None:  # the last level's ``**kwargs``: this one's, handed on
+            handed = self._keywords_handed_on(target, arguments, function)
+            if handed is None:
+                return None
+            if below.function is not None:  # the next level took some as parameters
+                taken = taken | {p.arg for p in _parameters(target.node)}
+            keywords = handed
+        return Shortcut(last, tuple(composed), keywords, taken)
+
+    def _handed_on(self, argument: Argument, function: FunctionValue) -> ast.arg | Argument | None:
+        """What ``argument`` (bound in ``function``'s unbound activation) is in terms of
+        ``function``'s parameters: one of them read unchanged, or itself when no caller
+        decides it; None when it is computed from what callers pass."""
+        expression, context = argument.expression, argument.context
+        if argument.default or expression is None or context is None:
+            return argument
+        if isinstance(expression, ast.Name):
+            bindings = context.scope.lookup(expression.id, node_position(expression))
+            if (
+                len(bindings) == 1
+                and isinstance(bindings[0].node, ast.arg)
+                and bindings[0].scope.node is function.node
+                and context.argument(bindings[0].node) is None
+            ):
+                return bindings[0].node
+        return argument if _closed(expression, context) else None
+
+    def _keywords_handed_on(
+        self, target: FunctionValue, arguments: Arguments, function: FunctionValue
+    ) -> ast.arg | None:
+        """``function``'s ``**kwargs`` when the call hands it to ``target``'s ``**kwargs``
+        unchanged and adds nothing to it (its other keywords name ``target``'s
+        parameters); None otherwise."""
+        node = function.node
+        if (
+            isinstance(node, ast.Lambda)
+            or node.args.kwarg is None
+            or isinstance(target.node, ast.Lambda)
+        ):
+            return None
+        kwarg = node.args.kwarg
+        named = {p.arg for p in _parameters(target.node)}
+        if any(name not in named for name in arguments.keywords) or len(arguments.spread) != 1:
+            return None
+        expression, context = arguments.spread[0]
+        if not isinstance(expression, ast.Name) or expression.id != kwarg.arg:
+            return None
+        bindings = context.scope.lookup(expression.id, node_position(expression))
+        if len(bindings) != 1 or bindings[0].node is not kwarg or not only_spread(node, kwarg.arg):
+            return None
+        return kwarg
+
     def parameters_in(self, values: Values, owners: list[ast.AST]) -> list[ast.arg]:
         """The parameters of ``owners`` among ``values``: passed as they are, through a
         partial, or called by a closure (its own parameters are its caller's business)."""
@@ -310,6 +436,8 @@ class HandOn:
         reads of the project, the summaries of the chain read first.)"""
         from ckptlint.regions.sites import SourceCall
 
+        if transfer.shortcut is not None and arguments is not None:
+            return self._resolve_through(transfer, transfer.shortcut, arguments, callee)
         climbed: list[tuple[Transfer, tuple[Transfer, Context]]] = []
         current = arguments
         found: tuple[_Resolved, ...] | None = None
@@ -335,6 +463,49 @@ class HandOn:
             self._resolved[key] = found
         return [SourceCall(*item) for item in found]
 
+    def _resolve_through(
+        self,
+        transfer: Transfer,
+        shortcut: Shortcut,
+        arguments: Arguments,
+        callee: FunctionValue | None,
+    ) -> list[SourceCall]:
+        """``resolve`` with the transfer's ``Shortcut``: the first function bound to what the
+        site passes, the last to what the first received, whatever the levels between."""
+        from ckptlint.regions.sites import SourceCall
+
+        first = self.evaluator.bind(callee or transfer.function, arguments)
+        last = transfer.last
+        function = shortcut.function
+        if function is None:
+            context = first
+        else:
+            env = list(function.context.env)
+            for parameter, origin in shortcut.bindings:
+                if isinstance(origin, Argument):
+                    env.append((parameter, origin))
+                    continue
+                argument = first.argument(origin)
+                if argument is not None:
+                    env.append((parameter, passed_on(argument)))
+            kwarg = None if isinstance(function.node, ast.Lambda) else function.node.args.kwarg
+            held = first.argument(shortcut.keywords) if shortcut.keywords is not None else None
+            if kwarg is not None and held is not None and len(held.values) == 1:
+                (keywords,) = held.values
+                if isinstance(keywords, CallKeywords):
+                    less = _less(keywords, shortcut.taken, function.node)
+                    env.append((kwarg, Argument(None, None, (less,))))
+            scope = self.evaluator.scope_of(function)
+            context = self.evaluator.context(function.module, scope, tuple(env))
+        context = context.at(last.scope)
+        current = _through_partials(last.step, Arguments.of(last.call, context))
+        wrappers = transfer.wrappers
+        partials = tuple(p for level in transfer.chain for p in level.step.partials)
+        return [
+            SourceCall(source, found, (*wrappers, *more), (*partials, *further))
+            for source, found, more, further in self._source_calls(last, context, current)
+        ]
+
     def _source_calls(
         self, level: Transfer, context: Context, arguments: Arguments
     ) -> tuple[_Resolved, ...]:
@@ -353,6 +524,37 @@ class HandOn:
 
 
 _Resolved = tuple[RegionSource, Arguments, tuple[FunctionValue, ...], tuple[PartialValue, ...]]
+
+
+def _less(keywords: CallKeywords, taken: frozenset[str], function: ast.AST) -> CallKeywords:
+    """What ``function``'s ``**kwargs`` holds when it is handed ``keywords`` through levels
+    that took ``taken`` as parameters of their own."""
+    inner = keywords.arguments
+    left = {k: v for k, v in inner.keywords.items() if k not in keywords.taken | taken}
+    handed = Arguments((), left, inner.double_star, inner.calls, inner.spread)
+    named = frozenset(p.arg for p in _parameters(function))
+    return CallKeywords(handed, named, keywords.owner)
+
+
+def _parameters(node: ast.AST) -> list[ast.arg]:
+    """A function's named parameters (not ``*args`` or ``**kwargs``)."""
+    if not isinstance(node, (*FUNCTIONS, ast.Lambda)):
+        return []
+    arguments = node.args
+    return [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+
+
+def _closed(expression: ast.expr, context: Context) -> bool:
+    """Whether ``expression`` reads only what no caller binds: constants and names bound
+    at module level (or builtins)."""
+    for node in ast.walk(expression):
+        if isinstance(node, (ast.Lambda, *COMPREHENSIONS, ast.NamedExpr)):
+            return False
+        if isinstance(node, ast.Name):
+            bindings = context.scope.lookup(node.id, node_position(node))
+            if any(b.scope.kind != "module" for b in bindings):
+                return False
+    return True
 
 
 def canonical(function: FunctionValue) -> FunctionValue:

@@ -133,6 +133,8 @@ class Evaluator:
         return Context(module, module.scopes.module)
 
     def evaluate(self, expression: ast.expr, context: Context) -> Values:
+        if context.env and isinstance(expression, ast.Name) and _module_level(expression, context):
+            context = Context(context.module, context.scope)  # what it names binds nothing
         return self._guarded((expression, context), self._evaluate, expression, context)
 
     def member(self, values: Values, attribute: str) -> Values:
@@ -242,7 +244,7 @@ class Evaluator:
         if argument is None or len(argument.values) != 1:
             return None
         (held,) = argument.values
-        if not isinstance(held, CallKeywords) or not _only_spread(function, expression.id):
+        if not isinstance(held, CallKeywords) or not only_spread(function, expression.id):
             return None
         return held
 
@@ -1393,7 +1395,14 @@ def _added_expressions(
             yield node.value, True
 
 
-def _only_spread(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+def _module_level(name: ast.Name, context: Context) -> bool:
+    """Whether ``name`` reads only module-level bindings (a function, a class, an import),
+    whose values no caller's arguments change: one question whatever the activation."""
+    bindings = context.scope.lookup(name.id, node_position(name))
+    return bool(bindings) and all(b.scope.kind == "module" for b in bindings)
+
+
+def only_spread(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
     """Whether ``function`` uses ``name`` only as ``**name`` in calls (kept, once per body)."""
     found = _ONLY_SPREAD.get(id(function))
     if found is not None and found[0] is function and name in found[1]:

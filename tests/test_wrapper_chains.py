@@ -1,0 +1,159 @@
+"""Wrappers handing ``use_reentrant`` on, at any depth (issue 36): each function is summarised
+once and a chain of them is composed level by level, so the call that leaves the keyword
+unset has its CKP001 whatever the chain's length or shape, the call that passes it none, and
+no limit cuts in (no CKP901).
+
+Chains are generated: 1 to 200 wrappers forwarding ``**kwargs`` straight, each level calling
+the next from two places, diamonds (each level calling the next two), and ``use_reentrant``
+passed by name; in one module or one module per wrapper (relative imports). A wrapper that
+decides the keyword itself (``kwargs.setdefault``) leaves its callers silent. The analysis's
+work is bounded without a clock: the answers computed grow linearly with the chain.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckptlint.config import Settings
+from ckptlint.engine import Engine
+from tests.conftest import hang_guard
+
+KINDS = ("straight", "twice", "diamond", "named")
+# Only a hang outlives this: a chain of 200 takes a few seconds.
+HANG_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Chain:
+    files: dict[str, str]
+    caller: str  # the file of ``go``
+    line: int  # the line of ``return w0(f, x), w0(f, x, <keyword>=False)``
+
+
+def chain(kind: str, length: int, *, split: bool, decided_at: int | None = None) -> Chain:
+    """``length`` wrappers ``w0``...: ``w{i}`` calls ``w{i+1}`` (and ``w{i+2}`` in a diamond,
+    ``w{i+1}`` twice in ``twice``), the last one torch's ``checkpoint``; ``decided_at``: the
+    wrapper that sets ``use_reentrant`` itself. ``split``: one module per wrapper."""
+    named = kind == "named"
+    parameters = "f, x, reentrant=None" if named else "f, x, **kw"
+
+    def call(target: int) -> str:
+        if target == length:
+            given = "use_reentrant=reentrant" if named else "**kw"
+            return f"checkpoint(f, x, {given})"
+        return f"w{target}(f, x, {'reentrant=reentrant' if named else '**kw'})"
+
+    bodies = []
+    for index in range(length):
+        lines = [f"def w{index}({parameters}):"]
+        if index == decided_at:
+            lines.append(
+                "    reentrant = False" if named else '    kw.setdefault("use_reentrant", False)'
+            )
+        inner = call(index + 1)
+        if kind == "twice" and index + 1 < length:
+            lines += ["    if FLAG:", f"        return {inner}", f"    return {inner}"]
+        elif kind == "diamond" and index + 2 <= length:
+            lines += ["    if FLAG:", f"        return {inner}", f"    return {call(index + 2)}"]
+        else:
+            lines.append(f"    return {inner}")
+        bodies.append(lines)
+    keyword = "reentrant" if named else "use_reentrant"
+    go = ["def go(f, x):", f"    return w0(f, x), w0(f, x, {keyword}=False)"]
+    header = ["from torch.utils.checkpoint import checkpoint", "", "FLAG = True", ""]
+    if not split:
+        text = [*header]
+        for lines in bodies:
+            text += [*lines, ""]
+        text += go
+        return Chain({"chain.py": "\n".join(text) + "\n"}, "chain.py", len(text))
+    files = {"pkg/__init__.py": ""}
+    for index, lines in enumerate(bodies):
+        imports = [f"from .m{t} import w{t}" for t in (index + 1, index + 2) if t < length]
+        files[f"pkg/m{index}.py"] = "\n".join([*header, *imports, "", *lines]) + "\n"
+    caller = ["from .m0 import w0", "", *go]
+    files["pkg/go.py"] = "\n".join(caller) + "\n"
+    return Chain(files, "pkg/go.py", len(caller))
+
+
+def lint(files: dict[str, str]) -> tuple[dict[str, list[tuple[int, int, str]]], int]:
+    """Every file's findings (line, column, code), and the answers the analysis computed."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / ".git").mkdir()
+        for relative, text in files.items():
+            path = root / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        paths = sorted(str(root / relative) for relative in files)
+        saved = os.getcwd()
+        os.chdir(root)
+        try:
+            with hang_guard(HANG_SECONDS, "a wrapper chain"):
+                engine = Engine(Settings(root=root), paths, jobs=1)
+                results = engine.lint(paths)
+        finally:
+            os.chdir(saved)
+        found = {}
+        for result in results:
+            assert result.internal_error is None, result.internal_error
+            relative = os.path.relpath(result.path, root)
+            found[relative] = [(f.line, f.column, f.code) for f in result.findings]
+        return found, engine.work
+
+
+def expected(generated: Chain) -> dict[str, list[tuple[int, int, str]]]:
+    found: dict[str, list[tuple[int, int, str]]] = {path: [] for path in generated.files}
+    found[generated.caller] = [(generated.line, 12, "CKP001")]  # ``w0(f, x)``: nothing passes it
+    return found
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    kind=st.sampled_from(KINDS),
+    length=st.one_of(st.integers(1, 12), st.integers(1, 200)),
+    split=st.booleans(),
+)
+def test_the_call_that_leaves_it_unset_is_reported_at_any_depth(
+    kind: str, length: int, split: bool
+) -> None:
+    generated = chain(kind, length, split=split)
+    found, _ = lint(generated.files)
+    assert found == expected(generated)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("length", [200])
+def test_two_hundred_wrappers(kind: str, length: int) -> None:
+    generated = chain(kind, length, split=False)
+    found, _ = lint(generated.files)
+    assert found == expected(generated)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_wrapper_that_decides_it_leaves_its_callers_silent(kind: str) -> None:
+    """Wrapper 30 of 60 sets ``use_reentrant`` itself: nothing to report anywhere (the
+    source call below it is reached only through that decision)."""
+    generated = chain(kind, 60, split=False, decided_at=30)
+    found, _ = lint(generated.files)
+    assert found == {path: [] for path in generated.files}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_work_grows_linearly_with_the_chain(kind: str) -> None:
+    """Answers computed, no clock: doubling the chain at most doubles and a half the work
+    (quadratic growth would quadruple it; the chains of 933a637 grew 1.6-1.8x per level)."""
+    _, small = lint(chain(kind, 50, split=False).files)
+    _, large = lint(chain(kind, 100, split=False).files)
+    assert large <= 2.5 * small, (small, large)
