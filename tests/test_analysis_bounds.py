@@ -14,6 +14,7 @@ file's finding (docs/analysis-semantics.md, "What the analysis promises").
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -305,3 +306,72 @@ def test_a_question_asked_again_by_the_same_one_counts_once_against_the_size_lim
         assert [fault.what for fault in unit.faults] == [
             "too much to analyse: it uses more than 50 answers"
         ]
+
+
+def _isinstance_zoo(branches: int) -> str:
+    """A method wrapping a module in one of ``branches`` ``elif isinstance(module, BlockN):``
+    branches, each rebinding ``module`` with ``checkpoint_wrapper(...)``, and a last branch
+    calling itself on each element of a ``ModuleList`` (a public model zoo's shape)."""
+    lines = [
+        "import torch.nn as nn",
+        "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (",
+        "    checkpoint_wrapper,",
+        ")",
+        "",
+    ]
+    for index in range(branches):
+        lines += [
+            f"class Block{index}(nn.Module):",
+            "    def __init__(self):",
+            "        super().__init__()",
+            "        self.drop = nn.Dropout(0.1)",
+            "",
+            "    def forward(self, x):",
+            "        return self.drop(x) * 2",
+            "",
+        ]
+    blocks = ", ".join(f"Block{index}()" for index in range(branches))
+    lines += [
+        "class Model(nn.Module):",
+        "    def __init__(self, use_checkpoint):",
+        "        super().__init__()",
+        "        self.use_checkpoint = use_checkpoint",
+        f"        self.layers = self._wrap(nn.ModuleList([{blocks}]))",
+        "",
+        "    def _wrap(self, module):",
+    ]
+    for index in range(branches):
+        keyword = "if" if index == 0 else "elif"
+        lines += [
+            f"        {keyword} isinstance(module, Block{index}):",
+            "            module = (",
+            "                checkpoint_wrapper(module, preserve_rng_state=False)",
+            "                if self.use_checkpoint",
+            "                else module",
+            "            )",
+        ]
+    lines += [
+        "        elif isinstance(module, nn.ModuleList):",
+        "            for j, m in enumerate(module):",
+        "                module[j] = self._wrap(m)",
+        "        return module",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("branches", [9, 20, 50])
+def test_a_name_rebound_in_each_of_many_branches_is_analysed(branches: int, tmp_path: Path) -> None:
+    """Issue 36: each branch reads ``module`` as the branches before it may have bound it,
+    so the answers shared below grew exponentially when counted once per use ('too much to
+    analyse' at 9 branches) and the chain of them passed the depth limit at 50. Branches of
+    one ``if``/``elif`` chain are exclusive, and the size counts distinct answers: the
+    regions are analysed (the blocks' dropout found through ``_wrap``), with no CKP901."""
+    text = _isinstance_zoo(branches)
+    (tmp_path / "zoo.py").write_text(text)
+    result = run_cli("--no-cache", "--isolated", "--output-format", "json", "zoo.py", cwd=tmp_path)
+    lines = text.splitlines()
+    found = [
+        (f["code"], lines[f["line"] - 1].index("self._wrap(") + 1 == f["column"])
+        for f in json.loads(result.stdout)
+    ]
+    assert found and set(found) == {("CKP301", True)}, result.stdout

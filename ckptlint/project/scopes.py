@@ -57,6 +57,9 @@ class Binding:
     imported: ImportTarget | None = None
     iterated: bool = False
     path: tuple[int, ...] = ()
+    # The sides of the ``if`` statements (outside loops) the binding is made in, each as
+    # (the statement's id, 0 for its body, 1 for its ``else``): see ``Scope.exclusive``.
+    sides: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(eq=False)
@@ -73,6 +76,10 @@ class Scope:
     self_name: str | None = None
     # For the module scope: ``from <module> import *`` statements, in order.
     star_imports: list[ImportTarget] = field(default_factory=list)
+    # The sides of its ``if`` statements (outside loops): where each starts and ends, and
+    # its (statement id, side). A use on one side never sees a binding on the other (the
+    # branches of an ``if``/``elif`` chain are exclusive).
+    exclusive: list[tuple[Position, Position, tuple[int, int]]] = field(default_factory=list)
 
     def __repr__(self) -> str:
         name = getattr(self.node, "name", type(self.node).__name__)
@@ -107,10 +114,23 @@ class Scope:
                 scope, from_nested = scope.parent, True
                 continue
             if name in scope.bindings and not (from_nested and scope.kind == "class"):
-                return fold(scope.bindings[name], None if from_nested else position)
+                bindings = scope.bindings[name]
+                if not from_nested and position is not None and scope.exclusive:
+                    bindings = _on_this_side(bindings, scope, position)
+                return fold(bindings, None if from_nested else position)
             from_nested = from_nested or scope.kind != "class"
             scope = scope.parent
         return []
+
+
+def _on_this_side(bindings: list[Binding], scope: Scope, position: Position) -> list[Binding]:
+    """The bindings a use at ``position`` can see: none made on the other side of an
+    ``if`` the use is on one side of."""
+    if all(not b.sides for b in bindings):
+        return bindings
+    here = {key for start, end, key in scope.exclusive if start <= position < end}
+    other = {(statement, 1 - side) for statement, side in here}
+    return [b for b in bindings if not other.intersection(b.sides)]
 
 
 def fold(bindings: list[Binding], position: Position | None) -> list[Binding]:
@@ -295,6 +315,8 @@ class _ScopeBuilder:
         self.scope = scope
         self.candidate_lines = None if candidate_lines is None else sorted(candidate_lines)
         self.conditional = False
+        self.sides: tuple[tuple[int, int], ...] = ()  # see Binding.sides
+        self.in_loop = False
         self.scope_of_function: dict[int, Scope] = {}
         self.skipped: dict[int, tuple[ast.AST, Scope]] = {}
 
@@ -303,12 +325,12 @@ class _ScopeBuilder:
 
     # -- scopes ----------------------------------------------------------------------------
     def run_in(self, scope: Scope, action: Callable[[], None]) -> None:
-        saved_scope, saved_conditional = self.scope, self.conditional
-        self.scope, self.conditional = scope, False
+        saved = self.scope, self.conditional, self.sides, self.in_loop
+        self.scope, self.conditional, self.sides, self.in_loop = scope, False, (), False
         try:
             action()
         finally:
-            self.scope, self.conditional = saved_scope, saved_conditional
+            self.scope, self.conditional, self.sides, self.in_loop = saved
 
     def new_function_scope(
         self, node: ast.AST, args: ast.arguments, self_name: str | None
@@ -361,7 +383,8 @@ class _ScopeBuilder:
             # A function rebinding a global may never run: an alternative, not a replacement.
             target, conditional = self.module, True
         position = node_position(node) if after is None else end_position(after)
-        binding = Binding(name, node, target, position, conditional, **facts)  # type: ignore[arg-type]
+        sides = self.sides if target is self.scope else ()
+        binding = Binding(name, node, target, position, conditional, sides=sides, **facts)  # type: ignore[arg-type]
         target.bindings.setdefault(name, []).append(binding)
 
     def bind_target(
@@ -490,14 +513,18 @@ class _ScopeBuilder:
         self.conditional = True
         self.bind_target(node.target, node.iter, iterated=True)
         self.conditional = saved
+        self.in_loop, was_in_loop = True, self.in_loop
         self.visit_body(node.body, conditional=True)
+        self.in_loop = was_in_loop
         self.visit_body(node.orelse, conditional=True)
 
     visit_AsyncFor = visit_For
 
     def visit_While(self, node: ast.While) -> None:
         self.expressions([node.test])
+        self.in_loop, was_in_loop = True, self.in_loop
         self.visit_body(node.body, conditional=True)
+        self.in_loop = was_in_loop
         self.visit_body(node.orelse, conditional=True)
 
     def visit_If(self, node: ast.If) -> None:
@@ -505,8 +532,17 @@ class _ScopeBuilder:
             self.visit_body(node.orelse)
             return
         self.expressions([node.test])
-        self.visit_body(node.body, conditional=True)
-        self.visit_body(node.orelse, conditional=True)
+        for side, body in enumerate((node.body, node.orelse)):
+            if self.in_loop or not body:  # a later pass of a loop sees either side
+                self.visit_body(body, conditional=True)
+                continue
+            key = (id(node), side)
+            span = (node_position(body[0]), end_position(body[-1]))
+            self.scope.exclusive.append((*span, key))
+            saved = self.sides
+            self.sides = (*saved, key)
+            self.visit_body(body, conditional=True)
+            self.sides = saved
 
     def visit_Try(self, node: ast.Try) -> None:
         self.visit_body(node.body)
