@@ -307,8 +307,15 @@ class ReachAnalysis:
         return self.evaluator.solver.ask(key, self._callees_of, facts, fallback=[])
 
     def _callees_of(self, facts: FunctionFacts) -> list[tuple[ast.Call, Values]]:
+        """A method called on a local variable or a parameter other than ``self``
+        (``hidden_states.view(...)``: most calls of a model's body) is not followed: what
+        it runs is the object's, which the analysis cannot tell."""
         evaluate = self.evaluator.evaluate
-        return [(call, evaluate(call.func, where)) for call, where in facts.calls]
+        return [
+            (call, evaluate(call.func, where))
+            for call, where in facts.calls
+            if not _method_of_a_local(call.func, where.scope)
+        ]
 
     def facts(self, function: FunctionValue, context: Context) -> FunctionFacts:
         key = ("facts", function.node, context)
@@ -487,6 +494,30 @@ _MAX_REEXPORTS = 4
 
 def _at_module_level(cls: ClassValue) -> bool:
     return cls.context.scope.kind == "module"
+
+
+def _method_of_a_local(func: ast.expr, scope: Scope) -> bool:
+    """``x.view`` where ``x`` is a local variable or a parameter other than ``self``/``cls``."""
+    if not isinstance(func, ast.Attribute):
+        return False
+    root = func.value
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    bindings = scope.lookup(root.id, node_position(root))
+    return bool(bindings) and all(b.scope.kind == "function" and not _is_self(b) for b in bindings)
+
+
+def _is_self(binding: Binding) -> bool:
+    """The first parameter of a method (``self``, or ``cls`` of a classmethod)."""
+    function = binding.scope.node
+    if not isinstance(binding.node, ast.arg) or not isinstance(function, FUNCTIONS):
+        return False
+    positional = [*function.args.posonlyargs, *function.args.args]
+    return (
+        bool(positional) and positional[0] is binding.node and binding.scope.self_name is not None
+    )
 
 
 def _names_a_module_or_class(receiver: ast.expr, scope: Scope) -> bool:

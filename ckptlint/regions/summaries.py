@@ -243,14 +243,14 @@ class HandOn:
     def _summarise(self, function: FunctionValue) -> Summary:
         owners = enclosing_functions(self.evaluator.scope_of(function))
         found: list[Transfer] = []
-        written: set[tuple[str, Scope, Step]] = set()
+        written: dict[tuple[Scope, Step], list[ast.Call]] = {}
         for call, scope, steps in self.steps(function):
-            # The same call written twice (in both branches of an ``if``) hands on alike.
-            text = ast.dump(call)
             for step in steps:
-                if (text, scope, step) in written:
+                # The same call written twice (in both branches of an ``if``) hands on alike.
+                same = written.setdefault((scope, step), [])
+                if any(_same_text(call, other) for other in same):
                     continue
-                written.add((text, scope, step))
+                same.append(call)
                 for transfer in self._transfers(function, call, scope, step):
                     depends = self._depends(transfer, owners)
                     if depends:
@@ -524,6 +524,10 @@ class HandOn:
 
 
 _Resolved = tuple[RegionSource, Arguments, tuple[FunctionValue, ...], tuple[PartialValue, ...]]
+
+
+def _same_text(call: ast.Call, other: ast.Call) -> bool:
+    return ast.dump(call) == ast.dump(other)
 
 
 def _less(keywords: CallKeywords, taken: frozenset[str], function: ast.AST) -> CallKeywords:
