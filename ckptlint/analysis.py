@@ -45,6 +45,7 @@ from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, Evaluator, own_nod
 from ckptlint.resolution.mappings import Held, held
 from ckptlint.resolution.solver import Solver
 from ckptlint.resolution.values import (
+    Argument,
     Arguments,
     ClassValue,
     Constant,
@@ -240,6 +241,10 @@ class ProjectAnalysis:
     def iterate(self, values: Values) -> Values:
         """What iterating over any of ``values`` yields."""
         return self.evaluator.iterate(values)
+
+    def argument_values(self, argument: Argument) -> Values:
+        """What a parameter bound to ``argument`` holds (followed to where it was written)."""
+        return self.evaluator.argument_values(argument)
 
     def binding_values(self, binding: Binding, context: Context) -> Values:
         """The values a binding (an assignment, parameter, import...) gives its name."""

@@ -9,6 +9,7 @@ A rule sees three things, and nothing else of the linter:
   ``reentrancy``, ``holds_parameters``), what a region reaches (``reach``, ``near_reach``,
   ``reach_of``, ``changes_of``), the selective-checkpoint ``policies``, and the evaluator's
   answers (``evaluate``, ``member``, ``iterate``, ``bind``, ``scope_of``, ``binding_values``,
+  ``argument_values``,
   ``mro``, ``instance_assignments``, ``versions_at``, ``calls_at``, ``paths``, ``keyword``,
   ``nodes_with_scopes``). Its ``evaluator``, ``finder``, ``reaches`` and ``changes`` are
   the machinery behind those answers, not for rules;

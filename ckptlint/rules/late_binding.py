@@ -49,7 +49,8 @@ class LateBinding(Rule):
     that rebinds the variable, or changes the part of it the region reads (an item, an
     attribute, or anything for a region that uses the whole object) to a value computed
     from names the loop binds. Through a wrapper of your own the same holds at the
-    wrapper's call (`run(lambda h: layer(h), x)` in a loop).
+    wrapper's call (`run(lambda h: layer(h), x)` in a loop), also when the wrapper hands the
+    function to a closure factory first (`checkpoint(create_custom_forward(fn), ...)`).
 
     ## Why is this bad?
 
@@ -121,7 +122,7 @@ def forward(self, x):
         for site in analysis.sites(context.module):
             if not isinstance(site.node, ast.Call):
                 continue
-            for function in _closures_of(analysis.region(site)):
+            for function in _closures_of(analysis.region(site), analysis):
                 if function.module is not context.module:
                     continue
                 found = late_bindings(function, site.node, analysis)
@@ -257,15 +258,29 @@ def _enumerate(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
-def _closures_of(region: Values) -> Iterator[FunctionValue]:
-    """The defs and lambdas a region runs, looking through ``functools.partial``."""
+def _closures_of(region: Values, analysis: ProjectAnalysis) -> Iterator[FunctionValue]:
+    """The defs and lambdas a region runs, looking through ``functools.partial`` and through
+    closure factories (``create_custom_forward(module)`` returns a def calling ``module``:
+    the functions its maker was given run too)."""
     stack = list(region)
-    while stack:
+    seen: set[FunctionValue] = set()
+    while stack and len(seen) < _MAX_CLOSURES:
         value = stack.pop(0)
         if isinstance(value, PartialValue):
             stack.extend(value.inner)
-        elif isinstance(value, FunctionValue):
+        elif isinstance(value, FunctionValue) and value not in seen:
+            seen.add(value)
             yield value
+            for _, argument in value.context.env:  # what its maker was given
+                stack.extend(
+                    given
+                    for given in analysis.argument_values(argument)
+                    if isinstance(given, (FunctionValue, PartialValue))
+                )
+
+
+# Closures looked into for one region (a factory's factory...).
+_MAX_CLOSURES = 8
 
 
 def late_bindings(
