@@ -368,9 +368,35 @@ class ProjectAnalysis:
 
     def _returns_a_source(self, function: FunctionValue) -> bool:
         """Whether calling ``function`` may give a source (asked once a run, whatever the
-        words that led to it)."""
+        words that led to it). One that only returns what sources and wrappers return (a
+        region's output: ``return checkpoint(...)``, ``return wrapper(...)``) gives none,
+        whatever chain of wrappers is below."""
+        if self._returns_region_outputs(function):
+            return False
         returned = self.evaluator.returned(function, None)
         return any(self.is_source_like(value) for value in returned)
+
+    def _returns_region_outputs(self, function: FunctionValue) -> bool:
+        node = function.node
+        if isinstance(node, ast.Lambda):
+            return False
+        context = self.evaluator.bind(function, None)
+        returns = [n.value for n in own_nodes(node.body) if isinstance(n, ast.Return)]
+        if not returns:
+            return False
+        for value in returns:
+            if not isinstance(value, ast.Call):
+                return False
+            callee = self.evaluator.evaluate(value.func, context)
+            if not callee or not all(self._runs_a_region(v) for v in callee):
+                return False
+        return True
+
+    def _runs_a_region(self, value: Value) -> bool:
+        source = self.finder.source_of(value)
+        if source is not None:
+            return source.kind != "layer"
+        return isinstance(value, FunctionValue) and bool(self.finder.wrapper_calls(value))
 
     def _binds_source(self, module: Module, binding: Binding) -> bool:
         key = ("binds source", binding)

@@ -141,10 +141,11 @@ def test_two_hundred_wrappers(kind: str, length: int) -> None:
     assert found == expected(generated)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ["straight", "twice", "named"])
 def test_a_wrapper_that_decides_it_leaves_its_callers_silent(kind: str) -> None:
     """Wrapper 30 of 60 sets ``use_reentrant`` itself: nothing to report anywhere (the
-    source call below it is reached only through that decision)."""
+    source call below it is reached only through that decision; in a diamond a path
+    around it leaves the keyword unset, so that shape is not one of these)."""
     generated = chain(kind, 60, split=False, decided_at=30)
     found, _ = lint(generated.files)
     assert found == {path: [] for path in generated.files}

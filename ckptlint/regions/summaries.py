@@ -36,6 +36,7 @@ from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, node_posit
 from ckptlint.regions.calls import calls_in_body
 from ckptlint.regions.sources import RegionSource
 from ckptlint.resolution.evaluator import only_spread, own_nodes, passed_on
+from ckptlint.resolution.solver import Fault
 from ckptlint.resolution.values import (
     Argument,
     Arguments,
@@ -55,8 +56,10 @@ if TYPE_CHECKING:
     from ckptlint.regions.sites import SiteFinder, SourceCall
 
 # A wrapper that branches at every level of a chain reaches exponentially many source calls;
-# each summary keeps at most this many transfers (the first ones, in source order).
+# each summary keeps at most this many transfers (the first ones, in source order; paths
+# that hand on alike count once), and says so where it cuts.
 MAX_TRANSFERS = 64
+TOO_MANY = f"more than {MAX_TRANSFERS} ways to hand a region on to a checkpoint"
 # ``partial(partial(...))`` is followed this deep.
 _MAX_PARTIALS = 8
 # A closure handed as the region is looked into for the parameters it calls this deep.
@@ -244,6 +247,7 @@ class HandOn:
         owners = enclosing_functions(self.evaluator.scope_of(function))
         found: list[Transfer] = []
         written: dict[tuple[Scope, Step], list[ast.Call]] = {}
+        alike: set[tuple[object, ...]] = set()
         for call, scope, steps in self.steps(function):
             for step in steps:
                 # The same call written twice (in both branches of an ``if``) hands on alike.
@@ -253,11 +257,23 @@ class HandOn:
                 same.append(call)
                 for transfer in self._transfers(function, call, scope, step):
                     depends = self._depends(transfer, owners)
-                    if depends:
-                        shortcut = self._shortcut(transfer)
-                        found.append(replace(transfer, depends=depends, shortcut=shortcut))
-                if len(found) >= MAX_TRANSFERS:
-                    return tuple(found[:MAX_TRANSFERS])
+                    if not depends:
+                        continue
+                    shortcut = self._shortcut(transfer)
+                    if shortcut is not None:
+                        # Paths through other wrappers that bind the same source call to
+                        # the same parameters (a diamond of wrappers) hand on alike.
+                        last = transfer.last
+                        key = (transfer.source, last.call, last.class_path, shortcut, depends)
+                        if key in alike:
+                            continue
+                        alike.add(key)
+                    if len(found) == MAX_TRANSFERS:
+                        self.solver.note(
+                            Fault(_where(function), f"{TOO_MANY}: the first {MAX_TRANSFERS} kept")
+                        )
+                        return tuple(found)
+                    found.append(replace(transfer, depends=depends, shortcut=shortcut))
         return tuple(found)
 
     def _transfers(

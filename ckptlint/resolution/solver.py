@@ -188,6 +188,17 @@ class Solver:
             self._record(answer)
         return value
 
+    def note(self, fault: Fault) -> None:
+        """Record that the question being answered gave up part of its work (a limit cut
+        it), so that the computation using it reports a note."""
+        if self._stack:
+            frame = self._stack[-1]
+            if fault not in frame.faults:
+                frame.faults = (*frame.faults, fault)
+        else:
+            for unit in self._units:
+                unit.note((fault,))
+
     def settled(self, key: Hashable) -> bool:
         """Whether ``key`` has an answer kept for the run."""
         return key in self._final

@@ -10,8 +10,8 @@ A rule sees three things, and nothing else of the linter:
   ``reach_of``, ``changes_of``), the selective-checkpoint ``policies``, and the evaluator's
   answers (``evaluate``, ``member``, ``iterate``, ``bind``, ``scope_of``, ``binding_values``,
   ``argument_values``, ``mro``, ``instance_assignments``, ``versions_at``, ``calls_at``,
-  ``paths``, ``keyword``, ``nodes_with_scopes``). Its ``evaluator``, ``finder``, ``reaches`` and ``changes`` are
-  the machinery behind those answers, not for rules;
+  ``paths``, ``keyword``, ``nodes_with_scopes``). Its ``evaluator``, ``finder``,
+  ``reaches`` and ``changes`` are the machinery behind those answers, not for rules;
 - **the names re-exported below**: the values the analysis answers with, the region, policy
   and effect records, the syntax helpers the layers share, what torch's names mean, and the
   findings and fixes a rule returns.
