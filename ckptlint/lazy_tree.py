@@ -52,6 +52,13 @@ def parse_lazily(
     lines as Python numbers them."""
     chunks = _split(lines)
     interesting = frozenset(lines_of_interest)
+    stubbed = [
+        chunk.is_definition and not any(chunk.start < line <= chunk.end for line in interesting)
+        for chunk in chunks
+    ]
+    at_once = _parse_at_once(lines, chunks, stubbed, filename)
+    if at_once is not None:
+        return at_once
     body: list[ast.stmt] = []
     eager: list[_Chunk] = []
 
@@ -65,10 +72,8 @@ def parse_lazily(
         body.extend(statements)
         return True
 
-    for chunk in chunks:
-        stub = None
-        if chunk.is_definition and not any(chunk.start < line <= chunk.end for line in interesting):
-            stub = _stub(lines, chunk, filename)
+    for chunk, lazy in zip(chunks, stubbed, strict=True):
+        stub = _stub(lines, chunk, filename) if lazy else None
         if stub is None:
             eager.append(chunk)
             continue
@@ -78,6 +83,100 @@ def parse_lazily(
     if not flush():
         return ast.parse(text, filename)
     return ast.Module(body=body, type_ignores=[])
+
+
+def _parse_at_once(
+    lines: list[str], chunks: list[_Chunk], stubbed: list[bool], filename: str
+) -> ast.Module | None:
+    """The tree, in one parse: the text with the body of each definition to stub replaced
+    by ``pass`` (lines kept where they are), its definitions then stubbed with the headers
+    parsed. None when a header's end cannot be told from its text or the text does not
+    parse so (the definitions are then parsed one by one)."""
+    text: list[str] = []
+    stubs: dict[int, _Chunk] = {}
+    for chunk, lazy in zip(chunks, stubbed, strict=True):
+        end = _header_end(lines, chunk) if lazy else None
+        if end is None or not _balanced_quotes("".join(lines[chunk.start : chunk.end])):
+            text.extend(lines[chunk.start : chunk.end])
+            continue
+        stubs[chunk.start] = chunk
+        text.extend(lines[chunk.start : end + 1])
+        if end + 1 < chunk.end:
+            text.append(" pass\n")
+            text.extend("\n" for _ in range(end + 2, chunk.end))
+        else:
+            return None  # the body is on the header's line
+    try:
+        tree = ast.parse("".join(text), filename)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for index, node in enumerate(tree.body):
+        first = min((d.lineno for d in getattr(node, "decorator_list", ())), default=node.lineno)
+        chunk = stubs.pop(first - 1, None)
+        if chunk is None:
+            continue
+        if not isinstance(node, _DEFINITIONS):
+            return None
+        tree.body[index] = _lazy_from(node, lines, chunk, filename)
+    return None if stubs else tree
+
+
+def _header_end(lines: list[str], chunk: _Chunk) -> int | None:
+    """The line of the colon that ends a definition's header (after its ``def`` or
+    ``class`` line, outside brackets, strings and comments), when nothing but a comment
+    follows it there; None otherwise."""
+    depth = 0
+    quote = ""
+    started = False
+    for index in range(chunk.start, min(chunk.end, chunk.start + _MAX_HEADER_LINES)):
+        line = lines[index]
+        if not started and not quote and depth == 0:
+            started = bool(_DEFINITION.match(line)) or line.startswith("async")
+        position, length = 0, len(line)
+        while position < length:
+            character = line[position]
+            if quote:
+                if character == "\\":
+                    position += 2
+                    continue
+                if line.startswith(quote, position):
+                    position += len(quote)
+                    quote = ""
+                    continue
+            elif character in "\"'":
+                quote = line[position : position + 3]
+                quote = quote if quote in ('"""', "'''") else character
+                position += len(quote)
+                continue
+            elif character == "#":
+                break
+            elif character in "([{":
+                depth += 1
+            elif character in ")]}":
+                depth -= 1
+            elif character == ":" and depth == 0 and started:
+                rest = line[position + 1 :].strip()
+                return index if not rest or rest.startswith("#") else None
+            position += 1
+    return None
+
+
+def _lazy_from(node: ast.stmt, lines: list[str], chunk: _Chunk, filename: str) -> ast.stmt:
+    """A stub of ``node`` (parsed with a ``pass`` body): its header, its body parsed from
+    ``chunk`` when read."""
+    last = chunk.end - 1  # the definition ends at its last line of code
+    while last > chunk.start and (not lines[last].strip() or lines[last].lstrip()[0] == "#"):
+        last -= 1
+    header = {field: getattr(node, field) for field in node._fields if field != "body"}
+    lazy = _LAZY_TYPES[type(node)](**header)
+    lazy._parsed_body = None
+    lazy.lineno, lazy.col_offset = node.lineno, node.col_offset
+    lazy.end_lineno = last + 1
+    lazy._source = (lines, chunk, filename)
+    return lazy
+
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def check_unparsed_bodies(tree: ast.Module, text: str, filename: str) -> None:

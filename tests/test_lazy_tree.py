@@ -77,6 +77,23 @@ LAYOUTS = {
     ),
     "old Mac line ends": "def f():\r    return 1\rx = 2\r",
     "file without final newline": "def f():\n    return 1",
+    "colons inside a header": """
+        @(lambda f: f)
+        def f(x=lambda y: y, z: dict[str, int] = {"a:": 1}, w=a[1:2]) -> "T:":  # c: d
+            return x
+        class C(B, metaclass=M):  # note: x
+            def m(self, s=":", t=r"\\":", u=b'#:'):
+                return s
+        def g(
+            a: int = (1 if b else 2),
+        ) -> list[
+            int
+        ]:
+            return a
+        def h(s='''a:
+        b'''):
+            return s
+        """,
 }
 
 
