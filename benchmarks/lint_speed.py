@@ -96,11 +96,15 @@ BYTECODE = {
 }
 
 
-def timed(command: list[str], cwd: Path) -> tuple[float, float, int, str]:
+def timed(
+    command: list[str], cwd: Path, environment: dict[str, str] | None = None
+) -> tuple[float, float, int, str]:
     """Wall seconds, CPU seconds (all its processes), peak memory (KiB) and stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=BYTECODE)
+    result = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, env=environment or BYTECODE
+    )
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode not in (0, 1):
@@ -121,6 +125,101 @@ def timed_together(commands: list[list[str]], cwd: Path) -> float:
         if process.returncode not in (0, 1):
             raise SystemExit(f"chunk failed ({process.returncode}): {error[-2000:]!r}")
     return time.perf_counter() - start
+
+
+# The seven trees of issue 36's goals, and the floor every Python linter pays on them: one
+# process that reads every ``.py`` file and parses those whose bytes name a region source the
+# way a plain text test can tell (start-up included).
+SEVEN = (
+    "transformers-4.34.1",
+    "transformers-5.24.0",
+    "diffusers",
+    "timm",
+    "litgpt",
+    "deepspeed",
+    "megatron",
+)
+READ_AND_PARSE = """
+import ast, os, sys
+for root, _, names in os.walk("."):
+    for name in names:
+        if name.endswith(".py"):
+            path = os.path.join(root, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                data = open(path, "rb").read()
+                if b"checkpoint" in data or b"GradientCheckpointingLayer" in data:
+                    try:
+                        ast.parse(data)
+                    except (SyntaxError, ValueError):
+                        pass
+"""
+
+
+def seven_trees(folders: list[Path], repeat: int, against: Path | None) -> list[str]:
+    """Cold ``-j 1`` CPU against the read-and-parse floor and ruff E9 on the seven trees, each
+    run from inside its tree, interleaved; with ``against``, that checkout's ckptlint too."""
+    chosen = [f for f in folders if f.name.startswith(SEVEN)]
+    commands = {
+        "ckptlint": [*CKPTLINT, "--no-cache", "-j", "1", "."],
+        "floor": [sys.executable, "-c", READ_AND_PARSE],
+        "ruff": [
+            RUFF,
+            "check",
+            "--select",
+            "E9",
+            "--no-cache",
+            "--isolated",
+            "--quiet",
+            "--exit-zero",
+            ".",
+        ],
+    }
+    if against is not None:
+        commands["against"] = commands["ckptlint"]
+    cpu: dict[tuple[str, str], list[float]] = {}
+    peak: dict[str, int] = {}
+    for _ in range(repeat):
+        for folder in chosen:
+            for label, command in commands.items():
+                environment = None
+                if label == "against":
+                    environment = {**BYTECODE, "PYTHONPATH": str(against)}
+                _, seconds, memory, _ = timed(command, folder, environment)
+                cpu.setdefault((folder.name, label), []).append(seconds)
+                if label == "ckptlint":
+                    peak[folder.name] = max(peak.get(folder.name, 0), memory)
+    median = {key: statistics.median(values) for key, values in cpu.items()}
+    rows = [
+        "",
+        f"the seven trees, cold `-j 1` from inside each, {repeat} interleaved rounds, median CPU s",
+        "| tree | ckptlint | read-and-parse floor | x floor | ruff E9 | x ruff |"
+        + (" other checkout | x other |" if against else ""),
+        "| --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if against else ""),
+    ]
+    totals = dict.fromkeys(commands, 0.0)
+    for folder in chosen:
+        value = {label: median[folder.name, label] for label in commands}
+        for label in commands:
+            totals[label] += value[label]
+        row = (
+            f"| {folder.name} | {value['ckptlint']:.2f} | {value['floor']:.2f} | "
+            f"x{value['ckptlint'] / value['floor']:.2f} | {value['ruff']:.2f} | "
+            f"x{value['ckptlint'] / value['ruff']:.1f} |"
+        )
+        if against:
+            row += f" {value['against']:.2f} | x{value['ckptlint'] / value['against']:.2f} |"
+        rows.append(row)
+    row = (
+        f"| all seven | {totals['ckptlint']:.2f} | {totals['floor']:.2f} | "
+        f"x{totals['ckptlint'] / totals['floor']:.2f} | {totals['ruff']:.2f} | "
+        f"x{totals['ckptlint'] / totals['ruff']:.1f} |"
+    )
+    if against:
+        row += f" {totals['against']:.2f} | x{totals['ckptlint'] / totals['against']:.2f} |"
+    rows.append(row)
+    largest = max(peak, key=peak.__getitem__)
+    rows.append(f"peak memory of a cold `-j 1` run: {peak[largest] / 1024:.0f} MiB ({largest})")
+    return rows
 
 
 def parse_floor(folders: list[Path]) -> tuple[int, float]:
@@ -191,6 +290,12 @@ def main() -> None:
     parser.add_argument("--torchfix", action="store_true", help="(it takes ~13 minutes)")
     parser.add_argument("--skip-flake8", action="store_true")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--against", type=Path, help="another checkout's root: its cold runs beside these"
+    )
+    parser.add_argument(
+        "--seven-only", action="store_true", help="only the seven trees against the floor"
+    )
     arguments = parser.parse_args()
     rows: list[str] = []
 
@@ -199,6 +304,10 @@ def main() -> None:
         rows.append(line)
 
     folders = linked_trees(trees.all_trees())
+    for row in seven_trees(folders, arguments.repeat, arguments.against):
+        say(row)
+    if arguments.seven_only:
+        return
     names = [f.name for f in folders]
     files = sum(1 for f in folders for _ in f.rglob("*.py"))
     lines = sum(p.read_bytes().count(b"\n") for f in folders for p in f.rglob("*.py"))
