@@ -335,9 +335,10 @@ class ReachAnalysis:
         writes: list[tuple[GlobalWrite, Scope]] = []
         switches = _opt_in_parameters(function.node.args)
         switched: list[tuple[int, int, OptIn]] = []
+        module_names = module.scopes.module.bindings  # a global is bound there, or nowhere
         for node, scope in self.nodes_with_scopes(statements, context.scope, module):
             if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Load):
+                if isinstance(node.ctx, ast.Load) and node.id in module_names:
                     position = node_position(node)
                     location = Location(module, node.lineno)
                     if module_data(node.id, scope, position):
