@@ -112,12 +112,12 @@ def _parse_at_once(
         return None
     for index, node in enumerate(tree.body):
         first = min((d.lineno for d in getattr(node, "decorator_list", ())), default=node.lineno)
-        chunk = stubs.pop(first - 1, None)
-        if chunk is None:
+        found = stubs.pop(first - 1, None)
+        if found is None:
             continue
         if not isinstance(node, _DEFINITIONS):
             return None
-        tree.body[index] = _lazy_from(node, lines, chunk, filename)
+        tree.body[index] = _lazy_from(node, lines, found, filename)
     return None if stubs else tree
 
 
