@@ -41,7 +41,8 @@ from ckptlint.regions.sources import (
     ReentrantArgument,
     SourceTable,
 )
-from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, Evaluator, own_nodes
+from ckptlint.resolution.bodies import own_nodes
+from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, Evaluator
 from ckptlint.resolution.mappings import Held, held
 from ckptlint.resolution.solver import Solver
 from ckptlint.resolution.values import (

@@ -25,13 +25,19 @@ from ckptlint.project.index import Module, Project
 from ckptlint.project.scopes import (
     FUNCTIONS,
     Binding,
-    Body,
     Scope,
     body_containing,
     fold,
     node_position,
     parameter_defaults,
     statements_at,
+)
+from ckptlint.resolution.bodies import (
+    DEFINITIONS,
+    first_parameter,
+    line_span,
+    own_nodes,
+    statements_on_line,
 )
 from ckptlint.resolution.mappings import Unknown, flows_of, held, may_lack
 from ckptlint.resolution.solver import Solver
@@ -97,7 +103,6 @@ MAX_VALUES = 64
 MAX_TAIL_CALLS = 1_000
 _UNKNOWN: Values = (UNKNOWN,)
 _BUILTINS = frozenset(dir(builtins))
-_DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
 _ITERATION_BUILTINS = frozenset({"list", "tuple", "iter", "reversed", "sorted", "set", "frozenset"})
 
 
@@ -547,7 +552,7 @@ class Evaluator:
         found: list[tuple[FunctionValue, Arguments]] = []
         seen: set[int] = set()
         for line in module.lines_naming(node.name):  # type: ignore[union-attr]
-            for statement, scope in self._statements_at(module, line):
+            for statement, scope in statements_on_line(module, line):
                 context = Context(module, scope)
                 parents = {
                     id(child): parent
@@ -878,7 +883,7 @@ class Evaluator:
             made = Arguments.of(instance.call, instance.context)
             values = self.evaluate(binding.value, self.bind(initialiser, made))
         else:
-            self_parameter = _first_parameter(node)
+            self_parameter = first_parameter(node)
             env: Environment = ()
             if self_parameter is not None:
                 env = ((self_parameter, Argument(None, None, (instance,))),)
@@ -982,12 +987,12 @@ class Evaluator:
     def _attributes_set(self, origin: Binding, attribute: str, context: Context) -> Values:
         """Values assigned to ``<name>.<attribute>`` in the function that made ``name``."""
         module = context.module
-        span = _span(origin.scope.node if origin.scope.kind == "function" else None)
+        span = line_span(origin.scope.node if origin.scope.kind == "function" else None)
         results: list[Value] = []
         for line in module.lines_naming(origin.name):
             if span is not None and not span[0] <= line <= span[1]:
                 continue
-            for statement, scope in self._statements_at(module, line):
+            for statement, scope in statements_on_line(module, line):
                 if not isinstance(statement, ast.Assign):
                     continue
                 for target in statement.targets:
@@ -1082,7 +1087,7 @@ class Evaluator:
             yield UNKNOWN
             return
         cls = ClassValue(owner.node, context.at(owner.parent))  # type: ignore[arg-type]
-        self_parameter = _first_parameter(scope.node)
+        self_parameter = first_parameter(scope.node)
         instance: Values = (UNKNOWN,)
         if self_parameter is not None:
             binding = scope.bindings[self_parameter.arg][0]
@@ -1143,40 +1148,21 @@ class Evaluator:
         module = context.module
         owner = origin.scope if origin.scope.kind == "function" else None
         is_attribute = isinstance(origin.node, ast.Attribute)
-        span = _span(owner.node if owner is not None and not is_attribute else None)
+        span = line_span(owner.node if owner is not None and not is_attribute else None)
         if is_attribute:
             cls = origin.scope.enclosing_class
-            span = _span(cls.node if cls is not None else None)
+            span = line_span(cls.node if cls is not None else None)
         results: list[Value] = []
         for line in module.lines_naming(origin.name):
             if span is not None and not span[0] <= line <= span[1]:
                 continue
-            for statement, scope in self._statements_at(module, line):
+            for statement, scope in statements_on_line(module, line):
                 for expression in _added_expressions(statement, origin, is_attribute):
                     here = Context(module, scope, context.env if scope is owner else ())
                     added, spread = expression
                     values = self.evaluate(added, here)
                     results.extend(self.iterate(values) if spread else values)
         return unique(results)
-
-    def _statements_at(self, module: Module, line: int) -> Iterator[tuple[ast.stmt, Scope]]:
-        """The innermost statement at ``line`` and its scope."""
-        body: list[ast.stmt] = module.tree.body
-        scope = module.scopes.module
-        found: ast.stmt | None = None
-        while body:
-            candidates = [s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)]
-            if not candidates:
-                break
-            found = candidates[0]
-            if isinstance(found, (*FUNCTIONS, ast.ClassDef)):
-                inner = module.scopes.function_scope(found)
-                if inner is None:
-                    return
-                scope = inner
-            body = body_containing(found, line)
-        if found is not None and not isinstance(found, (*FUNCTIONS, ast.ClassDef)):
-            yield found, scope
 
     def _elements(self, value: Value) -> Values:
         if isinstance(value, Elements):
@@ -1378,7 +1364,7 @@ def _added_expressions(
             return isinstance(target, ast.Attribute) and target.attr == origin.name
         return isinstance(target, ast.Name) and target.id == origin.name
 
-    for node in ast.walk(statement) if not isinstance(statement, _DEFINITIONS) else ():
+    for node in ast.walk(statement) if not isinstance(statement, DEFINITIONS) else ():
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -1467,12 +1453,6 @@ def _read_of(parameter: ast.arg) -> ast.Name:
 _READS: dict[int, tuple[ast.arg, ast.Name]] = process_memo()
 
 
-def _span(node: ast.AST | None) -> tuple[int, int] | None:
-    if node is None:
-        return None
-    return node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
-
-
 def _made_for(values: Values, binding: Binding) -> Values:
     """Containers made by ``binding``'s own value remember the name they were made for."""
     node = binding.value
@@ -1527,16 +1507,8 @@ def _base_name(base: ast.expr) -> str | None:
     return base.attr if isinstance(base, ast.Attribute) else None
 
 
-def _first_parameter(node: ast.AST) -> ast.arg | None:
-    args = getattr(node, "args", None)
-    if not isinstance(args, ast.arguments):
-        return None
-    positional = [*args.posonlyargs, *args.args]
-    return positional[0] if positional else None
-
-
 def _is_first(parameter: ast.arg, function: ast.AST) -> bool:
-    return _first_parameter(function) is parameter
+    return first_parameter(function) is parameter
 
 
 def _arguments(call: ast.Call) -> tuple[list[ast.expr], dict[str, ast.expr]]:
@@ -1640,7 +1612,7 @@ def _branches_around(statement: ast.stmt, node: ast.AST) -> Iterator[tuple[ast.e
     """The ``x if test else y`` of a statement's own expressions that hold ``node``: each
     test, and whether ``node`` is on its true side."""
     start = node_position(node)
-    for candidate in ast.walk(statement) if not isinstance(statement, _DEFINITIONS) else ():
+    for candidate in ast.walk(statement) if not isinstance(statement, DEFINITIONS) else ():
         if isinstance(candidate, ast.IfExp):
             for side, taken in ((candidate.body, True), (candidate.orelse, False)):
                 end = (side.end_lineno or side.lineno, side.end_col_offset or 0)
@@ -1700,41 +1672,3 @@ def _called_name(callee: Value) -> str:
     if isinstance(callee, FunctionValue) and not isinstance(callee.node, ast.Lambda):
         return callee.node.name
     return ""
-
-
-def own_nodes(statements: Body | ast.expr) -> tuple[ast.AST, ...]:
-    """Nodes of a body (a lambda's: its expression), not descending into nested definitions
-    (their code runs only if called) but including their defaults and decorators.
-
-    Walked once per body and kept: every rule and layer asks for the same bodies, and each
-    file's analysis, computed on its own, asks again. The walk depends on the tree alone;
-    the body is kept with its nodes, so its id is never reused while the entry lives.
-    """
-    found = _OWN_NODES.get(id(statements))
-    if found is not None and found[0] is statements:
-        return found[1]
-    nodes = []
-    stack: list[ast.AST] = (
-        [statements] if isinstance(statements, ast.expr) else list(reversed(statements))
-    )
-    while stack:
-        node = stack.pop()
-        nodes.append(node)
-        stack.extend(reversed(children_run_here(node)))
-    result = tuple(nodes)
-    _OWN_NODES[id(statements)] = (statements, result)
-    return result
-
-
-_OWN_NODES: dict[int, tuple[Body | ast.expr, tuple[ast.AST, ...]]] = process_memo()
-
-
-def children_run_here(node: ast.AST) -> list[ast.AST]:
-    """Child nodes evaluated where ``node`` is, leaving out the bodies of definitions."""
-    if isinstance(node, (*FUNCTIONS, ast.Lambda)):
-        arguments = node.args
-        defaults = [d for d in (*arguments.defaults, *arguments.kw_defaults) if d]
-        return [*getattr(node, "decorator_list", []), *defaults]
-    if isinstance(node, ast.ClassDef):
-        return [*node.decorator_list, *node.bases]
-    return list(ast.iter_child_nodes(node))
