@@ -19,7 +19,8 @@ from ckptlint.project.index import Module
 from ckptlint.project.scopes import FUNCTIONS, statements_at
 from ckptlint.regions.calls import calls_at
 from ckptlint.resolution.bodies import own_nodes
-from ckptlint.resolution.evaluator import PARTIAL, Evaluator
+from ckptlint.resolution.calls import PARTIAL
+from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import (
     ClassValue,
     Context,

@@ -36,7 +36,7 @@ from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, node_posit
 from ckptlint.regions.calls import calls_in_body
 from ckptlint.regions.sources import RegionSource
 from ckptlint.resolution.bodies import own_nodes
-from ckptlint.resolution.evaluator import only_spread, passed_on
+from ckptlint.resolution.calls import only_spread, passed_on
 from ckptlint.resolution.values import (
     Argument,
     Arguments,
