@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from multiprocessing.connection import Connection
-from typing import Any, cast
+from typing import Any
 
 from packaging.version import Version
 
@@ -50,6 +50,7 @@ from ckptlint.lazy_tree import check_unparsed_bodies
 from ckptlint.noqa import file_exemption, is_suppressed
 from ckptlint.project import cache
 from ckptlint.project.dependencies import Dependencies, ScanKey, ShapeRead
+from ckptlint.project.facts import dependencies_of
 from ckptlint.project.files import MISSING, Snapshot, StoredFile, digest_of
 from ckptlint.project.index import Module, Project, scan
 from ckptlint.project.layout import Layout
@@ -218,43 +219,13 @@ class Analyser:
     def _dependencies(self, unit: Unit, *, shapes: bool = False) -> Dependencies:
         """What a computation read, as the cache checks it: whole modules (a file's
         findings), or with ``shapes`` what was read of each, positions aside (exports)."""
-        dependencies = Dependencies()
-        for fact, value in self.analysis.solver.facts(unit.reads):
-            kind, subject, *detail = cast(tuple[Any, ...], fact)
-            if kind == "module" and not shapes:
-                dependencies.modules[subject] = value
-            elif kind == "module":
-                read = dependencies.shapes.get(subject)
-                if read is None:
-                    dependencies.shapes[subject] = ShapeRead(*value)
-            elif kind in _SHAPE_FACTS and shapes:
-                self._read_shape(dependencies, kind, subject, detail, value)
-            elif kind == "resolved":
-                dependencies.resolved[subject] = value
-            elif kind == "package":
-                dependencies.packages[subject] = value
-            elif kind == "scan":
-                dependencies.scans[subject] = value
-        return dependencies
+        project = self.project
 
-    def _read_shape(
-        self, dependencies: Dependencies, kind: str, path: str, detail: list, value: Any
-    ) -> None:
-        read = dependencies.shapes.get(path)
-        if read is None:  # the module's own fact comes first: facts are numbered as read
-            name = self.project.layout.module_name(path)
-            read = dependencies.shapes[path] = ShapeRead(self.project.files.digest(path), name)
-        if kind == "skeleton":
-            read.skeleton = value[0]
-        elif kind == "part":
-            read.parts[detail[0]] = value
-        elif kind == "names":
-            read.names[detail[0]] = value
-        else:
-            read.versions = value
+        def module(path: str) -> ShapeRead:
+            return ShapeRead(project.files.digest(path), project.layout.module_name(path))
 
-
-_SHAPE_FACTS = frozenset({"skeleton", "part", "names", "versions"})
+        facts = self.analysis.solver.facts(unit.reads)
+        return dependencies_of(facts, shapes=shapes, module=module)
 
 
 def file_words(files: Snapshot, path: str, words: Words) -> str:
