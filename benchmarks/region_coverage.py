@@ -39,9 +39,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trees  # noqa: E402
 
+from ckptlint.analyser import analyze  # noqa: E402
 from ckptlint.config import Settings  # noqa: E402
 from ckptlint.discovery import discover  # noqa: E402
-from ckptlint.engine import Engine, analyze  # noqa: E402
+from ckptlint.engine import Engine  # noqa: E402
 from ckptlint.resolution.values import known  # noqa: E402
 
 SCANNED_NAMES = frozenset(

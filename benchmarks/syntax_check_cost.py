@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-import ckptlint.engine
+import ckptlint.analyser
 import ckptlint.project.index
 from ckptlint.config import Settings
 from ckptlint.engine import Engine
@@ -53,17 +53,17 @@ def main() -> None:
     lines = sum(Path(p).read_bytes().count(b"\n") for p in parsed)
     print(f"tree: {len(paths)} files; {len(parsed)} pass the prefilter ({lines:,} lines)")
 
-    check = ckptlint.engine.check_unparsed_bodies
+    check = ckptlint.analyser.check_unparsed_bodies
 
     def lazy_with_check() -> float:
         return lint_all(paths)
 
     def lazy_without_check() -> float:
-        ckptlint.engine.check_unparsed_bodies = lambda *arguments: None
+        ckptlint.analyser.check_unparsed_bodies = lambda *arguments: None
         try:
             return lint_all(paths)
         finally:
-            ckptlint.engine.check_unparsed_bodies = check
+            ckptlint.analyser.check_unparsed_bodies = check
 
     def full_parse() -> float:
         ckptlint.project.index.parse = lambda text, path, words=None: parse(text, path)

@@ -41,8 +41,10 @@ from ckptlint.regions.sources import (
     ReentrantArgument,
     SourceTable,
 )
-from ckptlint.resolution.evaluator import AUTOGRAD_FUNCTIONS, Evaluator, own_nodes
+from ckptlint.resolution.bodies import own_nodes
+from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.mappings import Held, held
+from ckptlint.resolution.members import AUTOGRAD_FUNCTIONS
 from ckptlint.resolution.solver import Solver
 from ckptlint.resolution.values import (
     Argument,

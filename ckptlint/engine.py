@@ -26,61 +26,58 @@ anything else is a bug of ours, reported as the file's ``internal_error``.
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import gc
-import hashlib
 import itertools
-import multiprocessing
 import os
-import re
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from multiprocessing.connection import Connection
-from typing import Any, cast
 
 from packaging.version import Version
 
+from ckptlint.analyser import Analyser, unreadable_finding
 from ckptlint.analysis import ProjectAnalysis
 from ckptlint.config import Settings
 from ckptlint.core import Finding
-from ckptlint.lazy_tree import check_unparsed_bodies
 from ckptlint.noqa import file_exemption, is_suppressed
 from ckptlint.project import cache
 from ckptlint.project.dependencies import Dependencies, ScanKey, ShapeRead
-from ckptlint.project.files import MISSING, Snapshot, StoredFile, digest_of
-from ckptlint.project.index import Module, Project, scan
+from ckptlint.project.files import MISSING, Snapshot, digest_of
+from ckptlint.project.index import scan
 from ckptlint.project.layout import Layout
-from ckptlint.project.search import NAMES, matches
+from ckptlint.project.search import NAMES, matches, own_bases
 from ckptlint.project.shapes import Shape, shape_of
+from ckptlint.project.stored import (
+    Analysed,
+    Exported,
+    Round,
+    StoredProject,
+    Words,
+    decode_project,
+    encode_project,
+    file_words,
+    updated_scans,
+)
 from ckptlint.regions.sources import SourceTable, configured_source
-from ckptlint.resolution.solver import TOO_DEEP, Fault, Unit
 from ckptlint.rules import ALL_RULES
-from ckptlint.rules.base import FileContext
 from ckptlint.rules.io_error import InaccessiblePath
 from ckptlint.rules.unreadable_file import UnreadableFile
 from ckptlint.source import (
-    DEFAULT_MAX_FILE_SIZE,
     CannotRead,
     FileTooLarge,
     Prefilter,
     UnreadableSource,
     decode,
-    identifiers,
-    identifiers_in_bytes,
     lines_with_words,
-    parser_gave_up,
     read_bytes,
     split_lines,
     token_limit,
 )
+from ckptlint.workers import ExportsTask, FindingsTask, Workers, worker_count
 
 ALL_CODES = frozenset(rule.code for rule in ALL_RULES)
 TRIGGERS = tuple(sorted({word for rule in ALL_RULES for word in rule.TRIGGERS}))
-# Below this many files to analyse per process, a worker costs more than it saves.
-FILES_PER_PROCESS = 40
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -93,399 +90,7 @@ class FileResult:
     internal_error: str | None = None
 
 
-@dataclass(frozen=True)
-class Words:
-    """The words of interest: names that reach a region source when called (``calls``), and
-    classes deriving from a layer source (``classes``)."""
-
-    calls: frozenset[str]
-    classes: frozenset[str] = frozenset()
-
-    @property
-    def names(self) -> frozenset[str]:
-        return self.calls | self.classes
-
-    @cached_property
-    def digest(self) -> str:
-        return _words_digest(self.calls, self.classes)
-
-    def digest_within(self, names: frozenset[bytes]) -> str:
-        """The digest of the words a file names (``names``: its identifiers): all that one
-        file's exports and findings depend on of the words, since the words decide only which
-        of its own lines and classes are looked at. A word learned elsewhere that the file
-        does not name leaves its stored results valid."""
-        named = {word for word in self.names if word.encode() in names}
-        return _words_digest(self.calls & named, self.classes & named)
-
-
-def _words_digest(calls: frozenset[str] | set[str], classes: frozenset[str] | set[str]) -> str:
-    text = "\0".join(sorted(calls)) + "\1" + "\0".join(sorted(classes))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-
-
-@dataclass(frozen=True)
-class Exported:
-    """One file's part in a discovery round: the names it exports, or why it has none."""
-
-    path: str
-    digest: str
-    words: str  # the digest of the round's words
-    calls: frozenset[str]
-    classes: frozenset[str]
-    error: Finding | None  # CKP901: the file cannot be decoded or parsed
-    internal_error: str | None  # a bug of ours
-    dependencies: Dependencies
-
-
-@dataclass(frozen=True)
-class Analysed:
-    """One file's findings, before selection and suppressions."""
-
-    path: str
-    findings: tuple[Finding, ...]
-    internal_error: str | None
-    dependencies: Dependencies
-
-
-# -- the work, wherever it runs --------------------------------------------------------------
-class Analyser:
-    """A process's share of the analysis: the parsed project and its one analysis, shared by
-    every discovery round and every file's findings (see ``analysis``)."""
-
-    def __init__(
-        self,
-        table: SourceTable,
-        layout: Layout,
-        files: Snapshot,
-        paths: Sequence[str],
-        target_torch: Version | None = None,
-        max_tokens: int = token_limit(DEFAULT_MAX_FILE_SIZE),
-    ) -> None:
-        self.table = table
-        self.words = Words(table.words)
-        self.project = Project(layout, files, paths, table.words, max_tokens=max_tokens)
-        self.analysis = ProjectAnalysis(self.project, table, target_torch=target_torch)
-
-    def use(self, words: Words) -> None:
-        self.words = words
-        self.analysis.use(words.calls, words.classes)
-
-    def seed_scans(self, scans: Mapping[ScanKey, tuple[str, ...]]) -> None:
-        self.project.seed_scans(scans)
-
-    def exports(self, path: str) -> Exported:
-        project = self.project
-        calls: frozenset[str] = frozenset()
-        classes: frozenset[str] = frozenset()
-        error = internal_error = None
-        with self.analysis.solver.unit() as unit:
-            try:
-                module = project.module_at(path)
-                if module is None:
-                    error = _finding(UnreadableFile.code, project.error(path))
-                else:
-                    exported = self.analysis.exports(module)
-                    calls, classes = exported.calls, exported.classes
-            except (RecursionError, MemoryError, SyntaxError):
-                pass  # reported with the file's findings
-            except Exception as bug:  # a bug of ours must not stop the run
-                internal_error = f"{type(bug).__name__}: {bug}"
-        digest = project.files.digest(path)
-        dependencies = self._dependencies(unit, shapes=True)
-        words = file_words(project.files, path, self.words)
-        return Exported(path, digest, words, calls, classes, error, internal_error, dependencies)
-
-    def findings(self, path: str, fixes: bool) -> Analysed:
-        project = self.project
-        with self.analysis.solver.unit() as unit:
-            try:
-                module = project.module_at(path)
-                if module is None:
-                    found = [_finding(UnreadableFile.code, project.error(path))]
-                else:
-                    found = analyze_safely(module, self.analysis)
-            except (RecursionError, MemoryError):
-                found = [_too_deep(project, path)]
-            except Exception as error:  # a bug of ours must not stop the run
-                message = f"{type(error).__name__}: {error}"
-                return Analysed(path, (), message, self._dependencies(unit))
-        if module is not None and unit.faults and not _unreadable(found):
-            found.extend(fault_finding(module, fault) for fault in unit.faults)
-        if not fixes:
-            found = [f.without_fix() for f in found]
-        return Analysed(path, tuple(found), None, self._dependencies(unit))
-
-    def _dependencies(self, unit: Unit, *, shapes: bool = False) -> Dependencies:
-        """What a computation read, as the cache checks it: whole modules (a file's
-        findings), or with ``shapes`` what was read of each, positions aside (exports)."""
-        dependencies = Dependencies()
-        for fact, value in self.analysis.solver.facts(unit.reads):
-            kind, subject, *detail = cast(tuple[Any, ...], fact)
-            if kind == "module" and not shapes:
-                dependencies.modules[subject] = value
-            elif kind == "module":
-                read = dependencies.shapes.get(subject)
-                if read is None:
-                    dependencies.shapes[subject] = ShapeRead(*value)
-            elif kind in _SHAPE_FACTS and shapes:
-                self._read_shape(dependencies, kind, subject, detail, value)
-            elif kind == "resolved":
-                dependencies.resolved[subject] = value
-            elif kind == "package":
-                dependencies.packages[subject] = value
-            elif kind == "scan":
-                dependencies.scans[subject] = value
-        return dependencies
-
-    def _read_shape(
-        self, dependencies: Dependencies, kind: str, path: str, detail: list, value: Any
-    ) -> None:
-        read = dependencies.shapes.get(path)
-        if read is None:  # the module's own fact comes first: facts are numbered as read
-            name = self.project.layout.module_name(path)
-            read = dependencies.shapes[path] = ShapeRead(self.project.files.digest(path), name)
-        if kind == "skeleton":
-            read.skeleton = value[0]
-        elif kind == "part":
-            read.parts[detail[0]] = value
-        elif kind == "names":
-            read.names[detail[0]] = value
-        else:
-            read.versions = value
-
-
-_SHAPE_FACTS = frozenset({"skeleton", "part", "names", "versions"})
-
-
-def file_words(files: Snapshot, path: str, words: Words) -> str:
-    """``words.digest_within`` the identifiers of the file at ``path`` (unreadable: none)."""
-    key = (files.digest(path), words.digest)
-    named = _NAMED.get(key)
-    if named is None:
-        try:
-            names = identifiers_in_bytes(files.data(path))
-        except UnreadableSource:
-            names = frozenset()
-        named = _NAMED[key] = words.digest_within(names)
-    return named
-
-
-# (file digest, words digest): what ``file_words`` gave; the bytes and the words decide it.
-# Not the identifiers themselves: kept for every file of transformers 5.24, 49 MiB.
-_NAMED: dict[tuple[str, str], str] = {}
-
-
-def analyze(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
-    """Every rule's findings on one module, before selection and suppressions."""
-    context = FileContext(module, analysis)
-    return sorted({finding for rule in ALL_RULES for finding in rule.check(context)})
-
-
-def analyze_safely(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
-    """``analyze``, then the syntax of the bodies no rule read; input nested too deeply, or
-    a syntax error in a body parsed late, is one CKP901 finding."""
-    try:
-        found = analyze(module, analysis)
-    except (RecursionError, MemoryError):
-        return [too_deep_finding(module.tree)]
-    name = f"<{module.path}>"
-    try:
-        check_unparsed_bodies(module.tree, module.text, name)
-    except SyntaxError as error:  # in a lazily parsed body
-        where = UnreadableSource(f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1)
-        return [_finding(UnreadableFile.code, where)]
-    except (RecursionError, MemoryError) as error:  # a body the parser gives up on
-        return [_finding(UnreadableFile.code, parser_gave_up(error, module.lines, name))]
-    return found
-
-
-def fault_finding(module: Module, fault: Fault) -> Finding:
-    """CKP901 for a part of the analysis that gave up (see ``resolution.solver``): at the
-    line it concerns when that is in this file, else at line 1 naming the place."""
-    path, _, line = fault.where.rpartition(":")
-    if path == module.path and line.isdigit():
-        at, where = int(line), f"line {line}"
-    else:
-        at, where = 1, _display(fault.where) if fault.where else "code this file reaches"
-    if fault.what.startswith(TOO_DEEP):
-        message = f"{fault.what}, at {where}"
-    else:
-        message = f"part of the analysis failed at {where}: {fault.what}"
-    message += "; findings that depend on it may be missing"
-    return Finding(at, 1, UnreadableFile.code, message, end_line=at, end_column=1)
-
-
-def _display(where: str) -> str:
-    path, _, line = where.rpartition(":")
-    if not path:
-        return where
-    relative = os.path.relpath(path)
-    return f"{path if relative.startswith('..') else relative}:{line}"
-
-
-def _unreadable(found: list[Finding]) -> bool:
-    return len(found) == 1 and found[0].code == UnreadableFile.code
-
-
-def _too_deep(project: Project, path: str) -> Finding:
-    module = project.module_at(path)
-    return (
-        too_deep_finding(module.tree)
-        if module is not None
-        else _finding(UnreadableFile.code, UnreadableSource(f"cannot parse file: {TOO_DEEP}"))
-    )
-
-
-def too_deep_finding(tree: ast.AST) -> Finding:
-    """CKP901 at the most deeply nested node (found without recursion)."""
-    line, depth = 1, 0
-    try:
-        stack = [(tree, 0)]
-        while stack:
-            node, level = stack.pop()
-            if level > depth:
-                depth, line = level, getattr(node, "lineno", line)
-            stack.extend((child, level + 1) for child in ast.iter_child_nodes(node))
-    except Exception:  # a lazily parsed body that fails here: the line found so far will do
-        pass
-    message = f"{TOO_DEEP}: nesting depth {depth} at line {line}; split the expression"
-    return Finding(line, 1, UnreadableFile.code, message, end_line=line, end_column=1)
-
-
-@dataclass(frozen=True)
-class ExportsTask:
-    """Compute the exports of ``paths`` for a discovery round's ``words``."""
-
-    words: Words
-    paths: tuple[str, ...]
-
-    def run(self, analyser: Analyser) -> list[Exported]:
-        analyser.use(self.words)
-        return [analyser.exports(path) for path in self.paths]
-
-
-@dataclass(frozen=True)
-class FindingsTask:
-    """Compute the findings of ``paths`` for the project's final ``words``."""
-
-    words: Words
-    paths: tuple[str, ...]
-    fixes: bool = False
-
-    def run(self, analyser: Analyser) -> list[Analysed]:
-        analyser.use(self.words)
-        return [analyser.findings(path, self.fixes) for path in self.paths]
-
-
-Task = ExportsTask | FindingsTask
-
-
-class _Workers:
-    """The processes a run shares its work among (forked: they inherit the bytes read), and
-    the process itself, which takes back the share of a worker that dies."""
-
-    def __init__(self, local: Analyser, count: int) -> None:
-        self.local = local
-        self.notes: list[str] = []
-        self._workers: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
-        if count > 1 and "fork" in multiprocessing.get_all_start_methods():
-            context = multiprocessing.get_context("fork")
-            for _ in range(count):
-                ours, theirs = context.Pipe()
-                process = context.Process(target=_serve, args=(local, theirs), daemon=True)
-                process.start()
-                theirs.close()
-                self._workers.append((process, ours))
-
-    @property
-    def size(self) -> int:
-        return max(1, len(self._workers))
-
-    def run(self, make: Callable[[tuple[str, ...]], Task], paths: Sequence[str]) -> list[Any]:
-        """``make(share)`` is the task of one share of ``paths``; results in ``paths`` order."""
-        if not paths:
-            return []
-        if not self._workers:
-            return make(tuple(paths)).run(self.local)
-        shares = [tuple(paths[i :: len(self._workers)]) for i in range(len(self._workers))]
-        sent: list[tuple[multiprocessing.process.BaseProcess, Connection | None, tuple[str, ...]]]
-        sent = []
-        for (process, connection), share in zip(self._workers, shares, strict=True):
-            if share:
-                try:
-                    connection.send(make(share))
-                    sent.append((process, connection, share))
-                except OSError:
-                    sent.append((process, None, share))
-        by_path: dict[str, Any] = {}
-        for process, reply, share in sent:
-            try:
-                if reply is None:
-                    raise EOFError
-                kind, payload = reply.recv()
-            except (EOFError, OSError):
-                process.join(timeout=1)
-                self.notes.append(_dead_worker(process, len(share)))
-                payload, kind = make(share).run(self.local), "ok"
-                self._workers = [w for w in self._workers if w[0] is not process]
-            if kind == "error":
-                raise RuntimeError(payload)
-            for result in payload:
-                by_path[result.path] = result
-        return [by_path[path] for path in paths]
-
-    def close(self) -> None:
-        for process, connection in self._workers:
-            with contextlib.suppress(OSError):
-                connection.send(None)
-            connection.close()
-            process.join(timeout=5)
-
-
-def _dead_worker(process: multiprocessing.process.BaseProcess, files: int) -> str:
-    code = process.exitcode
-    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-    return (
-        f"a worker process died ({how}); its {files} file{'s' if files != 1 else ''}"
-        " were analysed again in the main process"
-    )
-
-
-def _serve(analyser: Analyser, connection: Connection) -> None:
-    """A worker's loop: run the tasks the coordinator sends."""
-    gc.disable()
-    while True:
-        task = connection.recv()
-        if task is None:
-            return
-        try:
-            connection.send(("ok", task.run(analyser)))
-        except Exception as error:  # reported by the coordinator, never a silent hang
-            connection.send(("error", f"{type(error).__name__}: {error}"))
-
-
-def worker_count(jobs: int | None, files: int) -> int:
-    """Processes for ``files`` files: never more than the CPUs or the files; by default one
-    per ``FILES_PER_PROCESS`` files, as a worker costs more than it saves below that."""
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    limit = max(1, min(available or 1, files))
-    if jobs is not None:
-        return min(jobs, limit)
-    return max(1, min(limit, files // FILES_PER_PROCESS))
-
-
 # -- a run's view of the project -------------------------------------------------------------
-@dataclass(frozen=True)
-class Round:
-    """One discovery round: its new words, and the files it analysed: those its new words
-    bring in (``pending``, by the prefilter), and those analysed before that name one of
-    them (``reprocess``)."""
-
-    new: Words
-    pending: tuple[str, ...]
-    reprocess: tuple[str, ...]
-
-
 @dataclass
 class _State:
     """What a run knows of the project: its files, the discovery, the searches run so far.
@@ -539,7 +144,7 @@ class Engine:
         self.jobs = jobs
         self.notes: list[str] = []  # what the user should know (a worker died...)
         self._disk: _State | None = None
-        self._workers: _Workers | None = None
+        self._workers: Workers | None = None
 
     @cached_property
     def table(self) -> SourceTable:
@@ -603,7 +208,7 @@ class Engine:
     ) -> FileResult:
         digest = state.snapshot.digest(path)
         if digest == MISSING:
-            findings = [_finding(InaccessiblePath.code, CannotRead("no such file"))]
+            findings = [unreadable_finding(InaccessiblePath.code, CannotRead("no such file"))]
         elif digest.startswith("!"):
             findings = [self._unreadable(state, path)]
         elif path in state.internal_errors:
@@ -622,11 +227,11 @@ class Engine:
         try:
             state.snapshot.data(path)
         except FileTooLarge as error:
-            return _finding(UnreadableFile.code, error)
+            return unreadable_finding(UnreadableFile.code, error)
         except CannotRead as error:
-            return _finding(InaccessiblePath.code, error)
+            return unreadable_finding(InaccessiblePath.code, error)
         except UnreadableSource as error:
-            return _finding(UnreadableFile.code, error)
+            return unreadable_finding(UnreadableFile.code, error)
         raise AssertionError("an unreadable file was read")  # pragma: no cover
 
     def _keep(
@@ -917,7 +522,7 @@ class Engine:
         A file naming only words it exported itself is left alone: its own wrappers,
         factories and bindings to a source are among the names it was scoped with already
         (its local aliases), and a class of its own reaches other classes of it only as
-        their base (see ``_own_bases``)."""
+        their base (see ``search.own_bases``)."""
         known = set(earlier.reprocess) if earlier is not None else None
         found = []
         for path in owned:
@@ -931,7 +536,7 @@ class Engine:
                 continue
             own = exported.get(path, frozenset())
             others = new.names - own
-            if lines_with_words(split_lines(text), sorted(others)) or _own_bases(
+            if lines_with_words(split_lines(text), sorted(others)) or own_bases(
                 text, new.classes & own
             ):
                 found.append(path)
@@ -968,7 +573,7 @@ class Engine:
             state.exported[(result.path, result.words)] = result
         return results
 
-    def _workers_for(self, state: _State, files: int) -> _Workers:
+    def _workers_for(self, state: _State, files: int) -> Workers:
         """The processes of this call to ``lint``, started when there is work enough."""
         local = state.analyser(
             self.table, self.target_torch, token_limit(self.settings.max_file_size)
@@ -982,7 +587,7 @@ class Engine:
             workers.close()
         if count > 1:
             state.snapshot.read_all(state.paths)  # the workers inherit the bytes read
-        self._workers = _Workers(local, count)
+        self._workers = Workers(local, count)
         return self._workers
 
     # -- the store ----------------------------------------------------------------------------
@@ -1012,136 +617,3 @@ class Engine:
                 for key, paths in stored.scans.items():
                     state.scans.setdefault(key, paths)
             self._write_project(state)
-
-
-_CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+[^\W\d]\w*[ \t]*\(", re.MULTILINE)
-_HEADER_END = re.compile(r":[ \t]*(?:#[^\n]*)?(?:\n|$)")
-
-
-def _own_bases(text: str, classes: frozenset[str]) -> bool:
-    """Whether a class header of ``text`` names one of ``classes`` among its bases (read
-    from the header's text: a header that cannot be delimited counts)."""
-    if not classes:
-        return False
-    for header in _CLASS_HEADER.finditer(text):
-        end = _HEADER_END.search(text, header.end(), header.end() + 4000)
-        bases = text[header.end() : end.start() if end else header.end() + 4000]
-        if identifiers(bases) & classes:
-            return True
-    return False
-
-
-def updated_scans(
-    scans: Mapping[ScanKey, tuple[str, ...]],
-    snapshot: Snapshot,
-    paths: Sequence[str],
-    changed: set[str],
-) -> dict[ScanKey, tuple[str, ...]]:
-    """Searches made over other bytes, made true for these: their results are kept for the
-    files that did not change and searched again in those that did (or are new)."""
-    order = {path: index for index, path in enumerate(paths)}
-    updated = {}
-    for key, found in scans.items():
-        kept = [p for p in found if p in order and p not in changed]
-        kept.extend(p for p in changed if p in order and _matches(snapshot, p, key))
-        updated[key] = tuple(sorted(set(kept), key=order.__getitem__))
-    return updated
-
-
-def _matches(snapshot: Snapshot, path: str, key: ScanKey) -> bool:
-    try:
-        return matches(*key, snapshot.data(path))
-    except UnreadableSource:
-        return False
-
-
-# -- the stored project --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class StoredProject:
-    files: dict[str, StoredFile]
-    scans: dict[ScanKey, tuple[str, ...]]
-    rounds: list[Round]
-    exported: dict[tuple[str, str], Exported]
-    named: dict[tuple[str, str], str]
-
-
-def encode_project(state: _State) -> dict[str, Any]:
-    digests = {state.snapshot.digest(path) for path in state.paths}
-    words = Words(frozenset())
-    used = set()
-    for each in state.rounds:  # the words each round looked for: what the next run asks
-        words = Words(words.calls | each.new.calls, words.classes | each.new.classes)
-        used.add(words.digest)
-    return {
-        "named": [
-            [digest, words, named]
-            for (digest, words), named in state.named.items()
-            if digest in digests and words in used
-        ],
-        "files": cache.encode_files(state.snapshot.stored()),
-        "scans": cache.encode_scans(state.scans),
-        "rounds": [
-            [sorted(r.new.calls), sorted(r.new.classes), list(r.pending), list(r.reprocess)]
-            for r in state.rounds
-        ],
-        "exported": [
-            [
-                e.path,
-                e.digest,
-                e.words,
-                sorted(e.calls),
-                sorted(e.classes),
-                None if e.error is None else cache.encode_finding(e.error),
-                cache.encode_dependencies(e.dependencies),
-            ]
-            for e in state.exported.values()
-            if e.internal_error is None  # a bug of ours: computed again next time
-        ],
-    }
-
-
-def decode_project(content: object) -> StoredProject:
-    if not isinstance(content, dict):
-        raise cache.Invalid
-    rounds = []
-    for entry in cache._list(content["rounds"]):
-        calls, classes, pending, reprocess = cache._list(entry)
-        new = Words(frozenset(cache._strings(calls)), frozenset(cache._strings(classes)))
-        rounds.append(Round(new, tuple(cache._strings(pending)), tuple(cache._strings(reprocess))))
-    exported = {}
-    for entry in cache._list(content["exported"]):
-        path, digest, words, calls, classes, error, dependencies = cache._list(entry)
-        result = Exported(
-            cache._str(path),
-            cache._str(digest),
-            cache._str(words),
-            frozenset(cache._strings(calls)),
-            frozenset(cache._strings(classes)),
-            None if error is None else cache.decode_finding(error),
-            None,
-            cache.decode_dependencies(dependencies),
-        )
-        exported[(result.path, result.words)] = result
-    named = {}
-    for entry in cache._list(content.get("named", [])):  # absent from stores before it
-        digest, words, file_named = (cache._str(item) for item in cache._list(entry))
-        named[(digest, words)] = file_named
-    return StoredProject(
-        cache.decode_files(content["files"]),
-        cache.decode_scans(content["scans"]),
-        rounds,
-        exported,
-        named,
-    )
-
-
-def _finding(code: str, error: UnreadableSource | None) -> Finding:
-    error = error or UnreadableSource("cannot read file")
-    return Finding(
-        line=error.line,
-        column=error.column,
-        code=code,
-        message=error.reason,
-        end_line=error.line,
-        end_column=error.column,
-    )

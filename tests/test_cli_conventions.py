@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import ckptlint.engine
+import ckptlint.workers
 from ckptlint.config import Settings
-from ckptlint.engine import Engine, worker_count
+from ckptlint.engine import Engine
+from ckptlint.workers import worker_count
 from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 MISSING = "import torch.utils.checkpoint as cp\n\ny = cp.checkpoint(f, x)\n"
@@ -205,14 +206,14 @@ def test_a_dead_worker_is_named_and_its_files_linted_again(
         path.write_text(MISSING)
         paths.append(str(path))
     parent = os.getpid()
-    run = ckptlint.engine.FindingsTask.run
+    run = ckptlint.workers.FindingsTask.run
 
     def die_in_a_worker(self, analyser):  # noqa: ANN001, ANN202 - a stand-in
         if os.getpid() != parent and any(p.endswith("m1.py") for p in self.paths):
             os._exit(9)
         return run(self, analyser)
 
-    monkeypatch.setattr(ckptlint.engine.FindingsTask, "run", die_in_a_worker)
+    monkeypatch.setattr(ckptlint.workers.FindingsTask, "run", die_in_a_worker)
     engine = Engine(Settings(root=tree), paths, jobs=2)
     results = engine.lint(paths)
     assert [len(r.findings) for r in results] == [1] * 8

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft4Validator, FormatChecker
 
-import ckptlint.engine
+import ckptlint.analyser
 from ckptlint.report import artifact_uri
 from ckptlint.rules import ALL_RULES, RULES_BY_CODE
 from tests.conftest import run_cli
@@ -57,14 +57,14 @@ def test_internal_errors_are_in_json_and_sarif(
 ) -> None:
     (project / "bad.py").write_text(MISSING)
     (project / "boom.py").write_text(MISSING)
-    analyze = ckptlint.engine.analyze
+    analyze = ckptlint.analyser.analyze
 
     def fail_on_boom(module, analysis) -> list:  # noqa: ANN001 - a stand-in
         if module.path.endswith("boom.py"):
             raise ValueError("a bug")
         return analyze(module, analysis)
 
-    monkeypatch.setattr(ckptlint.engine, "analyze", fail_on_boom)
+    monkeypatch.setattr(ckptlint.analyser, "analyze", fail_on_boom)
     result = run_cli("--format", "json", ".", cwd=project)
     assert result.returncode == 2
     entries = json.loads(result.stdout)

@@ -184,12 +184,12 @@ def test_the_plugin_never_raises_on_deep_input(terms: int) -> None:
 def test_a_bug_in_the_analysis_is_a_finding_not_an_exception(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import ckptlint.engine
+    import ckptlint.analyser
 
     def broken(*arguments: object) -> list:
         raise KeyError("boom")
 
-    monkeypatch.setattr(ckptlint.engine, "analyze_safely", broken)
+    monkeypatch.setattr(ckptlint.analyser, "analyze_safely", broken)
     checker = CheckpointChecker(ast.parse(SOURCE), SOURCE.splitlines(True))
     ((line, column, message, _),) = list(checker.run())
     assert (line, column) == (1, 0)

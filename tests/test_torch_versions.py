@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
 
+from ckptlint.analyser import analyze
 from ckptlint.analysis import ProjectAnalysis
-from ckptlint.engine import analyze
 from ckptlint.project.index import Project
 from ckptlint.project.layout import Layout
 from ckptlint.regions.sources import SourceTable

@@ -40,7 +40,8 @@ from ckptlint.project.scopes import (
 )
 from ckptlint.project.search import ATTRIBUTE_WRITES, CONTENT_WRITES, NAMES
 from ckptlint.regions.steps import runs_backward
-from ckptlint.resolution.evaluator import Evaluator, own_nodes
+from ckptlint.resolution.bodies import own_nodes
+from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import UNKNOWN, ClassValue, Context, ModuleValue
 from ckptlint.torch_catalogue import MUTATING_METHODS
 

@@ -18,7 +18,8 @@ from ckptlint.effects.restores import restored
 from ckptlint.memos import process_memo
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Binding, Body, Scope, node_position
-from ckptlint.resolution.evaluator import Evaluator, children_run_here, own_nodes
+from ckptlint.resolution.bodies import children_run_here, own_nodes
+from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import (
     Arguments,
     ClassValue,

@@ -22,7 +22,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
 from ckptlint.memos import process_memo
-from ckptlint.resolution.evaluator import children_run_here
+from ckptlint.resolution.bodies import children_run_here
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 

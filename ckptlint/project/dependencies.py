@@ -1,7 +1,8 @@
 """What one computation (a module's exports, a file's findings) read of the project.
 
 The project index records every module it hands out, every module name it resolves, every
-folder it asks about and every text search it runs over the project's files. A stored
+folder it asks about and every text search it runs over the project's files (the records of
+``project.facts``, filed here by ``facts.dependencies_of``). A stored
 result is reused only while all of these give the same answers: that is the whole of the
 cache's reasoning, so a result never outlives what it was computed from, whichever files a
 run names and in whatever order it computes them.

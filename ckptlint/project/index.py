@@ -9,21 +9,31 @@ learns): a module is the same object for the whole run, so every answer computed
 be shared by every question asked of it.
 
 Everything a computation reads of the project is recorded with the ``Recorder`` (the run's
-solver): the modules handed out, the names resolved, the folders asked about and the text
-searches run over the project's files.
+solver) as one of the records of ``project.facts``: the modules handed out, what was read of
+them, the names resolved, the folders asked about and the text searches run over the
+project's files.
 """
 
 from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Protocol
 
 from ckptlint.lazy_tree import LAZY_DEFINITIONS
 from ckptlint.project.dependencies import ScanKey
+from ckptlint.project.facts import (
+    Fact,
+    ModuleRead,
+    NamesRead,
+    PartRead,
+    Recorder,
+    ScanRead,
+    SkeletonRead,
+    VersionsRead,
+)
 from ckptlint.project.files import Snapshot
 from ckptlint.project.layout import Layout, resolve_relative
 from ckptlint.project.scopes import ModuleScopes, build_scopes
@@ -38,12 +48,6 @@ from ckptlint.source import (
     parse,
     token_limit,
 )
-
-
-class Recorder(Protocol):
-    """Takes note of what the computation in progress read (see ``resolution.solver``)."""
-
-    def read(self, fact: Hashable, value: object) -> None: ...
 
 
 @dataclass(eq=False)
@@ -66,7 +70,7 @@ class Module:
         """Whether the text may test a version (``is_torch_version``, ``__version__``...):
         only then can a branch of it be decided by the torch the project targets."""
         if self.recorder is not None:
-            self.recorder.read(("versions", self.path), self.shape.versions)
+            self.recorder.read(VersionsRead(self.path, self.shape.versions))
         return self.shape.versions
 
     @property
@@ -81,7 +85,7 @@ class Module:
     def lines_naming(self, name: str) -> list[int]:
         """Lines where ``name`` appears as a whole identifier (a text search, no parsing)."""
         if self.recorder is not None:
-            self.recorder.read(("names", self.path, name), self.shape.naming(name))
+            self.recorder.read(NamesRead(self.path, name, self.shape.naming(name)))
         return self.shape.lines_naming(name)
 
     def candidate_lines(self, words: frozenset[str]) -> list[int]:
@@ -154,11 +158,11 @@ class Project:
             module = modules[path] = self._load(path)
         if self.recorder is not None:
             name = self.layout.module_name(path)
-            self.recorder.read(("module", path), (self.files.digest(path), name))
+            self.recorder.read(ModuleRead(path, self.files.digest(path), name))
             if module is not None:
-                self.recorder.read(("skeleton", path), (module.shape.skeleton, name))
+                self.recorder.read(SkeletonRead(path, module.shape.skeleton))
                 for key in self._always_read.get(path, ()):
-                    self.recorder.read(("part", path, key), module.shape.parts[key])
+                    self.recorder.read(PartRead(path, key, module.shape.parts[key]))
         return module
 
     def error(self, path: str) -> UnreadableSource | None:
@@ -197,14 +201,14 @@ class Project:
             if not key:
                 continue
             if isinstance(statement, LAZY_DEFINITIONS):
-                fact = ("part", path, key)
-                statement.on_read = partial(self._read, fact, shape.parts[key])
+                fact = PartRead(path, key, shape.parts[key])
+                statement.on_read = partial(self._read, fact)
             elif key not in always:
                 always.append(key)
 
-    def _read(self, fact: Hashable, value: object) -> None:
+    def _read(self, fact: Fact) -> None:
         if self.recorder is not None:
-            self.recorder.read(fact, value)
+            self.recorder.read(fact)
 
     # -- text searches over every file of the project ----------------------------------------
     def files_matching(self, kind: str, word: str) -> tuple[str, ...]:
@@ -214,7 +218,7 @@ class Project:
         if found is None:
             found = self._scans[key] = scan(self.files, self.paths, kind, word)
         if self.recorder is not None:
-            self.recorder.read(("scan", key), found)
+            self.recorder.read(ScanRead(key, found))
         return found
 
     def seed_scans(self, scans: Mapping[ScanKey, tuple[str, ...]]) -> None:

@@ -14,8 +14,9 @@ disk (an excluded or git-ignored file is still importable). Within a root a pack
 (``blocks/__init__.py``) wins over a module of the same name (``blocks.py``), and a folder
 without ``__init__.py`` is a namespace package, as in Python's ``FileFinder``.
 
-Every answer a computation gets is recorded with the ``recorder`` (the run's solver): what a
-result depended on is what the cache checks before it reuses the result.
+Every answer a computation gets is recorded with the ``recorder`` (the run's solver) as a
+``ResolvedRead`` or a ``PackageRead`` (see ``project.facts``): what a result depended on is
+what the cache checks before it reuses the result.
 """
 
 from __future__ import annotations
@@ -23,10 +24,8 @@ from __future__ import annotations
 import keyword
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ckptlint.project.index import Recorder
+from ckptlint.project.facts import PackageRead, Recorder, ResolvedRead
 
 
 class Layout:
@@ -92,7 +91,7 @@ class Layout:
                     self._found_names.setdefault(found, name)
             self._found[name] = found
         if self.recorder is not None:
-            self.recorder.read(("resolved", name), found)
+            self.recorder.read(ResolvedRead(name, found))
         return found
 
     def is_project_package(self, name: str) -> bool:
@@ -103,7 +102,7 @@ class Layout:
             found = any(self._is_folder(root, parts) for root in self._roots_holding(parts[0]))
             self._project_packages[name] = found
         if self.recorder is not None:
-            self.recorder.read(("package", name), found)
+            self.recorder.read(PackageRead(name, found))
         return found
 
     def _on_disk(self, name: str) -> str | None:

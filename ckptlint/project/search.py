@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ckptlint.source import identifier_at
+from ckptlint.source import identifier_at, identifiers
 
 NAMES = "names"  # the word as a whole identifier, anywhere
 # ``x.WORD = ...``, ``x.WORD[k] += ...``, ``x.WORD.pop()``, ``setattr(x, "WORD", v)``,
@@ -123,3 +123,20 @@ def _after_brackets(data: bytes, position: int) -> int:
             if depth == 0:
                 return offset + 1
     return -1
+
+
+_CLASS_HEADER = re.compile(r"^[ \t]*class[ \t]+[^\W\d]\w*[ \t]*\(", re.MULTILINE)
+_HEADER_END = re.compile(r":[ \t]*(?:#[^\n]*)?(?:\n|$)")
+
+
+def own_bases(text: str, classes: frozenset[str]) -> bool:
+    """Whether a class header of ``text`` names one of ``classes`` among its bases (read
+    from the header's text: a header that cannot be delimited counts)."""
+    if not classes:
+        return False
+    for header in _CLASS_HEADER.finditer(text):
+        end = _HEADER_END.search(text, header.end(), header.end() + 4000)
+        bases = text[header.end() : end.start() if end else header.end() + 4000]
+        if identifiers(bases) & classes:
+            return True
+    return False

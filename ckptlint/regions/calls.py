@@ -21,7 +21,8 @@ from ckptlint.project.scopes import (
     statements_at,
     touches_lines,
 )
-from ckptlint.resolution.evaluator import Evaluator, children_run_here
+from ckptlint.resolution.bodies import children_run_here
+from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import Context
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 
 from ckptlint.regions.sources import RegionSource
-from ckptlint.resolution.evaluator import own_nodes
+from ckptlint.resolution.bodies import own_nodes
 from ckptlint.resolution.values import ClassValue
 
 # Calls that save the RNG state (in forward) and set it back (in backward), by last name:

@@ -18,7 +18,9 @@ from dataclasses import dataclass, replace
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import FUNCTIONS, statements_at
 from ckptlint.regions.calls import calls_at
-from ckptlint.resolution.evaluator import PARTIAL, Evaluator, own_nodes
+from ckptlint.resolution.bodies import own_nodes
+from ckptlint.resolution.calls import PARTIAL
+from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import (
     ClassValue,
     Context,

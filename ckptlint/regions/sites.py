@@ -30,7 +30,8 @@ from ckptlint.regions.calls import calls_in_body, calls_on_lines
 from ckptlint.regions.custom import recompute_function
 from ckptlint.regions.sources import RegionSource, SourceTable
 from ckptlint.regions.summaries import MAX_TRANSFERS, HandOn, as_defined, enclosing_functions
-from ckptlint.resolution.evaluator import Evaluator, own_nodes
+from ckptlint.resolution.bodies import own_nodes
+from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.mappings import Passed, flows_of, held
 from ckptlint.resolution.values import (
     UNKNOWN,

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING
 from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, node_position
 from ckptlint.regions.calls import calls_in_body
 from ckptlint.regions.sources import RegionSource
-from ckptlint.resolution.evaluator import only_spread, own_nodes, passed_on
+from ckptlint.resolution.bodies import own_nodes
+from ckptlint.resolution.calls import only_spread, passed_on
 from ckptlint.resolution.solver import Fault
 from ckptlint.resolution.values import (
     Argument,

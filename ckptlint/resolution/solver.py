@@ -116,7 +116,7 @@ class Solver:
         self.computed = 0  # answers computed (not reused): the work done
         self.recomputed = 0  # of those, provisional ones (computed again by later questions)
         self._facts: dict[Hashable, int] = {}
-        self.fact_values: list[tuple[Hashable, Any]] = []
+        self.facts_read: list[Hashable] = []  # by bit: the first fact read is bit 0
 
     # -- questions ----------------------------------------------------------------------------
     def ask(
@@ -262,24 +262,25 @@ class Solver:
             unit.note(answer.faults)
 
     # -- what questions read ------------------------------------------------------------------
-    def read(self, fact: Hashable, value: object) -> None:
-        """Record that the question being answered read ``fact`` (which had ``value``)."""
+    def read(self, fact: Hashable) -> None:
+        """Record that the question being answered read ``fact`` (one of
+        ``project.facts``: equal facts are one, the first one read kept)."""
         bit = self._facts.get(fact)
         if bit is None:
-            bit = self._facts[fact] = 1 << len(self.fact_values)
-            self.fact_values.append((fact, value))
+            bit = self._facts[fact] = 1 << len(self.facts_read)
+            self.facts_read.append(fact)
         if self._stack:
             self._stack[-1].reads |= bit
         else:
             for unit in self._units:
                 unit.reads |= bit
 
-    def facts(self, reads: int) -> Iterator[tuple[Hashable, Any]]:
-        """The facts of a bit mask, with the values they had when read."""
-        values = self.fact_values
+    def facts(self, reads: int) -> Iterator[Hashable]:
+        """The facts of a bit mask, as they were first read."""
+        facts = self.facts_read
         while reads:
             lowest = reads & -reads  # one set bit at a time: as many steps as facts read
-            yield values[lowest.bit_length() - 1]
+            yield facts[lowest.bit_length() - 1]
             reads ^= lowest
 
     @contextmanager

@@ -59,7 +59,8 @@ from ckptlint.regions.sources import (
     ReentrantArgument,
 )
 from ckptlint.regions.steps import Loop, loops_around, runs_backward
-from ckptlint.resolution.evaluator import PARTIAL, own_nodes
+from ckptlint.resolution.bodies import own_nodes
+from ckptlint.resolution.calls import PARTIAL
 from ckptlint.resolution.mappings import ABSENT, Absent, Given, Passed, Unknown, with_default
 from ckptlint.resolution.values import (
     UNKNOWN,
