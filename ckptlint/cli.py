@@ -355,6 +355,14 @@ def run(arguments: argparse.Namespace) -> int:
     if command == SERVER:
         if paths:
             raise UsageError(f"{SERVER} takes no paths: it lints the files the editor opens")
+        from ckptlint.config import parse_code_list
+
+        for option, codes in (
+            ("--select", arguments.select),
+            ("--extend-select", arguments.extend_select),
+            ("--ignore", arguments.ignore),
+        ):
+            parse_code_list(codes, option)  # wrong: said before the session, not in it
         from ckptlint.server import serve
 
         return serve(arguments)

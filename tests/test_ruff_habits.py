@@ -202,6 +202,12 @@ def test_the_server_takes_no_paths(tree: Path) -> None:
         2,
         "ckptlint: error: server takes no paths: it lints the files the editor opens\n",
     )
+    # A rule code that does not exist is said before the session starts, not in it.
+    wrong = run_cli("server", "--select", "CKP1,XYZ1", cwd=tree)
+    assert (wrong.returncode, wrong.stdout) == (2, "")
+    assert wrong.stderr.startswith(
+        "ckptlint: error: --select: unknown rule code or prefix 'XYZ1' (known: CKP001, "
+    )
 
 
 def test_paths_among_the_options_and_after_a_double_dash(tree: Path) -> None:
