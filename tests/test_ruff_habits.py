@@ -70,6 +70,21 @@ def test_short_flags_are_ruffs(tree: Path) -> None:
     assert usage.returncode == 2 and usage.stderr.startswith("ckptlint: error: ")
 
 
+def test_exit_non_zero_on_fix(tree: Path) -> None:
+    """As in ruff's pre-commit hooks (``args: [--fix, --exit-non-zero-on-fix]``): a run that
+    wrote a fix fails, though nothing remains to report; one that wrote none passes."""
+    fixed = run_cli("--fix", "--unsafe-fixes", "--exit-non-zero-on-fix", ".", cwd=tree)
+    assert (fixed.returncode, fixed.stdout) == (1, "Found 1 finding (1 fixed, 0 remaining).\n")
+    assert "use_reentrant=False" in (tree / "a.py").read_text()
+    again = run_cli("--fix", "--unsafe-fixes", "--exit-non-zero-on-fix", ".", cwd=tree)
+    assert (again.returncode, again.stdout) == (0, "All checks passed!\n")
+    both = run_cli("--fix", "--exit-non-zero-on-fix", "-e", ".", cwd=tree)
+    assert (both.returncode, both.stderr) == (
+        2,
+        "ckptlint: error: --exit-non-zero-on-fix cannot be used with --exit-zero\n",
+    )
+
+
 def test_target_torch_on_the_command_line(tree: Path) -> None:
     """On torch 2.1 the region's ``< 2.0`` branch never runs: no side effect (CKP203)."""
     (tree / "a.py").write_text(VERSIONED)
