@@ -347,11 +347,27 @@ async def test_excluded_and_unrelated_files_get_no_diagnostics(
     before = count(client)
     model = open_file(client, package / "model.py")
     assert await published_for(client, model, before) == []
+    # A buffer never saved (no file, no project): never linted, asked about without harm.
+    before = count(client)
+    untitled = "untitled:Untitled-1"
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=untitled, language_id="python", version=1, text=MODEL
+            )
+        )
+    )
     plain = tmp_path / "plain.py"
     plain.write_text(textwrap.dedent("x = 1\n"))
-    before = count(client)
     uri = open_file(client, plain)
     assert await published_for(client, uri, before) == []
+    at_start = types.Range(start=types.Position(4, 11), end=types.Position(4, 11))
+    diagnostic = types.Diagnostic(range=at_start, message="", code="CKP001")
+    assert await actions_at(client, untitled, diagnostic) == []
+    assert await actions_at(client, untitled, diagnostic, only=["source.fixAll"]) == []
+    published = client.published[before:]  # type: ignore[attr-defined]
+    assert [params.uri for params in published] == [uri]
+    close_file(client, untitled)
     close_file(client, uri)
     close_file(client, model)
 
