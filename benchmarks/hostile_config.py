@@ -2,7 +2,9 @@
 
 A project of 200 small files (each with a CKP001 finding) is linted with ``--no-cache``:
 plainly, then with lists at the bound a configuration may hold (10,000 ``exclude``
-patterns, ``extend-checkpoint-functions`` names, ``per-file-ignores`` entries), with lists
+patterns, short or of 901 characters each (``*a*a...``: stars with a letter between, which
+none of the paths matches), ``extend-checkpoint-functions`` names, ``per-file-ignores``
+entries), with lists
 over it (200,000 ``exclude`` patterns, 100,000 names, 50,000 ``per-file-ignores``: a
 configuration error), with a list nested 100,000 deep (a configuration error), and with the
 backtracking pattern ``*a*a*...*c`` in ``.gitignore`` and in ``exclude`` beside a file of a
@@ -27,6 +29,11 @@ MISSING = "import torch.utils.checkpoint as cp\n\n\ndef f(x):\n    return cp.che
 BACKTRACKING = "*a*a*a*a*a*a*a*a*a*a*a*a*a*a*c"
 
 
+def long_pattern(index: int) -> str:
+    """901 characters: the index, then stars with an ``a`` between (no path matches)."""
+    return (f"{index:x}" + "*a" * 450)[:901].ljust(901, "*")
+
+
 def quoted(items: list[str]) -> str:
     return "[" + ", ".join(f'"{item}"' for item in items) + "]"
 
@@ -35,6 +42,10 @@ CASES = {
     "plain": "",
     "10,000 exclude patterns": (
         f"exclude = {quoted([f'dir{i}/sub*/m{i}.py' for i in range(10_000)])}\n"
+    ),
+    # Issue 39: 9 MB of pyproject inside every bound (more than 300 s before the fix).
+    "10,000 exclude patterns of 901 characters": (
+        f"exclude = {quoted([long_pattern(i) for i in range(10_000)])}\n"
     ),
     "10,000 extend-checkpoint-functions": (
         f"extend-checkpoint-functions = {quoted([f'mylib.m{i}.wrap{i}' for i in range(10_000)])}\n"

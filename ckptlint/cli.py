@@ -219,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--exit-zero", "-e", action="store_true", help="exit 0 even when there are findings"
     )
     parser.add_argument(
+        "--exit-non-zero-on-fix",
+        action="store_true",
+        help="with --fix, exit 1 when a fix was written even if no finding remains (as in "
+        "ruff: a pre-commit hook that fixes files fails the commit)",
+    )
+    parser.add_argument(
         "--jobs",
         "-j",
         type=_positive_int,
@@ -355,6 +361,14 @@ def run(arguments: argparse.Namespace) -> int:
     if command == SERVER:
         if paths:
             raise UsageError(f"{SERVER} takes no paths: it lints the files the editor opens")
+        from ckptlint.config import parse_code_list
+
+        for option, codes in (
+            ("--select", arguments.select),
+            ("--extend-select", arguments.extend_select),
+            ("--ignore", arguments.ignore),
+        ):
+            parse_code_list(codes, option)  # wrong: said before the session, not in it
         from ckptlint.server import serve
 
         return serve(arguments)
@@ -363,6 +377,8 @@ def run(arguments: argparse.Namespace) -> int:
     from_stdin = STDIN in paths
     if from_stdin and len(paths) > 1:
         raise UsageError("- (standard input) cannot be combined with other paths")
+    if arguments.exit_non_zero_on_fix and arguments.exit_zero:  # as ruff refuses it
+        raise UsageError("--exit-non-zero-on-fix cannot be used with --exit-zero")
     if arguments.add_noqa:
         if arguments.fix or arguments.diff or from_stdin:
             what = "standard input" if from_stdin else "--fix" if arguments.fix else "--diff"
@@ -457,7 +473,9 @@ def _finish(
         report.write(sys.stderr if from_stdin and mode == "fix" else sys.stdout, text)
     if internal_error:
         return EXIT_ERROR
-    if findings and not arguments.exit_zero:
+    if arguments.exit_zero:
+        return EXIT_CLEAN
+    if findings or (fixed and arguments.exit_non_zero_on_fix):
         return EXIT_FINDINGS
     return EXIT_CLEAN
 

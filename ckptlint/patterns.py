@@ -269,12 +269,20 @@ def _compile_glob(text: str) -> _Glob:
 def _piece(items: list[tuple[str, bool]]) -> _Piece:
     if len(items) == 1:  # most pieces of a pattern of many stars: a name or one ``?``
         text, literal = items[0]
-        return text if literal else (_expression(text), 1)
+        return text if literal else _one_character(text)
     if all(literal for _, literal in items):
         return "".join(text for text, _ in items)
     expression = "".join(re.escape(text) if literal else text for text, literal in items)
     length = sum(len(text) if literal else 1 for text, literal in items)
     return (_expression(expression), length)
+
+
+@process_cache
+@lru_cache(maxsize=4096)
+def _one_character(expression: str) -> tuple[re.Pattern[str], int]:
+    """A piece of one ``?`` or class, one object however many patterns hold it: 10,000
+    distinct patterns of 450 ``*?`` each held 4.5 million tuples (320 MB) otherwise."""
+    return (_expression(expression), 1)
 
 
 @process_cache

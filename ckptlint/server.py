@@ -18,6 +18,7 @@ to the rule's section of docs/rules.md where the package sits in a clone.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import re
 import tokenize
@@ -41,6 +42,13 @@ from ckptlint.source import split_lines
 
 SOURCE = "ckptlint"
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.{SOURCE}"
+# How long an edit waits for the next before the open files are linted: edits that arrive
+# while a lint runs (typing in a large project) are linted once, together, not one by one.
+SETTLE_SECONDS = 0.05
+# What the editor is asked to watch (where it can be asked): the files that decide findings
+# besides the open ones, so an edit outside the editor (git checkout, a configuration
+# changed) is seen.
+WATCHED = ("**/*.py", "**/pyproject.toml", "**/.gitignore", "**/.git/info/exclude")
 # Where the rules are documented: docs/rules.md of the clone the package is installed from.
 RULES_PAGE = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
 
@@ -70,33 +78,42 @@ class CheckpointServer(LanguageServer):
         )
         self.arguments = arguments
         self.linted: dict[str, Linted] = {}  # by URI: what each open document was linted as
+        self.pending: set[str] | None = None  # a lint asked for (and these URIs to publish)
+        self._timer: asyncio.TimerHandle | None = None
+        self.shown_errors: set[str] = set()  # configuration errors shown and still standing
         self._register()
 
     def _register(self) -> None:
+        @self.feature(types.INITIALIZED)
+        def initialized(server: CheckpointServer, params: types.InitializedParams) -> None:
+            server.watch_files()
+
         @self.feature(types.TEXT_DOCUMENT_DID_OPEN)
         def did_open(server: CheckpointServer, params: types.DidOpenTextDocumentParams) -> None:
-            server.lint_open_documents(always={params.text_document.uri})
+            server.ask_lint({params.text_document.uri})
 
         @self.feature(types.TEXT_DOCUMENT_DID_CHANGE)
         def did_change(server: CheckpointServer, params: types.DidChangeTextDocumentParams) -> None:
-            server.lint_open_documents(always={params.text_document.uri})
+            server.ask_lint({params.text_document.uri})
 
         @self.feature(types.TEXT_DOCUMENT_DID_SAVE)
         def did_save(server: CheckpointServer, params: types.DidSaveTextDocumentParams) -> None:
-            server.lint_open_documents(always={params.text_document.uri})
+            server.ask_lint({params.text_document.uri})
 
         @self.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
         def files_changed(
             server: CheckpointServer, params: types.DidChangeWatchedFilesParams
         ) -> None:
-            server.lint_open_documents()  # a file no editor holds changed on disk
+            server.ask_lint()  # a file no editor holds changed on disk (or a configuration)
 
         @self.feature(types.TEXT_DOCUMENT_DID_CLOSE)
         def did_close(server: CheckpointServer, params: types.DidCloseTextDocumentParams) -> None:
             uri = params.text_document.uri
             server.linted.pop(uri, None)
+            if server.pending is not None:
+                server.pending.discard(uri)
             server.publish(uri, None, [])
-            server.lint_open_documents()  # its saved text now stands for it
+            server.ask_lint()  # its saved text now stands for it
 
         @self.feature(
             types.TEXT_DOCUMENT_CODE_ACTION,
@@ -108,13 +125,61 @@ class CheckpointServer(LanguageServer):
         def code_action(
             server: CheckpointServer, params: types.CodeActionParams
         ) -> list[types.CodeAction]:
+            server.lint_now()  # the findings of the text the editor holds now
             return server.code_actions(params)
 
         @self.feature(types.TEXT_DOCUMENT_HOVER)
         def hover(server: CheckpointServer, params: types.HoverParams) -> types.Hover | None:
+            server.lint_now()
             return server.hover(params)
 
+    def watch_files(self) -> None:
+        """Ask the editor to say when the files that decide findings change on disk, where
+        it lets a server ask (VS Code, Neovim and Helix do); else it says what it watches."""
+        capabilities = self.client_capabilities.workspace
+        watched = capabilities.did_change_watched_files if capabilities else None
+        if watched is None or not watched.dynamic_registration:
+            return
+        options = types.DidChangeWatchedFilesRegistrationOptions(
+            watchers=[types.FileSystemWatcher(glob_pattern=pattern) for pattern in WATCHED]
+        )
+        registration = types.Registration(
+            id=f"{SOURCE}-watched-files",
+            method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+            register_options=options,
+        )
+
+        def answered(result: object) -> None:  # an editor that refuses: edits still lint
+            pass
+
+        self.client_register_capability(types.RegistrationParams([registration]), answered)
+
     # -- linting -----------------------------------------------------------------------------
+    def ask_lint(self, publish: Iterable[str] = ()) -> None:
+        """Lint the open files soon, publishing the diagnostics of ``publish`` (and of each
+        whose findings change): edits that arrive before the lint starts join it, so a
+        burst of edits is one lint, of the text the editor then holds."""
+        if self.pending is None:
+            self.pending = set()
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not serving (called directly): lint at once
+                self.pending.update(publish)
+                self.lint_now()
+                return
+            self._timer = loop.call_later(SETTLE_SECONDS, self.lint_now)
+        self.pending.update(publish)
+
+    def lint_now(self) -> None:
+        """Run the lint asked for, if one is pending."""
+        if self.pending is None:
+            return
+        publish, self.pending = self.pending, None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.lint_open_documents(always=publish)
+
     def lint_open_documents(self, always: Iterable[str] = ()) -> None:
         """Lint every open file, as one run per project, and publish the diagnostics of
         those in ``always`` and of each whose findings changed."""
@@ -124,34 +189,49 @@ class CheckpointServer(LanguageServer):
             if (path := _path_of(document.uri)) is not None
         }
         linted: dict[str, Linted] = {}
-        for project in self._projects(list(documents)):
+        errors: list[str] = []
+        for project in self._projects(list(documents), errors):
             for path, findings in self._lint_project(project, documents).items():
                 document = documents[path]
                 linted[document.uri] = Linted(document.version, document.source, findings)
+        self._show_errors(errors)
         for uri, result in linted.items():
             previous = self.linted.get(uri)
             self.linted[uri] = result
             if uri in always or previous is None or previous.findings != result.findings:
                 self.publish(uri, result.version, self.diagnostics(result))
+        for document in documents.values():
+            # Its project's configuration is wrong: no findings stand (they were for other
+            # settings and text); the error is shown instead.
+            if document.uri not in linted and self.linted.pop(document.uri, None) is not None:
+                self.publish(document.uri, document.version, [])
 
-    def _projects(self, paths: list[str]) -> list[Project]:
+    def _projects(self, paths: list[str], errors: list[str] | None = None) -> list[Project]:
         """The projects of ``paths``; one whose configuration is wrong is left out, and the
-        error shown to the user, as the command line prints it."""
+        error (as the command line prints it) added to ``errors``."""
         projects = []
+        errors = [] if errors is None else errors
         try:
             for root, group in by_root(self.arguments, paths):
                 try:
                     projects.append(Project(root, project_settings(self.arguments, root), group))
                 except ConfigError as error:
-                    self.show_error(error)
+                    errors.append(str(error))
         except ConfigError as error:  # a pyproject.toml that is no TOML, met finding a root
-            self.show_error(error)
+            errors.append(str(error))
         return projects
 
-    def show_error(self, error: Exception) -> None:
-        self.window_show_message(
-            types.ShowMessageParams(type=types.MessageType.Error, message=f"ckptlint: {error}")
-        )
+    def _show_errors(self, errors: list[str]) -> None:
+        """Show each configuration error once while it stands (not at every keystroke); one
+        corrected and made again is shown again."""
+        for error in dict.fromkeys(errors):
+            if error not in self.shown_errors:
+                self.window_show_message(
+                    types.ShowMessageParams(
+                        type=types.MessageType.Error, message=f"ckptlint: {error}"
+                    )
+                )
+        self.shown_errors = set(errors)
 
     def _lint_project(
         self, project: Project, documents: dict[str, TextDocument]

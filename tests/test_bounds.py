@@ -26,13 +26,13 @@ def two_hundred_files(root: Path) -> list[str]:
     return sorted([f"pkg{i % 10}/m{i}.py" for i in range(200)] + ["a" * 57 + ".py"])
 
 
-# Patterns of 901 characters none of the files matches: many stars with one literal
-# character between (each name either lacks the character or is far shorter than the
-# pattern), ``?`` only, classes only, and a long path.
+# 10,000 distinct patterns of 901 characters none of the files matches, each starting with
+# its number: many stars with one literal character between (each name either lacks the
+# character or is far shorter than the pattern), ``?`` only, classes only, and a long path.
 SHAPES = {
-    "stars and a letter": lambda i: ("*a" * 450 + f"{i:x}")[:901].ljust(901, "*"),
-    "question marks": lambda i: ("*?" * 450 + f"{i:x}")[:901].ljust(901, "?"),
-    "classes": lambda i: ("*[a-z0-9_.]" * 81 + f"{i:x}")[:901].ljust(901, "z"),
+    "stars and a letter": lambda i: (f"{i:x}" + "*a" * 450)[:901].ljust(901, "*"),
+    "question marks": lambda i: (f"{i:x}" + "*?" * 450)[:901].ljust(901, "?"),
+    "classes": lambda i: (f"{i:x}" + "*[a-z0-9_.]" * 82)[:901].ljust(901, "z"),
     "paths": lambda i: (f"dir{i}/sub*/" + "m" * 901)[:901],
 }
 
@@ -45,6 +45,7 @@ def test_ten_thousand_patterns_of_901_characters_end_on_200_files(tmp_path: Path
     files = two_hundred_files(tmp_path)
     patterns = [shape(index) for index in range(MAX_ITEMS)]
     assert {len(pattern) for pattern in patterns} == {901}
+    assert len(set(patterns)) == MAX_ITEMS
     (tmp_path / "pyproject.toml").write_text(f"[tool.ckptlint]\nexclude = {json.dumps(patterns)}\n")
     with hang_guard(240, "10,000 patterns of 901 characters on 200 files"):
         result = run_cli("--no-cache", "--format", "json", ".", cwd=tmp_path)

@@ -112,6 +112,15 @@ CASES = {
     "--fix": (BOTH, ["--fix"]),
     "--fix --unsafe-fixes": (BOTH, ["--fix", "--unsafe-fixes"]),
     "--fix --unsafe-fixes all fixed": (("unsafe",), ["--fix", "--unsafe-fixes"]),
+    "--fix --exit-non-zero-on-fix all fixed": (
+        ("unsafe",),
+        ["--fix", "--unsafe-fixes", "--exit-non-zero-on-fix"],
+    ),
+    "--fix --exit-non-zero-on-fix nothing fixed": (
+        ("no fix",),
+        ["--fix", "--exit-non-zero-on-fix"],
+    ),
+    "--exit-non-zero-on-fix clean": ((), ["--fix", "--exit-non-zero-on-fix"]),
     "--fix --statistics": (BOTH, ["--fix", "--unsafe-fixes", "--statistics"]),
     "--fix --quiet": (BOTH, ["--fix", "--unsafe-fixes", "--quiet"]),
     "--diff": (BOTH, ["--diff"]),

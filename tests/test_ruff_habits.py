@@ -70,6 +70,21 @@ def test_short_flags_are_ruffs(tree: Path) -> None:
     assert usage.returncode == 2 and usage.stderr.startswith("ckptlint: error: ")
 
 
+def test_exit_non_zero_on_fix(tree: Path) -> None:
+    """As in ruff's pre-commit hooks (``args: [--fix, --exit-non-zero-on-fix]``): a run that
+    wrote a fix fails, though nothing remains to report; one that wrote none passes."""
+    fixed = run_cli("--fix", "--unsafe-fixes", "--exit-non-zero-on-fix", ".", cwd=tree)
+    assert (fixed.returncode, fixed.stdout) == (1, "Found 1 finding (1 fixed, 0 remaining).\n")
+    assert "use_reentrant=False" in (tree / "a.py").read_text()
+    again = run_cli("--fix", "--unsafe-fixes", "--exit-non-zero-on-fix", ".", cwd=tree)
+    assert (again.returncode, again.stdout) == (0, "All checks passed!\n")
+    both = run_cli("--fix", "--exit-non-zero-on-fix", "-e", ".", cwd=tree)
+    assert (both.returncode, both.stderr) == (
+        2,
+        "ckptlint: error: --exit-non-zero-on-fix cannot be used with --exit-zero\n",
+    )
+
+
 def test_target_torch_on_the_command_line(tree: Path) -> None:
     """On torch 2.1 the region's ``< 2.0`` branch never runs: no side effect (CKP203)."""
     (tree / "a.py").write_text(VERSIONED)
@@ -201,6 +216,12 @@ def test_the_server_takes_no_paths(tree: Path) -> None:
     assert (result.returncode, result.stderr) == (
         2,
         "ckptlint: error: server takes no paths: it lints the files the editor opens\n",
+    )
+    # A rule code that does not exist is said before the session starts, not in it.
+    wrong = run_cli("server", "--select", "CKP1,XYZ1", cwd=tree)
+    assert (wrong.returncode, wrong.stdout) == (2, "")
+    assert wrong.stderr.startswith(
+        "ckptlint: error: --select: unknown rule code or prefix 'XYZ1' (known: CKP001, "
     )
 
 

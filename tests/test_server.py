@@ -24,7 +24,7 @@ from pygls.uris import from_fs_path
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
-from tests.conftest import run_cli
+from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
 WRAPPER_LEAVES_IT = """\
 from torch.utils.checkpoint import checkpoint
@@ -43,7 +43,6 @@ def forward(block, x):
     return run(block, x)  # the call the wrapper leaves use_reentrant to
 """
 MESSAGE_START = "`run()` called without `use_reentrant`"
-TIMEOUT = 120  # seconds: a hang guard for a loaded machine, not a timing
 
 
 def make_client() -> LanguageClient:
@@ -51,12 +50,20 @@ def make_client() -> LanguageClient:
     only the last for each file): a test waits for a publication made after its edit."""
     client = LanguageClient(converter_factory=default_converter)
     client.published = []  # type: ignore[attr-defined]
+    client.registrations = []  # type: ignore[attr-defined]
 
     def published(client: LanguageClient, params: types.PublishDiagnosticsParams) -> None:
         client.diagnostics[params.uri] = params.diagnostics
         client.published.append(params)  # type: ignore[attr-defined]
 
-    features = {**DEFAULT_CLIENT_FEATURES, types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: published}
+    def register(client: LanguageClient, params: types.RegistrationParams) -> None:
+        client.registrations.extend(params.registrations)  # type: ignore[attr-defined]
+
+    features = {
+        **DEFAULT_CLIENT_FEATURES,
+        types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: published,
+        types.CLIENT_REGISTER_CAPABILITY: register,
+    }
     register_lsp_features(client, features)
     return client
 
@@ -105,7 +112,7 @@ async def published_for(
             seen = len(published)
             await asyncio.sleep(0.02)
 
-    return await asyncio.wait_for(wait(), TIMEOUT)
+    return await asyncio.wait_for(wait(), SUBPROCESS_TIMEOUT)
 
 
 def open_file(client: LanguageClient, path: Path, version: int = 1) -> str:
@@ -207,6 +214,29 @@ async def test_a_finding_from_another_module_is_published_and_cleared_by_its_edi
     close_file(client, model)
 
 
+def watched_change(client: LanguageClient, path: Path) -> None:
+    """What an editor sends for a file it watches that changed on disk."""
+    client.workspace_did_change_watched_files(
+        types.DidChangeWatchedFilesParams(
+            changes=[
+                types.FileEvent(uri=from_fs_path(str(path)), type=types.FileChangeType.Changed)
+            ]
+        )
+    )
+
+
+def test_the_server_asks_the_editor_to_watch_what_decides_findings(
+    client: LanguageClient,
+) -> None:
+    """Registered at initialisation (VS Code's capabilities allow it): the Python files, the
+    configuration and the ignore files, which an edit outside the editor may change."""
+    (registration,) = client.registrations  # type: ignore[attr-defined]
+    assert registration.method == "workspace/didChangeWatchedFiles"
+    options = registration.register_options
+    patterns = [watcher["globPattern"] for watcher in options["watchers"]]
+    assert patterns == ["**/*.py", "**/pyproject.toml", "**/.gitignore", "**/.git/info/exclude"]
+
+
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_change_on_disk_of_a_closed_module_is_seen_when_saved_elsewhere(
     client: LanguageClient, tmp_path: Path
@@ -218,18 +248,15 @@ async def test_a_change_on_disk_of_a_closed_module_is_seen_when_saved_elsewhere(
     assert await published_for(client, model, before) == []
     (package / "wrappers.py").write_text(WRAPPER_LEAVES_IT)
     before = count(client)
-    client.workspace_did_change_watched_files(
-        types.DidChangeWatchedFilesParams(
-            changes=[
-                types.FileEvent(
-                    uri=from_fs_path(str(package / "wrappers.py")),
-                    type=types.FileChangeType.Changed,
-                )
-            ]
-        )
-    )
+    watched_change(client, package / "wrappers.py")
     found = await published_for(client, model, before)
     assert [d.code for d in found] == ["CKP001"]
+
+    # The configuration changed on disk: the open file is linted with it.
+    (tmp_path / "pyproject.toml").write_text('[tool.ckptlint]\nignore = ["CKP001"]\n')
+    before = count(client)
+    watched_change(client, tmp_path / "pyproject.toml")
+    assert await published_for(client, model, before) == []
     close_file(client, model)
 
 
@@ -320,33 +347,109 @@ async def test_excluded_and_unrelated_files_get_no_diagnostics(
     before = count(client)
     model = open_file(client, package / "model.py")
     assert await published_for(client, model, before) == []
+    # A buffer never saved (no file, no project): never linted, asked about without harm.
+    before = count(client)
+    untitled = "untitled:Untitled-1"
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=untitled, language_id="python", version=1, text=MODEL
+            )
+        )
+    )
     plain = tmp_path / "plain.py"
     plain.write_text(textwrap.dedent("x = 1\n"))
-    before = count(client)
     uri = open_file(client, plain)
     assert await published_for(client, uri, before) == []
+    at_start = types.Range(start=types.Position(4, 11), end=types.Position(4, 11))
+    diagnostic = types.Diagnostic(range=at_start, message="", code="CKP001")
+    assert await actions_at(client, untitled, diagnostic) == []
+    assert await actions_at(client, untitled, diagnostic, only=["source.fixAll"]) == []
+    published = client.published[before:]  # type: ignore[attr-defined]
+    assert [params.uri for params in published] == [uri]
+    close_file(client, untitled)
     close_file(client, uri)
     close_file(client, model)
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_a_wrong_configuration_is_shown_to_the_user(
+async def test_a_wrong_configuration_is_shown_to_the_user_once(
     client: LanguageClient, tmp_path: Path
 ) -> None:
     package = write_package(tmp_path)
-    (tmp_path / "pyproject.toml").write_text('[tool.ckptlint]\nignore = "CKP001"\n')
-    shown = len(client.messages)
+    before = count(client)
     model = open_file(client, package / "model.py")
+    assert [d.code for d in await published_for(client, model, before)] == ["CKP001"]
 
-    async def message() -> types.ShowMessageParams:
-        while len(client.messages) == shown:
-            await asyncio.sleep(0.02)
-        return client.messages[shown]
-
-    said = await asyncio.wait_for(message(), TIMEOUT)
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.ckptlint]\nignore = "CKP001"\n')
+    shown = len(client.messages)
+    before = count(client)
+    watched_change(client, config)
+    # The findings made with the old settings go; the error is shown in their place.
+    assert await published_for(client, model, before) == []
+    assert len(client.messages) == shown + 1
+    said = client.messages[shown]
     assert said.type == types.MessageType.Error
     assert said.message == (
-        f"ckptlint: {tmp_path / 'pyproject.toml'}: [tool.ckptlint] ignore: expected a list of "
+        f"ckptlint: {config}: [tool.ckptlint] ignore: expected a list of "
         "strings, got 'CKP001' (a list of one: ['CKP001'])"
     )
+
+    # Typing in the file does not show it again at each edit...
+    for version in (2, 3):
+        change_file(client, model, MODEL + "\n" * version, version)
+    await client.text_document_hover_async(  # answered after both edits were linted
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=model),
+            position=types.Position(line=0, character=0),
+        )
+    )
+    assert len(client.messages) == shown + 1
+    # ...and once corrected, the findings are back.
+    config.write_text('[tool.ckptlint]\nignore = ["CKP101"]\n')
+    before = count(client)
+    watched_change(client, config)
+    assert [d.code for d in await published_for(client, model, before)] == ["CKP001"]
     close_file(client, model)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_code_action_asked_right_after_an_edit_is_for_the_new_text(
+    client: LanguageClient, tmp_path: Path
+) -> None:
+    """Edits are linted together a moment after they arrive; a request for code actions
+    in between sees the text the editor sent last."""
+    package = write_package(tmp_path)
+    before = count(client)
+    model = open_file(client, package / "model.py")
+    (diagnostic,) = await published_for(client, model, before)
+    fixed = MODEL.replace("run(block, x)", "run(block, x, use_reentrant=False)")
+    change_file(client, model, fixed, 2)
+    assert await actions_at(client, model, diagnostic) == []
+    change_file(client, model, MODEL, 3)
+    assert [a.title for a in await actions_at(client, model, diagnostic)] == [
+        "ckptlint (CKP001): Add `use_reentrant=False` (unsafe fix)",
+        "ckptlint (CKP001): Disable for this line",
+    ]
+    close_file(client, model)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_edits_that_arrive_together_are_linted_once() -> None:
+    """In the server's process: three edits before the lint starts are one lint, which
+    publishes the three files' diagnostics; nothing is left scheduled after it."""
+    from ckptlint.cli import parse_arguments
+    from ckptlint.server import CheckpointServer
+
+    server = CheckpointServer(parse_arguments(["server"]))
+    lints: list[set[str]] = []
+    server.lint_open_documents = lambda always=(): lints.append(set(always))  # type: ignore[method-assign]
+    for uri in ("file:///a.py", "file:///b.py", "file:///a.py"):
+        server.ask_lint({uri})
+    server.ask_lint()  # a watched file changed
+    assert lints == []
+    while not lints:
+        await asyncio.sleep(0.01)
+    assert lints == [{"file:///a.py", "file:///b.py"}]
+    assert (server.pending, server._timer) == (None, None)

@@ -186,8 +186,13 @@ def test_verify_measures_what_was_predicted(net_and_input, half_plan):
 
 
 def test_infeasible_budget_names_the_minimum(net_and_input):
+    """Raised as ``ckptguard.PlanInfeasibleError``, the name the README gives it."""
+    from ckptguard import PlanInfeasibleError as exported
+
+    assert exported is ckptguard.PlanInfeasibleError is PlanInfeasibleError
+    assert "PlanInfeasibleError" in ckptguard.__all__
     model, x = net_and_input
-    with pytest.raises(PlanInfeasibleError) as info:
+    with pytest.raises(ckptguard.PlanInfeasibleError) as info:
         ckptguard.plan(model, x, budget="64KiB")
     error = info.value
     assert error.budget_bytes == 64 * 1024 < error.minimum_bytes
