@@ -28,14 +28,14 @@ from ckptlint.project.layout import Layout
 from ckptlint.project.stored import Analysed, Exported, Words, file_words
 from ckptlint.regions.sources import SourceTable
 from ckptlint.resolution.solver import TOO_DEEP, Fault, Unit
-from ckptlint.rules import ALL_RULES
+from ckptlint.rules import ALL_RULES, UNREADABLE_FILE
 from ckptlint.rules.base import FileContext
-from ckptlint.rules.unreadable_file import UnreadableFile
 from ckptlint.source import (
     DEFAULT_MAX_FILE_SIZE,
     UnreadableSource,
     parser_gave_up,
     token_limit,
+    unreadable_finding,
 )
 
 
@@ -73,7 +73,7 @@ class Analyser:
             try:
                 module = project.module_at(path)
                 if module is None:
-                    error = unreadable_finding(UnreadableFile.code, project.error(path))
+                    error = unreadable_finding(UNREADABLE_FILE, project.error(path))
                 else:
                     exported = self.analysis.exports(module)
                     calls, classes = exported.calls, exported.classes
@@ -92,7 +92,7 @@ class Analyser:
             try:
                 module = project.module_at(path)
                 if module is None:
-                    found = [unreadable_finding(UnreadableFile.code, project.error(path))]
+                    found = [unreadable_finding(UNREADABLE_FILE, project.error(path))]
                 else:
                     found = analyze_safely(module, self.analysis)
             except (RecursionError, MemoryError):
@@ -136,9 +136,9 @@ def analyze_safely(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
         check_unparsed_bodies(module.tree, module.text, name)
     except SyntaxError as error:  # in a lazily parsed body
         where = UnreadableSource(f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1)
-        return [unreadable_finding(UnreadableFile.code, where)]
+        return [unreadable_finding(UNREADABLE_FILE, where)]
     except (RecursionError, MemoryError) as error:  # a body the parser gives up on
-        return [unreadable_finding(UnreadableFile.code, parser_gave_up(error, module.lines, name))]
+        return [unreadable_finding(UNREADABLE_FILE, parser_gave_up(error, module.lines, name))]
     return found
 
 
@@ -155,7 +155,7 @@ def fault_finding(module: Module, fault: Fault) -> Finding:
     else:
         message = f"part of the analysis failed at {where}: {fault.what}"
     message += "; findings that depend on it may be missing"
-    return Finding(at, 1, UnreadableFile.code, message, end_line=at, end_column=1)
+    return Finding(at, 1, UNREADABLE_FILE, message, end_line=at, end_column=1)
 
 
 def _display(where: str) -> str:
@@ -167,7 +167,7 @@ def _display(where: str) -> str:
 
 
 def _unreadable(found: list[Finding]) -> bool:
-    return len(found) == 1 and found[0].code == UnreadableFile.code
+    return len(found) == 1 and found[0].code == UNREADABLE_FILE
 
 
 def _too_deep(project: Project, path: str) -> Finding:
@@ -175,9 +175,7 @@ def _too_deep(project: Project, path: str) -> Finding:
     return (
         too_deep_finding(module.tree)
         if module is not None
-        else unreadable_finding(
-            UnreadableFile.code, UnreadableSource(f"cannot parse file: {TOO_DEEP}")
-        )
+        else unreadable_finding(UNREADABLE_FILE, UnreadableSource(f"cannot parse file: {TOO_DEEP}"))
     )
 
 
@@ -194,17 +192,4 @@ def too_deep_finding(tree: ast.AST) -> Finding:
     except Exception:  # a lazily parsed body that fails here: the line found so far will do
         pass
     message = f"{TOO_DEEP}: nesting depth {depth} at line {line}; split the expression"
-    return Finding(line, 1, UnreadableFile.code, message, end_line=line, end_column=1)
-
-
-def unreadable_finding(code: str, error: UnreadableSource | None) -> Finding:
-    """``code`` (CKP901, CKP902) where the file could not be read, decoded or parsed."""
-    error = error or UnreadableSource("cannot read file")
-    return Finding(
-        line=error.line,
-        column=error.column,
-        code=code,
-        message=error.reason,
-        end_line=error.line,
-        end_column=error.column,
-    )
+    return Finding(line, 1, UNREADABLE_FILE, message, end_line=line, end_column=1)

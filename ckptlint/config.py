@@ -34,6 +34,7 @@ from packaging.version import InvalidVersion, Version
 
 from ckptlint.memos import process_cache
 from ckptlint.patterns import Patterns, compiled
+from ckptlint.rules import REGISTRY
 from ckptlint.source import DEFAULT_MAX_FILE_SIZE, CannotRead, read_bytes
 
 if sys.version_info >= (3, 11):
@@ -658,16 +659,14 @@ def parse_code_list(text: Iterable[str], where: str) -> tuple[str, ...]:
 
 def checked_codes(codes: Iterable[str], where: str) -> tuple[str, ...]:
     """The codes, each the prefix of at least one rule's code; else a ConfigError naming it."""
-    from ckptlint.rules import RULES_BY_CODE  # the analysis: not loaded by ``ckptlint clean``
-
     result = []
     for code in codes:
         if not code:
             raise ConfigError(f"{where}: empty rule code")
-        if not any(known.startswith(code) for known in RULES_BY_CODE):
+        if not any(known.startswith(code) for known in REGISTRY):
             raise ConfigError(
                 f"{where}: unknown rule code or prefix {_shown(code)} "
-                f"(known: {', '.join(RULES_BY_CODE)})"
+                f"(known: {', '.join(REGISTRY)})"
             )
         result.append(code)
     return tuple(result)

@@ -33,11 +33,10 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from ckptlint.analyser import Analyser, unreadable_finding
-from ckptlint.analysis import ProjectAnalysis
 from ckptlint.config import Settings
 from ckptlint.core import Finding
 from ckptlint.noqa import file_exemption, is_suppressed
@@ -60,9 +59,7 @@ from ckptlint.project.stored import (
     updated_scans,
 )
 from ckptlint.regions.sources import SourceTable, configured_source
-from ckptlint.rules import ALL_RULES
-from ckptlint.rules.io_error import InaccessiblePath
-from ckptlint.rules.unreadable_file import UnreadableFile
+from ckptlint.rules import CODES, INACCESSIBLE_PATH, TRIGGERS, UNREADABLE_FILE
 from ckptlint.source import (
     CannotRead,
     FileTooLarge,
@@ -73,11 +70,13 @@ from ckptlint.source import (
     read_bytes,
     split_lines,
     token_limit,
+    unreadable_finding,
 )
 from ckptlint.workers import ExportsTask, FindingsTask, Workers, worker_count
 
-ALL_CODES = frozenset(rule.code for rule in ALL_RULES)
-TRIGGERS = tuple(sorted({word for rule in ALL_RULES for word in rule.TRIGGERS}))
+if TYPE_CHECKING:  # the analysis is imported only by a run that analyses a file
+    from ckptlint.analyser import Analyser
+    from ckptlint.analysis import ProjectAnalysis
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -121,6 +120,8 @@ class _State:
     ) -> Analyser:
         """This process's analyser of the project (kept: it holds the parsed modules)."""
         if self._analyser is None:
+            from ckptlint.analyser import Analyser
+
             self._analyser = Analyser(
                 table, self.layout, self.snapshot, self.paths, target_torch, max_tokens
             )
@@ -163,7 +164,7 @@ class Engine:
 
     @cached_property
     def selected(self) -> frozenset[str]:
-        return frozenset(code for code in ALL_CODES if self.settings.is_selected(code))
+        return frozenset(code for code in CODES if self.settings.is_selected(code))
 
     # -- the entry point ------------------------------------------------------------------
     def lint(
@@ -208,7 +209,7 @@ class Engine:
     ) -> FileResult:
         digest = state.snapshot.digest(path)
         if digest == MISSING:
-            findings = [unreadable_finding(InaccessiblePath.code, CannotRead("no such file"))]
+            findings = [unreadable_finding(INACCESSIBLE_PATH, CannotRead("no such file"))]
         elif digest.startswith("!"):
             findings = [self._unreadable(state, path)]
         elif path in state.internal_errors:
@@ -227,11 +228,11 @@ class Engine:
         try:
             state.snapshot.data(path)
         except FileTooLarge as error:
-            return unreadable_finding(UnreadableFile.code, error)
+            return unreadable_finding(UNREADABLE_FILE, error)
         except CannotRead as error:
-            return unreadable_finding(InaccessiblePath.code, error)
+            return unreadable_finding(INACCESSIBLE_PATH, error)
         except UnreadableSource as error:
-            return unreadable_finding(UnreadableFile.code, error)
+            return unreadable_finding(UNREADABLE_FILE, error)
         raise AssertionError("an unreadable file was read")  # pragma: no cover
 
     def _keep(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, islice
 
+from ckptlint.core import Finding
 from ckptlint.lazy_tree import parse_lazily, statement_too_deep
 from ckptlint.memos import process_cache
 
@@ -433,3 +434,16 @@ def parse(
     except ValueError as error:
         raise UnreadableSource(f"cannot parse file: {error}") from None
     return ParsedSource(text, lines, tree)
+
+
+def unreadable_finding(code: str, error: UnreadableSource | None) -> Finding:
+    """``code`` (CKP901, CKP902) where the file could not be read, decoded or parsed."""
+    error = error or UnreadableSource("cannot read file")
+    return Finding(
+        line=error.line,
+        column=error.column,
+        code=code,
+        message=error.reason,
+        end_line=error.line,
+        end_column=error.column,
+    )

@@ -15,10 +15,12 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ckptlint.analyser import Analyser
 from ckptlint.project.stored import Analysed, Exported, Words
+
+if TYPE_CHECKING:
+    from ckptlint.analyser import Analyser
 
 # Below this many files to analyse per process, a worker costs more than it saves.
 FILES_PER_PROCESS = 40

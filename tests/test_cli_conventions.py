@@ -261,8 +261,42 @@ def test_version_help_and_clean_never_import_the_analysis(tree: Path) -> None:
     assert result.returncode == 0, result.stderr
     loaded = set(result.stdout.split())
     assert "ckptlint.config" in loaded  # clean finds the project
-    analysis = {"ckptlint.engine", "ckptlint.analysis", "ckptlint.rules", "ckptlint.discovery"}
+    analysis = {"ckptlint.engine", "ckptlint.analysis", "ckptlint.rules.base"}
     assert loaded & analysis == set()
+
+
+ANALYSIS = {"ckptlint.analyser", "ckptlint.analysis", "ckptlint.rules.base"}
+
+
+def modules_of_a_run(tree: Path) -> set[str]:
+    """The ckptlint modules one ``ckptlint .`` in a fresh interpreter loaded."""
+    script = (
+        "import contextlib, io, sys\n"
+        "from ckptlint.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['.'])\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('ckptlint'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
+
+
+def test_a_warm_run_where_nothing_changed_never_imports_the_analysis(tree: Path) -> None:
+    """Issue 36: every answer is in the cache, so the rules and the analysis stay unloaded;
+    an edit loads them again (the check can fail)."""
+    (tree / "a.py").write_text(MISSING)
+    (tree / "b.py").write_text("import torch\n")
+    assert run_cli(".", cwd=tree).returncode == 1  # cold: fills the cache
+    assert modules_of_a_run(tree) & ANALYSIS == set()
+    (tree / "b.py").write_text("import torch\nfrom torch.utils.checkpoint import checkpoint\n")
+    assert modules_of_a_run(tree) >= ANALYSIS
 
 
 def test_the_help_states_the_defaults_it_cannot_import() -> None:

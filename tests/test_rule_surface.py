@@ -114,3 +114,17 @@ def test_one_rule_one_file() -> None:
             and value.__module__ == home.__name__
         ]
         assert len(rules) == 1, (home.__name__, rules)
+
+
+def test_the_registry_names_every_rule_file_with_its_code_and_triggers() -> None:
+    """The registry (what a run reads before it analyses anything) agrees with the rule
+    files: each rule's code, file and class, every file registered once, and the union of
+    the rules' triggers."""
+    from ckptlint.rules import REGISTRY, TRIGGERS
+
+    assert [rule.code for rule in ALL_RULES] == list(REGISTRY)
+    for rule in ALL_RULES:
+        module, cls = REGISTRY[rule.code]
+        assert (type(rule).__module__, type(rule).__name__) == (f"ckptlint.rules.{module}", cls)
+    assert sorted(module for module, _ in REGISTRY.values()) == [p.stem for p in RULE_FILES]
+    assert set(TRIGGERS) == {word for rule in ALL_RULES for word in rule.TRIGGERS}
