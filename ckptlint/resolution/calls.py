@@ -224,12 +224,10 @@ class Calls:
         evaluate = self.evaluator.evaluate
         results: list[Value] = []
         pending: list[tuple[FunctionValue, Context]] = [(function, inner)]
-        done: set[tuple[ast.AST, Context]] = set()
-        while pending and len(done) < MAX_TAIL_CALLS:
-            function, inner = pending.pop(0)
-            if (function.node, inner) in done:
-                continue
-            done.add((function.node, inner))
+        # each function followed once, in the context it was first reached in
+        queued: dict[ast.AST, Context] = {function.node: inner}
+        while pending and len(queued) <= MAX_TAIL_CALLS:
+            function, inner = pending.pop()
             if isinstance(function.node, ast.Lambda):
                 results.extend(evaluate(function.node.body, inner))
                 continue
@@ -242,10 +240,15 @@ class Calls:
                         results.append(Constant(None))
                         continue
                     tail = self._tail_call(node.value, inner)
-                    if tail is None:
+                    if tail is None or any(queued.get(f.node, c) != c for f, c in tail):
+                        # a recursion in another context: asked as any call is, its cycles
+                        # and depth bounded there
                         results.extend(evaluate(node.value, inner))
-                    else:
-                        pending.extend(tail)
+                        continue
+                    for called, context in tail:
+                        if called.node not in queued:
+                            queued[called.node] = context
+                            pending.append((called, context))
         if pending:
             results.append(UNKNOWN)  # more tail calls than followed
         return unique(results) or (Constant(None),)
