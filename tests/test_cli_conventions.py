@@ -239,42 +239,16 @@ def test_the_cli_runs_as_a_module(tree: Path) -> None:
     assert result.returncode == 1 and result.stdout.startswith("a.py:3:5: CKP001 ")
 
 
-def test_version_help_and_clean_never_import_the_analysis(tree: Path) -> None:
-    """Issue 36: a run imports only what it needs. One interpreter runs the three commands
-    and lists the ckptlint modules they loaded."""
-    script = (
-        "import contextlib, io, sys\n"
-        "from ckptlint.cli import main\n"
-        "for arguments in (['--version'], ['--help']):\n"
-        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-        "        main(arguments)\n"
-        "assert main(['clean', '.']) == 0\n"
-        "print(' '.join(sorted(m for m in sys.modules if m.startswith('ckptlint'))))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        timeout=SUBPROCESS_TIMEOUT,
-    )
-    assert result.returncode == 0, result.stderr
-    loaded = set(result.stdout.split())
-    assert "ckptlint.config" in loaded  # clean finds the project
-    analysis = {"ckptlint.engine", "ckptlint.analysis", "ckptlint.rules.base"}
-    assert loaded & analysis == set()
-
-
 ANALYSIS = {"ckptlint.analyser", "ckptlint.analysis", "ckptlint.rules.base"}
 
 
-def modules_of_a_run(tree: Path) -> set[str]:
-    """The ckptlint modules one ``ckptlint .`` in a fresh interpreter loaded."""
+def modules_loaded(tree: Path, commands: str) -> set[str]:
+    """The ckptlint modules a fresh interpreter loaded running ``commands`` (Python that
+    calls ``main``, the CLI's entry) in ``tree``."""
     script = (
         "import contextlib, io, sys\n"
         "from ckptlint.cli import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    main(['.'])\n"
+        f"{commands}"
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('ckptlint'))))\n"
     )
     result = subprocess.run(
@@ -286,6 +260,27 @@ def modules_of_a_run(tree: Path) -> set[str]:
     )
     assert result.returncode == 0, result.stderr
     return set(result.stdout.split())
+
+
+def modules_of_a_run(tree: Path) -> set[str]:
+    """The ckptlint modules one ``ckptlint .`` loaded."""
+    return modules_loaded(
+        tree, "with contextlib.redirect_stdout(io.StringIO()):\n    main(['.'])\n"
+    )
+
+
+def test_version_help_and_clean_never_import_the_analysis(tree: Path) -> None:
+    """Issue 36: a run imports only what it needs. One interpreter runs the three commands
+    and lists the ckptlint modules they loaded."""
+    loaded = modules_loaded(
+        tree,
+        "for arguments in (['--version'], ['--help']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        main(arguments)\n"
+        "assert main(['clean', '.']) == 0\n",
+    )
+    assert "ckptlint.config" in loaded  # clean finds the project
+    assert loaded & (ANALYSIS | {"ckptlint.engine"}) == set()
 
 
 def test_a_warm_run_where_nothing_changed_never_imports_the_analysis(tree: Path) -> None:
