@@ -402,7 +402,11 @@ class _Source:
             )
             if ("chain", number) in iterators:
                 self.iterators.append(at)
-            if read.called:  # a torch function: named in a message if it is patched later
+            # a torch function: named in a message if it is patched later. ``func`` is None
+            # where a function the plan follows was collected since the plan was made (a
+            # closure of an earlier call of the same code): such a reader is never read
+            # (``live_functions`` is None), ``capture`` plans the region afresh
+            if read.called and func is not None:
                 target = read_chain(func.__globals__.get(read.chain[0], MISSING), read.chain[1:])
                 self.library_objects[id(target)] = target
             if read.cache is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import threading
 import warnings
 
@@ -560,3 +561,57 @@ def test_context_fn_setting_state_for_the_forward_only_lets_the_model_s_error_th
     assert not isinstance(guarded, ckptguard.CheckpointMismatchError)
     if hasattr(guarded, "__notes__"):
         assert "Flagged" in guarded.__notes__[0] and "ready" in guarded.__notes__[0]
+
+
+# ------------------- issue 38: torch's own checkpoint tests (benchmarks/torch_checkpoint_tests.py)
+
+
+def _closure_region(layer: nn.Module, scale: float):
+    """A region closing over a helper closure, as TestNestedCheckpoint's wrappers do: each call
+    makes new functions of the same code, so the plan cached for that code follows a helper of
+    an earlier call, which may have been collected since. ``rescale`` rebinds the helper's
+    cell."""
+
+    def helper(y: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(y) * scale
+
+    def rescale(value: float) -> None:
+        nonlocal scale
+        scale = value
+
+    def region(x: torch.Tensor) -> torch.Tensor:
+        return helper(layer(x))
+
+    return region, rescale
+
+
+@pytest.mark.parametrize("collected", [True, False], ids=["earlier_collected", "earlier_alive"])
+@VARIANTS
+def test_a_region_whose_earlier_closure_was_collected(collected: bool, reentrant: bool) -> None:
+    """The code's plan, made for the first region, still follows its helper; a region of the
+    same code running another module is read afresh. Its helper collected, the reader once met
+    a None function (``[internal]`` AttributeError, the region left unguarded): now silent,
+    bit-identical to plain torch, and still guarded (its own helper's cell rebound is named)."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, requires_grad=True)
+
+    def run(rebind: bool = False) -> list:
+        first, _ = _closure_region(nn.Linear(4, 4), 2.0)
+        checkpoint(first, x, use_reentrant=reentrant).sum().backward()
+        if collected:
+            del first
+            gc.collect()
+        torch.manual_seed(1)
+        layer = nn.Linear(4, 4)
+        second, rescale = _closure_region(layer, 2.0)
+        x.grad = None
+        out = checkpoint(second, x, use_reentrant=reentrant)
+        if rebind:
+            rescale(3.0)
+        out.sum().backward()
+        return grads_of(layer, x)
+
+    _strict_silence(run, strict=False)
+    with ckptguard.guard(), pytest.raises(ckptguard.CheckpointMismatchError) as info:
+        run(rebind=True)
+    assert info.value.kind == "closure" and "scale" in str(info.value)
