@@ -604,6 +604,11 @@ _selective_found: list[Any] = [getattr(torch_checkpoint, name, None) for name in
 _SELECTIVE = SelectiveModes(*_selective_found) if all(_selective_found) else None
 
 
+# The ops torch's selective-checkpoint modes run without asking the policy (detach and the
+# size, stride and device queries): a policy that names one never saves anything by it.
+SAC_IGNORED_OPS: frozenset = frozenset(getattr(torch_checkpoint, "SAC_IGNORED_OPS", ()))
+
+
 def selective_modes() -> SelectiveModes | None:
     """None on a torch without them: its selective-checkpoint regions get no policy checks."""
     return _SELECTIVE

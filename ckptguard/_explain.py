@@ -1337,6 +1337,12 @@ _POLICY_CAUSES = {
         "recompute",
         "return CheckpointPolicy.MUST_SAVE (or PREFER_SAVE) for the outputs to keep",
     ),
+    "ignored": (
+        "its code names {what}, which torch never asks a policy about: selective "
+        "checkpointing runs detach and the size, stride and device queries without asking "
+        "(torch.utils.checkpoint.SAC_IGNORED_OPS), so their outputs are never saved",
+        "name ops whose outputs backward uses (those torch asked about are listed above)",
+    ),
     "overload": (
         "its code names {what}, which {detail} in this region",
         "name the overloads this region runs (torch asked about them above: nn.Linear runs "

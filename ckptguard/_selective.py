@@ -352,7 +352,9 @@ def saved_nothing_causes(record: Record, saved_elsewhere: bool) -> list[tuple[st
     """Why a policy that saved nothing in a region did so, as (kind, what the code names,
     what became of it): certain causes (a packet or Python function its code names whose aten
     op the region ran; answers torch reads as recompute) always, and, for a policy that has
-    saved nothing in any region so far, the ops its code names. Empty: its code names no op,
+    saved nothing in any region so far, the ops its code names (whether they ran, or that
+    torch never asks a policy about them: ``record.calls`` holds only the ops torch asked
+    about, so an op it passes through would read as never run). Empty: its code names no op,
     or it saves elsewhere and nothing certain explains this region."""
     ran = record.calls
     causes: list[tuple[str, str, str]] = []
@@ -374,7 +376,9 @@ def saved_nothing_causes(record: Record, saved_elsewhere: bool) -> list[tuple[st
     if causes or saved_elsewhere:
         return causes
     for label, value in named:
-        if isinstance(value, (*_OP_TYPES, _PACKET)):
+        if isinstance(value, _OP_TYPES) and value in _compat.SAC_IGNORED_OPS:
+            causes.append(("ignored", _describe(label, value), ""))  # whether it ran or not
+        elif isinstance(value, (*_OP_TYPES, _PACKET)):
             state = f"ran x{ran[value]}" if value in ran else "never ran"
             causes.append(("overload", _describe(label, value), state))
     return causes

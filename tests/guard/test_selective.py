@@ -144,6 +144,14 @@ def answer_policy(ctx, op, *args, **kwargs):
     return "save" if op == aten.mm.default else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+def size_policy(ctx, op, *args, **kwargs):
+    """Saves a size query (as PyTorch's test_subclass_dispatching_sizes does): torch runs
+    those without asking the policy, whether the region runs them or not."""
+    if op is torch.ops.aten.sym_size.default:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
 SAVES_NOTHING = {
     "packet": (
         packet_policy,
@@ -169,6 +177,12 @@ SAVES_NOTHING = {
     "op_list_of_another_op": (
         [aten.addmm.default],
         "its code names aten.addmm.default, which never ran in this region",
+    ),
+    "op_torch_never_asks_about": (
+        size_policy,
+        "its code names torch.ops.aten.sym_size.default = aten.sym_size.default, which torch "
+        "never asks a policy about: selective checkpointing runs detach and the size, stride "
+        "and device queries without asking",
     ),
 }
 
