@@ -962,13 +962,18 @@ def rng_device_error(region: str, devices: list[str], preserve: bool) -> Checkpo
         else "torch stashes the RNG state only for CPU and for the devices of tensor positional "
         "arguments"
     )
+    # without preserve_rng_state torch restores no device's state, whatever the arguments
+    restore = (
+        "pass a tensor on each of these devices as a positional argument of checkpoint"
+        if preserve
+        else "keep preserve_rng_state=True (the default)"
+    )
     message = (
         f"ckptguard [rng_device]: checkpointed region {region} drew random numbers on "
         f"{', '.join(devices)} during its forward, but {reason}; the recompute will draw "
         f"different numbers there and its gradients will not match the forward.\n"
-        f"  how to fix: pass a tensor on each of these devices as a positional argument of "
-        f"checkpoint, keep preserve_rng_state=True, or draw the random numbers outside the "
-        f"region and pass them in."
+        f"  how to fix: {restore}, or draw the random numbers outside the region and pass "
+        f"them in."
     )
     details = {"devices": devices, "preserve_rng_state": preserve}
     return CheckpointMismatchError(message, kind="rng_device", region=region, details=details)

@@ -248,6 +248,9 @@ def test_unpreserved_rng_is_rng_device(reentrant: bool) -> None:
     assert info.value.kind == "rng_device"
     assert info.value.details["devices"] == ["cpu"]
     assert "preserve_rng_state=False" in str(info.value)
+    # no argument makes torch restore a state it does not stash at all
+    assert "how to fix: keep preserve_rng_state=True (the default), or draw" in str(info.value)
+    assert "positional argument" not in str(info.value)
 
 
 def test_warn_mode_warns_and_continues(model_and_input) -> None:
