@@ -91,7 +91,7 @@ def _summary(text: str) -> str:
     text = text.replace(os.getcwd() + os.sep, "")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     kept = lines[:1] + [line for line in lines[1:] if line.startswith(("why:", "measured:"))]
-    return " | ".join(" ".join(line.split())[:240] for line in kept)
+    return " | ".join(" ".join(line.split())[:320] for line in kept)
 
 
 def _run_child(mode: str, output: str, arguments: list[str], pythonpath: list[str]) -> None:
