@@ -6,9 +6,9 @@ guard and compare every outcome with plain torch's.
 
 Each PATH is a test file or a folder (its ``test_*.py`` files, recursively). The files are
 read from public repositories at the installed versions and kept in a git-ignored folder
-such as benchmarks/.torch-tests/, never committed (see docs/guard.md, "Checkpoint test
-suites under the guard"). PyTorch's test files need the ``expecttest`` package, which
-torch's testing helpers import.
+such as benchmarks/.torch-tests/, never committed (see docs/guard.md, "PyTorch's own
+checkpoint tests under the guard"). PyTorch's test files need the ``expecttest`` package,
+which torch's testing helpers import.
 
 Each file runs three times, each in its own pytest process: plain torch, the guard in
 default mode and in strict mode, enabled around every test's call. A test's outcome is
