@@ -24,7 +24,15 @@ from packaging.version import Version
 from ckptlint.effects.changes import ChangeFinder
 from ckptlint.effects.reach import GlobalWrite, Reach, ReachAnalysis
 from ckptlint.project.index import Module, Project
-from ckptlint.project.scopes import FUNCTIONS, Binding, Body, Scope, nested_bodies, touches_lines
+from ckptlint.project.scopes import (
+    FUNCTIONS,
+    Binding,
+    Body,
+    Scope,
+    nested_bodies,
+    statements_touching,
+    touches_lines,
+)
 from ckptlint.regions.calls import calls_at, calls_on_lines
 from ckptlint.regions.policies import Policy, policies
 from ckptlint.regions.sites import (
@@ -120,19 +128,20 @@ class ProjectAnalysis:
         return self.solver.ask(key, self._module_words, module, fallback=self.words)
 
     def _module_words(self, module: Module) -> frozenset[str]:
-        """Each round looks at the lines the last one's names added: what a line gives
-        does not depend on the words that led to it, so no line is looked at twice (a
-        chain of wrappers in one file costs its length, not its square)."""
-        words = self.words
+        """Each round looks at the lines naming the names the last one added: what a line
+        gives does not depend on the words that led to it, so no line is looked at, and no
+        word searched for, twice (a chain of wrappers in one file costs its length, not its
+        square)."""
+        words = new = self.words
         seen: set[int] = set()
         found = self._recompute_classes(module)
         while True:  # each round scopes more of the module's own names, so it ends
-            lines = [line for line in module.candidate_lines(words) if line not in seen]
+            lines = [line for line in module.candidate_lines(new) if line not in seen]
             seen.update(lines)
-            aliases = (found | self._aliases_on(module, lines)) - words
-            if not aliases:
+            new = frozenset((found | self._aliases_on(module, lines)) - words)
+            if not new:
                 return words
-            words = words | aliases
+            words = words | new
             found = set()
 
     def calls_of_interest(self, module: Module) -> list[tuple[ast.Call, Context]]:
@@ -470,24 +479,23 @@ class ProjectAnalysis:
         """Bindings whose value is written on one of ``lines``, and whether other modules
         can see them (module and class attributes, ``self.<name>``), unlike function
         locals."""
-        scopes = [module.scopes.module]
-        scopes.extend(scope for _, scope, _ in _definitions_touching(module, lines))
-        for scope in scopes:
-            groups = [(b, scope.kind != "function") for b in scope.bindings.values()]
+        groups = [(module.scopes.module.bindings_near(lines), True)]
+        for _, scope, _ in _definitions_touching(module, lines):
+            groups.extend((b, scope.kind != "function") for b in scope.bindings.values())
             groups.extend((b, True) for b in scope.instance_attributes.values())
-            for bindings, visible in groups:
-                for binding in bindings:
-                    node = binding.node
-                    if isinstance(node, FUNCTIONS) and node.decorator_list:
-                        # a decorated ``def`` binds what its decorators make of it
-                        if any(touches_lines(d, lines) for d in node.decorator_list):
-                            yield binding, visible
-                        continue
-                    if binding.value is None and binding.imported is None:
-                        continue
-                    source = binding.value if binding.value is not None else node
-                    if touches_lines(source, lines):
+        for bindings, visible in groups:
+            for binding in bindings:
+                node = binding.node
+                if isinstance(node, FUNCTIONS) and node.decorator_list:
+                    # a decorated ``def`` binds what its decorators make of it
+                    if any(touches_lines(d, lines) for d in node.decorator_list):
                         yield binding, visible
+                    continue
+                if binding.value is None and binding.imported is None:
+                    continue
+                source = binding.value if binding.value is not None else node
+                if touches_lines(source, lines):
+                    yield binding, visible
 
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
@@ -500,7 +508,7 @@ def _definitions_touching(
     source order, each with its own scope and the scope it is defined in. A class's methods
     come after it, so its instance attributes are all known once they are."""
     scopes = module.scopes
-    stack: list[tuple[ast.stmt, Scope]] = [(s, scopes.module) for s in reversed(module.tree.body)]
+    stack = [(s, scopes.module) for s in reversed(statements_touching(module.tree.body, lines))]
     found: list[tuple[Definition, Scope, Scope]] = []
     while stack:
         statement, parent = stack.pop()
@@ -511,10 +519,10 @@ def _definitions_touching(
             if scope is None:
                 continue
             found.append((statement, scope, parent))
-            stack.extend((s, scope) for s in reversed(statement.body))
+            stack.extend((s, scope) for s in reversed(statements_touching(statement.body, lines)))
         else:
             for body in reversed(nested_bodies(statement)):
-                stack.extend((s, parent) for s in reversed(body))
+                stack.extend((s, parent) for s in reversed(statements_touching(body, lines)))
     return found
 
 

@@ -158,3 +158,78 @@ def test_work_grows_linearly_with_the_chain(kind: str) -> None:
     _, small = lint(chain(kind, 50, split=False).files)
     _, large = lint(chain(kind, 100, split=False).files)
     assert large <= 2.5 * small, (small, large)
+
+
+def factories(length: int, last: str, *, split: bool = False) -> Chain:
+    """``m0``...: each factory returns what the next one returns, the last one ``last`` (a
+    source, or a partial of it); ``go`` calls what ``m0()`` gives."""
+    header = ["import functools", "from torch.utils.checkpoint import checkpoint", ""]
+    bodies = [[f"def m{i}():", f"    return m{i + 1}()"] for i in range(length)]
+    bodies.append([f"def m{length}():", f"    return {last}"])
+    go = ["def go(f, x):", "    ck = m0()", "    return ck(f, x)"]
+    if not split:
+        text = [*header]
+        for lines in bodies:
+            text += [*lines, ""]
+        text += go
+        return Chain({"chain.py": "\n".join(text) + "\n"}, "chain.py", len(text))
+    files = {"pkg/__init__.py": ""}
+    for index, lines in enumerate(bodies):
+        imports = [f"from .m{index + 1} import m{index + 1}"] if index < length else []
+        files[f"pkg/m{index}.py"] = "\n".join([*header, *imports, "", *lines]) + "\n"
+    files["pkg/go.py"] = "\n".join([*header, "from .m0 import m0", "", *go]) + "\n"
+    return Chain(files, "pkg/go.py", len(header) + 5)
+
+
+@pytest.mark.parametrize("length", [1, 20, 400, 1005])
+def test_a_chain_of_factories_hands_the_source_on_at_any_length(length: int) -> None:
+    """``return m1()`` ... ``return checkpoint``: each factory answered once, deepest first
+    (933a637 followed the rest of the chain from every factory, and cut it at 1,000 with
+    no note: the CKP001 disappeared)."""
+    generated = factories(length, "checkpoint")
+    found, _ = lint(generated.files)
+    assert found == expected(generated)
+    silent = factories(length, "functools.partial(checkpoint, use_reentrant=False)")
+    found, _ = lint(silent.files)
+    assert found == {path: [] for path in silent.files}
+
+
+def test_a_chain_of_factories_across_modules() -> None:
+    generated = factories(40, "checkpoint", split=True)
+    found, _ = lint(generated.files)
+    assert found == expected(generated)
+
+
+def test_work_grows_linearly_with_a_chain_of_factories() -> None:
+    _, small = lint(factories(200, "checkpoint").files)
+    _, large = lint(factories(400, "checkpoint").files)
+    assert large <= 2.5 * small, (small, large)
+
+
+def test_factories_calling_each_other() -> None:
+    """Mutual tail calls: what either returns is the other's returns and its own; a cycle
+    that returns nothing else gives nothing (no finding, no note)."""
+    text = (
+        "from torch.utils.checkpoint import checkpoint\n"
+        "\n"
+        "def a(flag):\n"
+        "    if flag:\n"
+        "        return b(flag)\n"
+        "    return checkpoint\n"
+        "\n"
+        "def b(flag):\n"
+        "    return a(not flag)\n"
+        "\n"
+        "def c():\n"
+        "    return d()\n"
+        "\n"
+        "def d():\n"
+        "    return c()\n"
+        "\n"
+        "def go(f, x):\n"
+        "    ck = b(True)\n"
+        "    other = c()\n"
+        "    return ck(f, x), other(f, x)\n"
+    )
+    found, _ = lint({"cycle.py": text})
+    assert found == {"cycle.py": [(20, 12, "CKP001")]}

@@ -80,6 +80,13 @@ class Scope:
     # its (statement id, side). A use on one side never sees a binding on the other (the
     # branches of an ``if``/``elif`` chain are exclusive).
     exclusive: list[tuple[Position, Position, tuple[int, int]]] = field(default_factory=list)
+    # How many times ``bind`` added to ``bindings`` (scopes built on demand later add
+    # bindings to the module's: ``global x`` in a function): what keeps an index current.
+    bound: int = 0
+    # For the module scope: its bindings by the top-level statement they are made in.
+    _by_statement: tuple[int, dict[int, list[Binding]]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __repr__(self) -> str:
         name = getattr(self.node, "name", type(self.node).__name__)
@@ -98,6 +105,23 @@ class Scope:
         if self.self_name is not None and self.parent is not None:
             return self.parent
         return None
+
+    def bindings_near(self, sorted_lines: list[int]) -> list[Binding]:
+        """The module scope's bindings made in the top-level statements holding one of
+        ``sorted_lines`` (ascending): what a look at a few lines of a long module needs,
+        found without walking every binding of it."""
+        body: list[ast.stmt] = self.node.body  # type: ignore[attr-defined]
+        known = self._by_statement
+        if known is None or known[0] != self.bound:
+            starts = _starts(body)
+            groups: dict[int, list[Binding]] = {}
+            for bindings in self.bindings.values():
+                for binding in bindings:
+                    index = bisect_right(starts, binding.position[0]) - 1
+                    groups.setdefault(index, []).append(binding)
+            known = self._by_statement = (self.bound, groups)
+        groups = known[1]
+        return [b for i in _indices_touching(body, sorted_lines) for b in groups.get(i, ())]
 
     def lookup(self, name: str, position: Position | None = None) -> list[Binding]:
         """Bindings ``name`` may refer to when used in this scope at ``position``.
@@ -264,6 +288,48 @@ def _first_lines(body: list[ast.stmt]) -> list[int]:
 _FIRST_LINES: dict[int, tuple[list[ast.stmt], list[int]]] = process_memo()
 
 
+def statements_touching(body: list[ast.stmt], sorted_lines: list[int]) -> list[ast.stmt]:
+    """The statements of ``body`` whose span (decorators included) holds one of
+    ``sorted_lines`` (ascending), in source order: bisected, so looking at a few lines of a
+    long module costs those lines, not the module."""
+    return [body[index] for index in _indices_touching(body, sorted_lines)]
+
+
+def _indices_touching(body: list[ast.stmt], sorted_lines: list[int]) -> list[int]:
+    if not body:
+        return []
+    starts = _starts(body)
+    end = body[-1].end_lineno or body[-1].lineno
+    within = sorted_lines[bisect_left(sorted_lines, starts[0]) : bisect_right(sorted_lines, end)]
+    found: set[int] = set()
+    for line in within:
+        index = bisect_right(starts, line) - 1
+        # statements sharing a line (``a = 1; b = 2``) all hold it
+        while index >= 0 and index not in found:
+            statement = body[index]
+            if (statement.end_lineno or statement.lineno) < line:
+                break
+            found.add(index)
+            index -= 1
+    return sorted(found)
+
+
+def _starts(body: list[ast.stmt]) -> list[int]:
+    """The first line of each statement of a body, decorators included (computed once a
+    body)."""
+    found = _STARTS.get(id(body))
+    if found is None or found[0] is not body or len(found[1]) != len(body):
+        starts = [
+            min([s.lineno, *(d.lineno for d in getattr(s, "decorator_list", ()))]) for s in body
+        ]
+        found = _STARTS[id(body)] = (body, starts)
+    return found[1]
+
+
+# body id: (the body, kept so that its id is never reused while the entry lives; its starts)
+_STARTS: dict[int, tuple[list[ast.stmt], list[int]]] = process_memo()
+
+
 def touches_lines(node: ast.AST, sorted_lines: list[int]) -> bool:
     """Whether any of ``sorted_lines`` (ascending) falls within the node's line span."""
     start = getattr(node, "lineno", None)
@@ -386,6 +452,7 @@ class _ScopeBuilder:
         sides = self.sides if target is self.scope else ()
         binding = Binding(name, node, target, position, conditional, sides=sides, **facts)  # type: ignore[arg-type]
         target.bindings.setdefault(name, []).append(binding)
+        target.bound += 1
 
     def bind_target(
         self,

@@ -19,6 +19,7 @@ from ckptlint.project.scopes import (
     is_type_checking,
     outside_parts,
     statements_at,
+    statements_touching,
     touches_lines,
 )
 from ckptlint.resolution.bodies import children_run_here
@@ -54,7 +55,9 @@ def calls_on_lines(module: Module, lines: list[int]) -> list[tuple[ast.Call, Sco
         return []
     scopes = module.scopes
     found: list[tuple[ast.Call, Scope]] = []
-    work: list[tuple[ast.AST, Scope]] = [(s, scopes.module) for s in reversed(module.tree.body)]
+    work: list[tuple[ast.AST, Scope]] = [
+        (s, scopes.module) for s in reversed(statements_touching(module.tree.body, lines))
+    ]
     while work:
         node, scope = work.pop()
         if not touches_lines(node, lines) and not _decorators_touch(node, lines):

@@ -18,12 +18,14 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ckptlint.memos import process_memo
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import (
     FUNCTIONS,
     Scope,
     nested_bodies,
     statements_at,
+    statements_touching,
     touches_lines,
 )
 from ckptlint.regions.calls import calls_in_body, calls_on_lines
@@ -616,36 +618,48 @@ def qualified_name(value: FunctionValue | ClassValue) -> str:
     return ".".join([value.context.module.name, *parts])
 
 
-def classes_at_top(statements: list[ast.stmt]) -> Iterator[ast.ClassDef]:
-    """Classes at module level, also under ``if``/``try`` (not inside functions)."""
+def classes_at_top(statements: list[ast.stmt]) -> tuple[ast.ClassDef, ...]:
+    """Classes at module level, also under ``if``/``try`` (not inside functions); found
+    once a body (every discovery round of a module asks)."""
+    known = _CLASSES_AT_TOP.get(id(statements))
+    if known is not None and known[0] is statements and known[1] == len(statements):
+        return known[2]
+    found = []
     stack = list(reversed(statements))
     while stack:
         node = stack.pop()
         if isinstance(node, ast.ClassDef):
-            yield node
-        elif isinstance(node, (ast.If, ast.Try, ast.With)) and not isinstance(node, FUNCTIONS):
+            found.append(node)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
             for body in nested_bodies(node):
                 stack.extend(reversed(body))
+    _CLASSES_AT_TOP[id(statements)] = (statements, len(statements), tuple(found))
+    return tuple(found)
+
+
+# body id: (the body, kept so that its id is never reused while the entry lives; its length;
+# its classes)
+_CLASSES_AT_TOP: dict[int, tuple[list[ast.stmt], int, tuple[ast.ClassDef, ...]]] = process_memo()
 
 
 def _definitions_at_top(
     module: Module, lines: list[int]
 ) -> Iterator[tuple[FunctionDefinition, ast.ClassDef | None]]:
     """Functions defined at module level and methods of classes there (under ``if`` and
-    ``try`` too), each with the class it is a method of."""
-    stack = list(reversed(module.tree.body))
+    ``try`` too), each with the class it is a method of, where they touch ``lines`` (else
+    no decorator of theirs can matter)."""
+    stack = list(reversed(statements_touching(module.tree.body, lines)))
     while stack:
         node = stack.pop()
         if isinstance(node, FUNCTIONS):
             yield node, None
         elif isinstance(node, ast.ClassDef):
-            if touches_lines(node, lines):  # else no decorator can matter
-                for statement in node.body:
-                    if isinstance(statement, FUNCTIONS):
-                        yield statement, node
+            for statement in statements_touching(node.body, lines):
+                if isinstance(statement, FUNCTIONS):
+                    yield statement, node
         elif isinstance(node, (ast.If, ast.Try, ast.With)):
             for body in nested_bodies(node):
-                stack.extend(reversed(body))
+                stack.extend(reversed(statements_touching(body, lines)))
 
 
 FunctionDefinition = ast.FunctionDef | ast.AsyncFunctionDef

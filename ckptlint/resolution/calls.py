@@ -5,10 +5,11 @@ A call of a project function gives what its ``return`` statements give in the co
 parameter handed on unchanged is followed to where it was first written, ``passed_on``), a
 ``**kwargs`` parameter holding the keywords passed (through any chain of wrappers that hand
 their own ``**kwargs`` on unchanged, the keywords of the call that wrote them). ``return
-g(...)`` chains are followed in a loop. A class called makes an instance; torch's and
-Python's functions the analysis knows (``functools.partial``, ``getattr``, ``enumerate``,
-``super()``, version parsers and tests...) give what they are known to; a container's
-methods give its elements (see ``containers``).
+g(...)`` chains are answered from the deepest link up, so their length costs no depth. A
+class called makes an instance; torch's and Python's functions the analysis knows
+(``functools.partial``, ``getattr``, ``enumerate``, ``super()``, version parsers and
+tests...) give what they are known to; a container's methods give its elements (see
+``containers``).
 """
 
 from __future__ import annotations
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
     from ckptlint.resolution.evaluator import Evaluator
 
 PARTIAL = "functools.partial"
-# ``return g(...)`` chains are followed through at most this many functions (then UNKNOWN).
-MAX_TAIL_CALLS = 1_000
 _ITERATION_BUILTINS = frozenset({"list", "tuple", "iter", "reversed", "sorted", "set", "frozenset"})
 
 
@@ -218,40 +217,83 @@ class Calls:
         return self.returned_in(function, self.bind(function, arguments))
 
     def returned_in(self, function: FunctionValue, inner: Context) -> Values:
-        """The union over the ``return`` statements. A ``return g(...)`` of a project
-        function is followed in a loop, not by asking what the call gives: a chain of
-        wrappers each returning the next one's result costs no evaluation depth."""
-        evaluate = self.evaluator.evaluate
+        """The union over the ``return`` statements, asked once per function and context.
+        Before a function is asked, the functions its ``return g(...)`` statements call are
+        (``_settle_tail_calls``), so a chain of wrappers each returning the next one's
+        result costs no depth, and each link is computed once whichever link is asked
+        first."""
+        if isinstance(function.node, ast.Lambda):
+            return self.evaluator.evaluate(function.node.body, inner)
+        if not self.evaluator.settled(("returned", function, inner)):
+            self._settle_tail_calls(function, inner)
+        return self._ask_returned(function, inner) or (Constant(None),)
+
+    def _ask_returned(self, function: FunctionValue, inner: Context) -> Values:
+        """What ``function``'s returns give; nothing where asked within its own answer (a
+        tail call back into a function still being answered adds no value of its own)."""
+        return self.evaluator.ask(
+            ("returned", function, inner), self._returned, function, inner, fallback=(), flat=True
+        )
+
+    def _returned(self, function: FunctionValue, inner: Context) -> Values:
         results: list[Value] = []
-        pending: list[tuple[FunctionValue, Context]] = [(function, inner)]
-        # each function followed once, in the context it was first reached in
-        queued: dict[ast.AST, Context] = {function.node: inner}
-        while pending and len(queued) <= MAX_TAIL_CALLS:
-            function, inner = pending.pop()
-            if isinstance(function.node, ast.Lambda):
-                results.extend(evaluate(function.node.body, inner))
+        returns = False
+        for node in own_nodes(function.node.body):
+            if isinstance(node, (ast.Yield, ast.YieldFrom)):
+                return (UNKNOWN,)  # a generator
+            if not isinstance(node, ast.Return):
                 continue
-            for node in own_nodes(function.node.body):
-                if isinstance(node, (ast.Yield, ast.YieldFrom)):
-                    results.append(UNKNOWN)  # a generator
-                    break
-                if isinstance(node, ast.Return):
-                    if node.value is None:
-                        results.append(Constant(None))
-                        continue
-                    tail = self._tail_call(node.value, inner)
-                    if tail is None or any(queued.get(f.node, c) != c for f, c in tail):
-                        # a recursion in another context: asked as any call is, its cycles
-                        # and depth bounded there
-                        results.extend(evaluate(node.value, inner))
-                        continue
-                    for called, context in tail:
-                        if called.node not in queued:
-                            queued[called.node] = context
-                            pending.append((called, context))
-        if pending:
-            results.append(UNKNOWN)  # more tail calls than followed
-        return unique(results) or (Constant(None),)
+            returns = True
+            if node.value is None:
+                results.append(Constant(None))
+                continue
+            tail = self._tail_call(node.value, inner)
+            if tail is None:
+                results.extend(self.evaluator.evaluate(node.value, inner))
+                continue
+            for called, context in tail:
+                if isinstance(called.node, ast.Lambda):
+                    results.extend(self.evaluator.evaluate(called.node.body, context))
+                elif self.evaluator.settled(("returned", called, context)):
+                    results.extend(self._ask_returned(called, context))
+                else:
+                    results.extend(self.returned_in(called, context))
+        return unique(results) if returns else (Constant(None),)
+
+    def _settle_tail_calls(self, function: FunctionValue, inner: Context) -> None:
+        """Ask what the functions ``function`` reaches through ``return g(...)`` return, each
+        after the functions it tail-calls (an iterative walk in post-order, each function
+        once, in the context it is first reached in), so that every answer finds the next
+        link's already known."""
+        seen = {function.node}
+        stack = [(function, inner, iter(self._tail_callees(function, inner)))]
+        while stack:
+            current, context, callees = stack[-1]
+            for called, called_in in callees:
+                if called.node in seen or self.evaluator.settled(("returned", called, called_in)):
+                    continue
+                seen.add(called.node)
+                stack.append((called, called_in, iter(self._tail_callees(called, called_in))))
+                break
+            else:
+                stack.pop()
+                if stack:
+                    self._ask_returned(current, context)
+
+    def _tail_callees(
+        self, function: FunctionValue, inner: Context
+    ) -> Iterator[tuple[FunctionValue, Context]]:
+        """The project functions ``function``'s ``return g(...)`` statements call, lambdas
+        left out (their body is evaluated where they are called)."""
+        if isinstance(function.node, ast.Lambda):
+            return
+        for node in own_nodes(function.node.body):
+            if isinstance(node, (ast.Yield, ast.YieldFrom)):
+                return
+            if isinstance(node, ast.Return) and node.value is not None:
+                for called, context in self._tail_call(node.value, inner) or ():
+                    if not isinstance(called.node, ast.Lambda):
+                        yield called, context
 
     def _tail_call(
         self, expression: ast.expr, context: Context

@@ -106,9 +106,21 @@ class Evaluator:
         """Values asked of the solver: memoised, bounded, UNKNOWN where cut or failed."""
         return self.solver.ask((self._kind, key), _values_of, compute, *args, fallback=_UNKNOWN)
 
-    def ask(self, key: Hashable, compute: Callable[..., T], *args: object, fallback: T) -> T:
-        """Any other question, asked of the solver (keys differ between the two views)."""
-        return self.solver.ask((self._kind, key), compute, *args, fallback=fallback)
+    def ask(
+        self,
+        key: Hashable,
+        compute: Callable[..., T],
+        *args: object,
+        fallback: T,
+        flat: bool = False,
+    ) -> T:
+        """Any other question, asked of the solver (keys differ between the two views);
+        ``flat`` as ``Solver.ask`` says."""
+        return self.solver.ask((self._kind, key), compute, *args, fallback=fallback, flat=flat)
+
+    def settled(self, key: Hashable) -> bool:
+        """Whether the question ``key`` has an answer kept for the run."""
+        return self.solver.settled((self._kind, key))
 
     # -- entry points ----------------------------------------------------------------------
     def module_context(self, module: Module) -> Context:
