@@ -52,7 +52,7 @@ from tests.conftest import SUBPROCESS_TIMEOUT, hang_guard, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = settings(
-    max_examples=800,
+    max_examples=250,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -612,7 +612,7 @@ def check_tree(files: list[tuple[bytes, str]], huge: int, to_file: bool) -> None
 
 
 huge_size = st.integers(MAX_FILE_SIZE + 1, 256 * 1024 * 1024)
-TREES = settings(DEFAULT, max_examples=150)
+TREES = settings(DEFAULT, max_examples=60)
 
 
 @TREES

@@ -116,7 +116,7 @@ def expected(generated: Chain) -> dict[str, list[tuple[int, int, str]]]:
 
 
 @settings(
-    max_examples=40,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
