@@ -119,15 +119,26 @@ def runnable_blocks(pages: list[Path] = PAGES) -> list[Block]:
 
 # -- running -----------------------------------------------------------------------------------
 def run_block(block: Block) -> list[str]:
-    """What each command of ``block`` prints, run in a fresh copy of the checkout."""
+    """What each command of ``block`` prints, run in a fresh copy of the checkout (once a
+    process for the same commands: two pages showing one command run it once)."""
+    commands = tuple(command.text for command in block.commands)
+    if commands not in _OUTPUTS:
+        _OUTPUTS[commands] = _run_commands(commands)
+    return list(_OUTPUTS[commands])
+
+
+_OUTPUTS: dict[tuple[str, ...], list[str]] = {}
+
+
+def _run_commands(commands: tuple[str, ...]) -> list[str]:
     place = _place()
     copy = place / "checkout"
     _fresh_copy(copy)
     environment = _environment(place, copy)
     outputs = []
-    for command in block.commands:
+    for command in commands:
         result = subprocess.run(
-            ["bash", "-c", command.text],
+            ["bash", "-c", command],
             cwd=copy,
             env=environment,
             stdin=subprocess.DEVNULL,

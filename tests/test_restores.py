@@ -172,20 +172,20 @@ def test_restored_writes(source: str, expected: dict[int, str]) -> None:
 
 
 def test_thousands_of_writes_and_restores_are_matched_in_one_pass() -> None:
-    """5,000 ``try``/``finally`` restores of one global, each after its own write, and one
-    ``finally`` restoring 5,000 items: each write is matched with the nearest restore after
+    """2,000 ``try``/``finally`` restores of one global, each after its own write, and one
+    ``finally`` restoring 2,000 items: each write is matched with the nearest restore after
     it, without comparing every write with every restore."""
     pairs = "".join(
         f"    FAST = {i}\n    try:\n        step()\n    finally:\n        FAST = previous\n"
-        for i in range(5000)
+        for i in range(2000)
     )
-    items = "".join(f"    TABLE[{i}] = 1\n" for i in range(5000))
-    dropped = "".join(f"        del TABLE[{i}]\n" for i in range(5000))
+    items = "".join(f"    TABLE[{i}] = 1\n" for i in range(2000))
+    dropped = "".join(f"        del TABLE[{i}]\n" for i in range(2000))
     source = (
         f"def run(previous):\n    global FAST\n{pairs}"
         f"{items}    try:\n        step()\n    finally:\n{dropped}"
     )
     with hang_guard(60, "matching restores"):
         found = restored_lines(source)
-    assert len(found) == 4 * 5000
+    assert len(found) == 4 * 2000
     assert set(found.values()) == {"try"}

@@ -47,7 +47,7 @@ class Model(nn.Module):
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["guard", "strict"])
-def test_100_models_built_and_dropped_are_collected(strict: bool) -> None:
+def test_20_models_built_and_dropped_are_collected(strict: bool) -> None:
     """Every model, parameter and input is collectable right after its step (the guard's plan
     and reader caches are keyed weakly), and after ``disable()`` too."""
     ckptguard.enable(strict=strict)
@@ -55,11 +55,11 @@ def test_100_models_built_and_dropped_are_collected(strict: bool) -> None:
     regions_before = _live_regions()
     plans_before = cache_sizes()
     models, tensors = [], []
-    for index in range(100):
+    for index in range(20):
         model = Model()
         x = torch.randn(4, 16, requires_grad=True)
         model(x).sum().backward()
-        if index % 10 == 0:  # a forward whose graph is dropped without backward
+        if index % 5 == 0:  # a forward whose graph is dropped without backward
             model(torch.randn(4, 16, requires_grad=True))
         models.append(weakref.ref(model))
         tensors += [weakref.ref(x), weakref.ref(model.layers[0].fc.weight)]
@@ -75,7 +75,7 @@ def test_100_models_built_and_dropped_are_collected(strict: bool) -> None:
     assert _live_regions() <= regions_before
 
 
-def test_no_growth_over_1000_steps() -> None:
+def test_no_growth_over_400_steps() -> None:
     torch.manual_seed(0)
     blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(3))
     optimizer = torch.optim.SGD(blocks.parameters(), lr=0.01)
@@ -98,9 +98,9 @@ def test_no_growth_over_1000_steps() -> None:
     gc.collect()
     baseline_objects = len(gc.get_objects())
     baseline_caches = cache_sizes()
-    for index in range(50, 1000):
+    for index in range(50, 400):
         step(index)
     gc.collect()
     assert _live_regions() <= regions_before
     assert cache_sizes() == baseline_caches
-    assert len(gc.get_objects()) - baseline_objects < 200
+    assert len(gc.get_objects()) - baseline_objects < 200  # under one object a step
