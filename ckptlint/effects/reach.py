@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from ckptlint.effects.restores import restored
 from ckptlint.memos import process_memo
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Binding, Body, Scope, node_position
+from ckptlint.project.scopes import (
+    COMPREHENSIONS,
+    FUNCTIONS,
+    Binding,
+    Body,
+    Scope,
+    child_nodes,
+    node_position,
+)
 from ckptlint.resolution.bodies import children_run_here, own_nodes
 from ckptlint.resolution.evaluator import Evaluator
 from ckptlint.resolution.values import (
@@ -656,7 +664,7 @@ def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
         node = stack.pop()
         yield node
         if not isinstance(node, ast.Lambda):
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
 
 
 def _getattr_with_a_name(call: ast.Call) -> tuple[ast.expr, str] | None:

@@ -288,6 +288,25 @@ def _first_lines(body: list[ast.stmt]) -> list[int]:
 _FIRST_LINES: dict[int, tuple[list[ast.stmt], list[int]]] = process_memo()
 
 
+def child_nodes(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes`` without the ``Load``/``Store``/``Del`` markers (nothing reads
+    them as nodes) and without its two generators: every walk of the analysis asks."""
+    fields = _CHILD_FIELDS.get(type(node))
+    if fields is None:
+        fields = _CHILD_FIELDS[type(node)] = tuple(f for f in node._fields if f != "ctx")
+    children: list[ast.AST] = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            children.append(value)
+        elif isinstance(value, list):
+            children.extend(item for item in value if isinstance(item, ast.AST))
+    return children
+
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def statements_touching(body: list[ast.stmt], sorted_lines: list[int]) -> list[ast.stmt]:
     """The statements of ``body`` whose span (decorators included) holds one of
     ``sorted_lines`` (ascending), in source order: bisected, so looking at a few lines of a
@@ -515,7 +534,7 @@ class _ScopeBuilder:
         if handler is not None:
             handler(node)
         else:  # expression statements, return, raise, assert, delete, pass...
-            self.expressions(list(ast.iter_child_nodes(node)))
+            self.expressions(child_nodes(node))
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.expressions([*node.decorator_list, *outside_parts(node.args)])
@@ -715,4 +734,4 @@ def outside_parts(args: ast.arguments) -> list[ast.expr]:
 
 def _children(node: ast.AST) -> list[ast.AST]:
     """Child nodes to visit; ``ast.keyword``/``comprehension`` wrappers are looked through."""
-    return list(ast.iter_child_nodes(node))
+    return child_nodes(node)

@@ -16,6 +16,7 @@ from ckptlint.project.scopes import (
     COMPREHENSIONS,
     FUNCTIONS,
     Scope,
+    child_nodes,
     is_type_checking,
     outside_parts,
     statements_at,
@@ -45,7 +46,7 @@ def calls_at(evaluator: Evaluator, module: Module, line: int) -> Iterator[tuple[
             node_scope = scopes.function_scope(node) or scopes.build_nested(node, node_scope)
         elif isinstance(node, ast.Call) and node.lineno <= line <= (node.end_lineno or node.lineno):
             yield node, Context(module, node_scope)
-        stack.extend((child, node_scope) for child in reversed(list(ast.iter_child_nodes(node))))
+        stack.extend((child, node_scope) for child in reversed(child_nodes(node)))
 
 
 def calls_on_lines(module: Module, lines: list[int]) -> list[tuple[ast.Call, Scope]]:
@@ -76,7 +77,7 @@ def calls_on_lines(module: Module, lines: list[int]) -> list[tuple[ast.Call, Sco
             continue
         if isinstance(node, ast.Call):
             found.append((node, scope))
-        work.extend((child, scope) for child in reversed(list(ast.iter_child_nodes(node))))
+        work.extend((child, scope) for child in reversed(child_nodes(node)))
     return found
 
 
@@ -107,9 +108,9 @@ def _statement_parts(
     if isinstance(statement, ast.If) and is_type_checking(statement.test):
         return [(child, scope) for child in statement.orelse]  # its body never runs
     parts: list[tuple[ast.AST, Scope]] = []
-    for child in ast.iter_child_nodes(statement):
+    for child in child_nodes(statement):
         if isinstance(child, (ast.excepthandler, ast.match_case)):
-            parts.extend((part, scope) for part in ast.iter_child_nodes(child))
+            parts.extend((part, scope) for part in child_nodes(child))
         else:
             parts.append((child, scope))
     return parts

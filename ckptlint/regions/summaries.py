@@ -247,15 +247,15 @@ class HandOn:
     def _summarise(self, function: FunctionValue) -> Summary:
         owners = enclosing_functions(self.evaluator.scope_of(function))
         found: list[Transfer] = []
-        written: dict[tuple[Scope, Step], list[ast.Call]] = {}
+        written: set[tuple[Scope, Step, str]] = set()
         alike: set[tuple[object, ...]] = set()
         for call, scope, steps in self.steps(function):
+            text = ast.dump(call)
             for step in steps:
                 # The same call written twice (in both branches of an ``if``) hands on alike.
-                same = written.setdefault((scope, step), [])
-                if any(_same_text(call, other) for other in same):
+                if (scope, step, text) in written:
                     continue
-                same.append(call)
+                written.add((scope, step, text))
                 for transfer in self._transfers(function, call, scope, step):
                     depends = self._depends(transfer, owners)
                     if not depends:
@@ -541,10 +541,6 @@ class HandOn:
 
 
 _Resolved = tuple[RegionSource, Arguments, tuple[FunctionValue, ...], tuple[PartialValue, ...]]
-
-
-def _same_text(call: ast.Call, other: ast.Call) -> bool:
-    return ast.dump(call) == ast.dump(other)
 
 
 def _less(keywords: CallKeywords, taken: frozenset[str], function: ast.AST) -> CallKeywords:

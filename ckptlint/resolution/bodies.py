@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from ckptlint.memos import process_memo
 from ckptlint.project.index import Module
-from ckptlint.project.scopes import FUNCTIONS, Body, Scope, body_containing
+from ckptlint.project.scopes import FUNCTIONS, Body, Scope, body_containing, child_nodes
 
 DEFINITIONS = (*FUNCTIONS, ast.ClassDef, ast.Lambda)
 
@@ -53,7 +53,7 @@ def children_run_here(node: ast.AST) -> list[ast.AST]:
         return [*getattr(node, "decorator_list", []), *defaults]
     if isinstance(node, ast.ClassDef):
         return [*node.decorator_list, *node.bases]
-    return list(ast.iter_child_nodes(node))
+    return child_nodes(node)
 
 
 def statements_on_line(module: Module, line: int) -> Iterator[tuple[ast.stmt, Scope]]:
