@@ -64,7 +64,7 @@ def calls_on_lines(module: Module, lines: list[int]) -> list[tuple[ast.Call, Sco
         if not touches_lines(node, lines) and not _decorators_touch(node, lines):
             continue
         if isinstance(node, ast.stmt):
-            work.extend(reversed(_statement_parts(node, scope, module)))
+            work.extend(reversed(_statement_parts(node, scope, module, lines)))
             continue
         if isinstance(node, ast.Lambda):
             inner = scopes.function_scope(node) or scopes.build_nested(node, scope)
@@ -88,10 +88,11 @@ def _decorators_touch(node: ast.AST, lines: list[int]) -> bool:
 
 
 def _statement_parts(
-    statement: ast.stmt, scope: Scope, module: Module
+    statement: ast.stmt, scope: Scope, module: Module, lines: list[int]
 ) -> list[tuple[ast.AST, Scope]]:
     """What of a statement runs where: a definition's decorators, defaults and bases in
-    ``scope``, its body in its own; any other statement's parts in ``scope``."""
+    ``scope``, the statements of its body touching ``lines`` in its own; any other
+    statement's parts in ``scope``."""
     if isinstance(statement, (*FUNCTIONS, ast.ClassDef)):
         if isinstance(statement, ast.ClassDef):
             header: list[ast.AST] = [*statement.decorator_list, *statement.bases]
@@ -103,7 +104,7 @@ def _statement_parts(
         own = [(part, scope) for part in header]
         inner = module.scopes.function_scope(statement)
         if inner is not None:
-            own.extend((child, inner) for child in statement.body)
+            own.extend((child, inner) for child in statements_touching(statement.body, lines))
         return own
     if isinstance(statement, ast.If) and is_type_checking(statement.test):
         return [(child, scope) for child in statement.orelse]  # its body never runs
