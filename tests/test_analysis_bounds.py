@@ -74,6 +74,7 @@ def check_generated(files: dict[str, str], order: list[int]) -> None:
 GENERATED = settings(
     max_examples=80,
     deadline=None,
+    derandomize=True,  # the same examples every run; the campaign draws new ones
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -87,7 +88,7 @@ def test_generated_packages_end_and_answer_the_same_in_any_order(
 
 
 @pytest.mark.slow
-@settings(GENERATED, max_examples=10_000)
+@settings(GENERATED, max_examples=10_000, derandomize=False)
 @given(data=st.data(), order=st.lists(st.integers(0, 100), min_size=1, max_size=8))
 def test_campaign_generated_packages_end_and_answer_the_same_in_any_order(
     data: st.DataObject, order: list[int]

@@ -269,20 +269,26 @@ CONFIGURATIONS = [
 ]
 
 
-@pytest.mark.parametrize("configured", CONFIGURATIONS)
 @pytest.mark.parametrize("options", COMMAND_LINES)
-def test_flake8_follows_the_cli_precedence(
-    project: Path, options: tuple[str, ...], configured: str
-) -> None:
-    (project / "pyproject.toml").write_text("[tool.ckptlint]\n" + configured)
-    (project / "model.py").write_text(MATRIX_SOURCE)
-    cli = json.loads(run_cli("--format", "json", *options, "model.py", cwd=project).stdout)
-    by_cli = sorted(item["code"] for item in cli)
-    result = flake8(*options, "model.py", cwd=project)
+def test_flake8_follows_the_cli_precedence(tmp_path: Path, options: tuple[str, ...]) -> None:
+    """One project per configuration, side by side: one flake8 run over their files (each
+    file takes its own project's configuration, as in a monorepo), one CLI run in each."""
+    for index, configured in enumerate(CONFIGURATIONS):
+        project = tmp_path / f"project{index}"
+        (project / ".git").mkdir(parents=True)
+        (project / "pyproject.toml").write_text("[tool.ckptlint]\n" + configured)
+        (project / "model.py").write_text(MATRIX_SOURCE)
+    files = [f"project{index}/model.py" for index in range(len(CONFIGURATIONS))]
+    result = flake8(*options, *files, cwd=tmp_path)
     assert result.returncode in (0, 1), result.stderr
-    by_flake8 = sorted(
-        line.split(" ", 2)[1] for line in result.stdout.splitlines() if " CKP" in line
-    )
-    assert by_flake8 == by_cli
-    if options == ("--select", "CKP101"):  # the case that disagreed: select beats ignore
-        assert by_cli == ["CKP101"]
+    by_flake8: dict[str, list[str]] = {file: [] for file in files}
+    for line in result.stdout.splitlines():
+        if " CKP" in line:
+            by_flake8[line.split(":", 1)[0]].append(line.split(" ", 2)[1])
+    for index, configured in enumerate(CONFIGURATIONS):
+        project = tmp_path / f"project{index}"
+        cli = json.loads(run_cli("--format", "json", *options, "model.py", cwd=project).stdout)
+        by_cli = sorted(item["code"] for item in cli)
+        assert sorted(by_flake8[files[index]]) == by_cli, configured
+        if options == ("--select", "CKP101"):  # the case that disagreed: select beats ignore
+            assert by_cli == ["CKP101"]

@@ -233,6 +233,7 @@ def run_sequence(package: Package, steps: list[tuple[str, object]], data: st.Dat
 SEQUENCES = settings(
     max_examples=40,
     deadline=None,
+    derandomize=True,  # the same examples every run; the campaign draws new ones
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -246,7 +247,7 @@ def test_every_entry_point_gives_one_answer(
 
 
 @pytest.mark.slow
-@settings(SEQUENCES, max_examples=5000)
+@settings(SEQUENCES, max_examples=5000, derandomize=False)
 @given(package=packages, steps=st.lists(edits, min_size=1, max_size=6), data=st.data())
 def test_campaign_every_entry_point_gives_one_answer(
     package: Package, steps: list[tuple[str, object]], data: st.DataObject
