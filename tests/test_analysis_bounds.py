@@ -72,7 +72,7 @@ def check_generated(files: dict[str, str], order: list[int]) -> None:
 
 
 GENERATED = settings(
-    max_examples=80,
+    max_examples=50,
     deadline=None,
     derandomize=True,  # the same examples every run; the campaign draws new ones
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -231,7 +231,7 @@ def run_sequence(package: Package, steps: list[tuple[str, object]], data: st.Dat
 
 
 SEQUENCES = settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     derandomize=True,  # the same examples every run; the campaign draws new ones
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
