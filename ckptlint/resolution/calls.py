@@ -224,9 +224,13 @@ class Calls:
         first."""
         if isinstance(function.node, ast.Lambda):
             return self.evaluator.evaluate(function.node.body, inner)
+        return self._answer(function, inner) or (Constant(None),)
+
+    def _answer(self, function: FunctionValue, inner: Context) -> Values:
+        """``_ask_returned``, its tail callees settled first unless it is known."""
         if not self.evaluator.settled(("returned", function, inner)):
             self._settle_tail_calls(function, inner)
-        return self._ask_returned(function, inner) or (Constant(None),)
+        return self._ask_returned(function, inner)
 
     def _ask_returned(self, function: FunctionValue, inner: Context) -> Values:
         """What ``function``'s returns give; nothing where asked within its own answer (a
@@ -254,10 +258,8 @@ class Calls:
             for called, context in tail:
                 if isinstance(called.node, ast.Lambda):
                     results.extend(self.evaluator.evaluate(called.node.body, context))
-                elif self.evaluator.settled(("returned", called, context)):
-                    results.extend(self._ask_returned(called, context))
-                else:
-                    results.extend(self.returned_in(called, context))
+                else:  # a cycle back into a function being answered adds nothing
+                    results.extend(self._answer(called, context))
         return unique(results) if returns else (Constant(None),)
 
     def _settle_tail_calls(self, function: FunctionValue, inner: Context) -> None:
