@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,21 @@ def chain(kind: str, length: int, *, split: bool, decided_at: int | None = None)
     keyword = "reentrant" if named else "use_reentrant"
     go = ["def go(f, x):", f"    return w0(f, x), w0(f, x, {keyword}=False)"]
     header = ["from torch.utils.checkpoint import checkpoint", "", "FLAG = True", ""]
+    called = lambda index: [t for t in (index + 1, index + 2) if t < length]  # noqa: E731
+    return written("w", header, bodies, go, called, split=split)
+
+
+def written(
+    name: str,
+    header: list[str],
+    bodies: list[list[str]],
+    go: list[str],
+    called: Callable[[int], list[int]],
+    *,
+    split: bool,
+) -> Chain:
+    """The definitions ``{name}0``... in one module, or one module each (``pkg/m{i}.py``,
+    importing the definitions ``called(i)`` names), and ``go`` last."""
     if not split:
         text = [*header]
         for lines in bodies:
@@ -76,9 +92,9 @@ def chain(kind: str, length: int, *, split: bool, decided_at: int | None = None)
         return Chain({"chain.py": "\n".join(text) + "\n"}, "chain.py", len(text))
     files = {"pkg/__init__.py": ""}
     for index, lines in enumerate(bodies):
-        imports = [f"from .m{t} import w{t}" for t in (index + 1, index + 2) if t < length]
+        imports = [f"from .m{t} import {name}{t}" for t in called(index)]
         files[f"pkg/m{index}.py"] = "\n".join([*header, *imports, "", *lines]) + "\n"
-    caller = ["from .m0 import w0", "", *go]
+    caller = [*header, f"from .m0 import {name}0", "", *go]
     files["pkg/go.py"] = "\n".join(caller) + "\n"
     return Chain(files, "pkg/go.py", len(caller))
 
@@ -167,18 +183,8 @@ def factories(length: int, last: str, *, split: bool = False) -> Chain:
     bodies = [[f"def m{i}():", f"    return m{i + 1}()"] for i in range(length)]
     bodies.append([f"def m{length}():", f"    return {last}"])
     go = ["def go(f, x):", "    ck = m0()", "    return ck(f, x)"]
-    if not split:
-        text = [*header]
-        for lines in bodies:
-            text += [*lines, ""]
-        text += go
-        return Chain({"chain.py": "\n".join(text) + "\n"}, "chain.py", len(text))
-    files = {"pkg/__init__.py": ""}
-    for index, lines in enumerate(bodies):
-        imports = [f"from .m{index + 1} import m{index + 1}"] if index < length else []
-        files[f"pkg/m{index}.py"] = "\n".join([*header, *imports, "", *lines]) + "\n"
-    files["pkg/go.py"] = "\n".join([*header, "from .m0 import m0", "", *go]) + "\n"
-    return Chain(files, "pkg/go.py", len(header) + 5)
+    called = lambda index: [index + 1] if index < length else []  # noqa: E731
+    return written("m", header, bodies, go, called, split=split)
 
 
 @pytest.mark.parametrize("length", [1, 20, 400, 1005])
