@@ -66,7 +66,9 @@ from ckptlint.source import (
     Prefilter,
     UnreadableSource,
     decode,
-    lines_with_words,
+    may_name,
+    names_in_bytes,
+    names_word,
     read_bytes,
     split_lines,
     token_limit,
@@ -505,8 +507,11 @@ class Engine:
                 data = state.snapshot.data(path)
             except UnreadableSource:
                 continue
-            if prefilter.passes(data) or any(matches(NAMES, word, data) for word in triggers):
+            names = names_in_bytes(data) if prefilter.needs_names else None
+            if prefilter.passes(data, names) or any(matches(NAMES, w, data) for w in triggers):
                 found.append(path)
+                if names is not None:
+                    state.snapshot.names(path, names)  # the file is analysed: scanned once
         return tuple(found)
 
     def _reprocess(
@@ -531,15 +536,17 @@ class Engine:
                 if path in known:
                     found.append(path)
                 continue
+            own = exported.get(path, frozenset())
+            others = new.names - own
+            mine = new.classes & own
             try:
+                named = may_name(others, state.snapshot.names(path))
+                if not (named or mine):
+                    continue  # the file names none of the words: no need to decode it
                 text = decode(state.snapshot.data(path))
             except UnreadableSource:
                 continue
-            own = exported.get(path, frozenset())
-            others = new.names - own
-            if lines_with_words(split_lines(text), sorted(others)) or own_bases(
-                text, new.classes & own
-            ):
+            if any(names_word(text, word) for word in named) or own_bases(text, mine):
                 found.append(path)
         return tuple(found)
 

@@ -38,19 +38,24 @@ UNPARSABLE = "<unparsable>"
 
 
 @dataclass(frozen=True)
-class _Chunk:
+class Chunk:
     start: int  # 0-based index of the first line
     end: int  # index after the last line
     is_definition: bool
 
 
 def parse_lazily(
-    text: str, lines: list[str], filename: str, lines_of_interest: Iterable[int]
+    text: str,
+    lines: list[str],
+    filename: str,
+    lines_of_interest: Iterable[int],
+    chunks: list[Chunk] | None = None,
 ) -> ast.Module:
     """``ast.parse(text)``, with the bodies of top-level definitions that do not touch
     ``lines_of_interest`` (1-based) parsed only when first read. ``lines`` are the text's
-    lines as Python numbers them."""
-    chunks = _split(lines)
+    lines as Python numbers them; ``chunks``, their ``split_statements`` if known."""
+    if chunks is None:
+        chunks = split_statements(lines)
     interesting = frozenset(lines_of_interest)
     stubbed = [
         chunk.is_definition and not any(chunk.start < line <= chunk.end for line in interesting)
@@ -60,7 +65,7 @@ def parse_lazily(
     if at_once is not None:
         return at_once
     body: list[ast.stmt] = []
-    eager: list[_Chunk] = []
+    eager: list[Chunk] = []
 
     def flush() -> bool:
         if not eager:
@@ -86,14 +91,14 @@ def parse_lazily(
 
 
 def _parse_at_once(
-    lines: list[str], chunks: list[_Chunk], stubbed: list[bool], filename: str
+    lines: list[str], chunks: list[Chunk], stubbed: list[bool], filename: str
 ) -> ast.Module | None:
     """The tree, in one parse: the text with the body of each definition to stub replaced
     by ``pass`` (lines kept where they are), its definitions then stubbed with the headers
     parsed. None when a header's end cannot be told from its text or the text does not
     parse so (the definitions are then parsed one by one)."""
     text: list[str] = []
-    stubs: dict[int, _Chunk] = {}
+    stubs: dict[int, Chunk] = {}
     for chunk, lazy in zip(chunks, stubbed, strict=True):
         end = _header_end(lines, chunk) if lazy else None
         if end is None or not _balanced_quotes("".join(lines[chunk.start : chunk.end])):
@@ -121,7 +126,7 @@ def _parse_at_once(
     return None if stubs else tree
 
 
-def _header_end(lines: list[str], chunk: _Chunk) -> int | None:
+def _header_end(lines: list[str], chunk: Chunk) -> int | None:
     """The line of the colon that ends a definition's header (after its ``def`` or
     ``class`` line, outside brackets, strings and comments), when nothing but a comment
     follows it there; None otherwise."""
@@ -161,7 +166,7 @@ def _header_end(lines: list[str], chunk: _Chunk) -> int | None:
     return None
 
 
-def _lazy_from(node: ast.stmt, lines: list[str], chunk: _Chunk, filename: str) -> ast.stmt:
+def _lazy_from(node: ast.stmt, lines: list[str], chunk: Chunk, filename: str) -> ast.stmt:
     """A stub of ``node`` (parsed with a ``pass`` body): its header, its body parsed from
     ``chunk`` when read."""
     last = chunk.end - 1  # the definition ends at its last line of code
@@ -211,7 +216,7 @@ def statement_too_deep(lines: list[str], filename: str) -> int:
     """The first line of the first top-level statement the parser gives up on by itself
     (``RecursionError`` or ``MemoryError`` while building its tree), else 1: where a text
     nested too deeply to parse whole is reported."""
-    for chunk in _split(lines):
+    for chunk in split_statements(lines):
         try:
             ast.parse("\n" * chunk.start + "".join(lines[chunk.start : chunk.end]), filename)
         except (RecursionError, MemoryError):
@@ -221,13 +226,13 @@ def statement_too_deep(lines: list[str], filename: str) -> int:
     return 1
 
 
-def definition_chunks(lines: list[str]) -> list[tuple[int, int]]:
+def definition_chunks(chunks: list[Chunk]) -> list[tuple[int, int]]:
     """The lines (0-based start, end excluded) of each top-level ``def`` or ``class`` with its
-    decorators, as the split finds them from the text alone."""
-    return [(chunk.start, chunk.end) for chunk in _split(lines) if chunk.is_definition]
+    decorators, among a text's ``split_statements``."""
+    return [(chunk.start, chunk.end) for chunk in chunks if chunk.is_definition]
 
 
-def _split(lines: list[str]) -> list[_Chunk]:
+def split_statements(lines: list[str]) -> list[Chunk]:
     """Top-level statements by their first line; decorators join their definition."""
     starts: list[int] = []
     decorated = False
@@ -246,9 +251,9 @@ def _split(lines: list[str]) -> list[_Chunk]:
     chunks = []
     for start, end in zip(starts, starts[1:], strict=False):
         header = next((line for line in lines[start:end] if line[:1] not in _NOT_A_HEADER), "")
-        chunks.append(_Chunk(start, end, bool(_DEFINITION.match(header))))
+        chunks.append(Chunk(start, end, bool(_DEFINITION.match(header))))
     if starts[0] > 0:
-        chunks.insert(0, _Chunk(0, starts[0], False))
+        chunks.insert(0, Chunk(0, starts[0], False))
     return chunks
 
 
@@ -265,7 +270,7 @@ def _balanced_quotes(text: str) -> bool:
     return text.count('"""') % 2 == 0 and text.count("'''") % 2 == 0
 
 
-def _stub(lines: list[str], chunk: _Chunk, filename: str) -> ast.stmt | None:
+def _stub(lines: list[str], chunk: Chunk, filename: str) -> ast.stmt | None:
     """A node carrying the definition's header, with its body parsed on demand."""
     if not _balanced_quotes("".join(lines[chunk.start : chunk.end])):
         return None
@@ -298,7 +303,7 @@ class _LazyBody:
     """Mixin: ``body`` is parsed from the definition's own lines on first read."""
 
     _real_type: type
-    _source: tuple[list[str], _Chunk, str]
+    _source: tuple[list[str], Chunk, str]
     end_lineno: int | None
     _parsed_body: list[ast.stmt] | None = None
     _failed = False  # the body does not parse: a syntax error the file's check reports

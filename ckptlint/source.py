@@ -19,7 +19,7 @@ from functools import lru_cache
 from itertools import accumulate, islice
 
 from ckptlint.core import Finding
-from ckptlint.lazy_tree import parse_lazily, statement_too_deep
+from ckptlint.lazy_tree import Chunk, parse_lazily, split_statements, statement_too_deep
 from ckptlint.memos import process_cache
 
 
@@ -68,7 +68,11 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
 _WHITESPACE = b" \t\f\r\n\\"
-_IDENTIFIER_BYTES = re.compile(rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*")
+# Every byte but ASCII letters, digits and the underscore, as a space.
+_NAME_BYTES = b"".join(
+    bytes([c]) if chr(c).isascii() and (chr(c).isalnum() or c == ord("_")) else b" "
+    for c in range(256)
+)
 _IDENTIFIER_BYTE = re.compile(rb"[A-Za-z0-9_\x80-\xff]")
 # What may stand between ``import`` and a name it imports: other names (``as`` aliases),
 # commas, an opening parenthesis, line continuations, comments in a parenthesized list.
@@ -90,7 +94,7 @@ class Prefilter:
     def __init__(self, extra_names: Iterable[str] = ()) -> None:
         words = {"checkpoint"} | {name.rsplit(".", 1)[-1] for name in extra_names}
         self.words = sorted(word.encode() for word in words)
-        self._word_set = frozenset(self.words)
+        self._word_set = frozenset(words)
         # Few words: a substring search each for the words no other word contains (where none
         # occurs, no word does: ``checkpoint`` covers ``apply_activation_checkpointing``).
         # Many words (a project's hundreds of layer class names): one pass over the
@@ -101,12 +105,19 @@ class Prefilter:
             else None
         )
 
-    def passes(self, data: bytes) -> bool:
+    @property
+    def needs_names(self) -> bool:
+        """Whether ``passes`` looks at the file's ``names_in_bytes`` (many words)."""
+        return self._needles is None
+
+    def passes(self, data: bytes, names: frozenset[bytes] | None = None) -> bool:
+        """``names``: the file's ``names_in_bytes``, when already known."""
         if wide_encoding(data) is not None:
             return True  # its words are not these bytes: decoding it reports CKP901
         words = self.words
         if self._needles is None:
-            words = sorted(self._word_set.intersection(_IDENTIFIER_BYTES.findall(data)))
+            named = may_name(self._word_set, names if names is not None else names_in_bytes(data))
+            words = [word.encode() for word in named]
             if not words:
                 return False
         elif not any(needle in data for needle in self._needles):
@@ -127,9 +138,27 @@ class Prefilter:
         return False
 
 
-def identifiers_in_bytes(data: bytes) -> frozenset[bytes]:
-    """Every identifier-like word of raw bytes (strings and comments included)."""
-    return frozenset(_IDENTIFIER_BYTES.findall(data))
+def names_in_bytes(data: bytes) -> frozenset[bytes]:
+    """The runs of ASCII letters, digits and underscores of raw bytes, strings and comments
+    included: one scan of a file that every search for a set of words reuses. An ASCII word
+    the text names as a whole identifier is one of them (whatever the encoding: a character
+    that is not ASCII only ever ends a run), so they tell which words need looking for; a
+    word that is not ASCII must always be looked for (``may_name``)."""
+    return frozenset(data.translate(_NAME_BYTES).split())
+
+
+def may_name(words: frozenset[str], names: frozenset[bytes]) -> list[str]:
+    """Those of ``words`` a file with these ``names_in_bytes`` may name, sorted."""
+    ascii_words, others = _encoded(words)
+    return sorted([*map(ascii_words.__getitem__, ascii_words.keys() & names), *others])
+
+
+@lru_cache(maxsize=64)
+def _encoded(words: frozenset[str]) -> tuple[dict[bytes, str], tuple[str, ...]]:
+    """The ASCII words by their bytes, and the others (a run's few sets of words, each
+    asked about every file)."""
+    ascii_words = {word.encode(): word for word in words if word.isascii()}
+    return ascii_words, tuple(word for word in words if not word.isascii())
 
 
 def identifier_at(data: bytes, start: int, end: int) -> bool:
@@ -164,6 +193,7 @@ class ParsedSource:
     text: str
     lines: list[str]
     tree: ast.Module
+    chunks: list[Chunk] | None  # the lines' ``split_statements``, when parsed lazily
 
 
 # Opening never waits (a FIFO with no writer) nor takes a terminal as controlling one.
@@ -318,6 +348,11 @@ def word_starts(text: str, word: str) -> Iterator[int]:
         start = text.find(word, end)
 
 
+def names_word(text: str, word: str) -> bool:
+    """Whether ``word`` appears in ``text`` as a whole identifier."""
+    return next(word_starts(text, word), None) is not None
+
+
 def _in_identifier(character: str) -> bool:
     return character.isidentifier() or character.isdigit()
 
@@ -328,20 +363,20 @@ def lines_with_words(
     *,
     skip_assigned: bool = False,
     text: str | None = None,
-    names: frozenset[str] | None = None,
+    prefiltered: bool = False,
 ) -> frozenset[int]:
     """1-based numbers of the lines where any of ``words`` appears as a whole identifier.
 
     With ``skip_assigned``, an occurrence followed by ``=`` (a keyword argument such as
     ``checkpoint=_CHECKPOINT_FOR_DOC``, or a plain assignment target) does not count.
-    ``text`` (the lines joined) and ``names`` (its ``identifiers``) save computing them
-    again for a text searched often.
+    ``text`` (the lines joined) saves joining them again; ``prefiltered`` says the words are
+    only those the text may name (``may_name``), so its identifiers need no scan.
     """
     if text is None:
         text = "".join(lines)
     words = list(words)
-    if len(words) > _FEW_WORDS:  # one pass over the text beats a search per word
-        words = sorted((names if names is not None else identifiers(text)).intersection(words))
+    if len(words) > _FEW_WORDS and not prefiltered:  # one scan beats a search per word
+        words = sorted(identifiers(text).intersection(words))
     starts = sorted(start for word in words for start in word_starts(text, word))
     if skip_assigned:
         starts = [start for start in starts if not _assigned_at(text, start)]
@@ -419,12 +454,14 @@ def parse(
     # Not the path itself: given a path that exists, Python reads the file from disk to
     # place a syntax error, and bytes it does not see here (a BOM) shift the column.
     name = f"<{filename}>"
+    chunks = None
     try:
         if words is None:
             tree = ast.parse(text, filename=name)
         else:
             interesting = lines_with_words(lines, words, skip_assigned=True)
-            tree = parse_lazily(text, lines, name, interesting)
+            chunks = split_statements(lines)
+            tree = parse_lazily(text, lines, name, interesting, chunks)
     except SyntaxError as error:
         raise UnreadableSource(
             f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
@@ -433,7 +470,7 @@ def parse(
         raise parser_gave_up(error, lines, name) from None
     except ValueError as error:
         raise UnreadableSource(f"cannot parse file: {error}") from None
-    return ParsedSource(text, lines, tree)
+    return ParsedSource(text, lines, tree, chunks)
 
 
 def unreadable_finding(code: str, error: UnreadableSource | None) -> Finding:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptlint.source import Prefilter
+from ckptlint.source import Prefilter, identifiers, may_name, names_in_bytes, names_word
 
 WORDS = ["torch.utils.checkpoint.checkpoint_sequential", "GradientCheckpointingLayer", "run_ckpt"]
 
@@ -46,3 +46,34 @@ MANY_WORDS = WORDS + [f"Model{index}DecoderLayer" for index in range(600)]
 )
 def test_prefilter_with_many_words(text: bytes, passes: bool) -> None:
     assert Prefilter(MANY_WORDS).passes(text) is passes
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "from .modeling import Model17DecoderLayer\n",
+        "x = «Model17DecoderLayer»  # a word between characters that are not ASCII\n",
+        "layer = ÿModel17DecoderLayer\n",  # not a whole identifier in the text: no need to pass
+        "é = modeling.Model17DecoderLayer\n",
+    ],
+)
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_one_scan_of_a_file_serves_every_search(text: str, encoding: str) -> None:
+    """A file's ``names_in_bytes`` are scanned once and reused by the prefilter, the cache's
+    words and a module's candidate lines: the prefilter gives the same answer from them as
+    from the bytes, and every ASCII word the text names whole is among them."""
+    data = f"# -*- coding: {encoding} -*-\n{text}".encode(encoding)
+    names = names_in_bytes(data)
+    whole = {w for w in identifiers(text) if w.isascii() and names_word(text, w)}
+    assert whole <= {name.decode() for name in names}
+    prefilter = Prefilter(MANY_WORDS)
+    assert prefilter.needs_names
+    assert prefilter.passes(data, names) is prefilter.passes(data)
+    assert may_name(frozenset(MANY_WORDS), names) == (
+        ["Model17DecoderLayer"] if "Model17DecoderLayer" in text else []
+    )
+
+
+def test_words_that_are_not_ascii_are_always_looked_for() -> None:
+    words = frozenset({"schicht_ß", "Model17DecoderLayer"})
+    assert may_name(words, names_in_bytes(b"x = 1\n")) == ["schicht_ß"]

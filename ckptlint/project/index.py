@@ -20,7 +20,7 @@ import ast
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import partial
 
 from ckptlint.lazy_tree import LAZY_DEFINITIONS
 from ckptlint.project.dependencies import ScanKey
@@ -43,8 +43,8 @@ from ckptlint.source import (
     DEFAULT_MAX_FILE_SIZE,
     UnreadableSource,
     decode,
-    identifiers,
     lines_with_words,
+    may_name,
     parse,
     token_limit,
 )
@@ -62,6 +62,7 @@ class Module:
     tree: ast.Module = field(repr=False)
     scopes: ModuleScopes = field(repr=False)
     shape: Shape = field(repr=False)
+    names: frozenset[bytes] = field(repr=False)  # the file's ``names_in_bytes``
     recorder: Recorder | None = field(default=None, repr=False)
     _candidates: dict[frozenset[str], list[int]] = field(default_factory=dict, repr=False)
 
@@ -93,22 +94,14 @@ class Module:
         line that only assigns to such a name does not count."""
         found = self._candidates.get(words)
         if found is None:
+            named = may_name(words, self.names)
             found = sorted(
                 lines_with_words(
-                    self.lines,
-                    sorted(words & self.identifiers),
-                    skip_assigned=True,
-                    text=self.text,
-                    names=self.identifiers,
+                    self.lines, named, skip_assigned=True, text=self.text, prefiltered=True
                 )
             )
             self._candidates[words] = found
         return found
-
-    @cached_property
-    def identifiers(self) -> frozenset[str]:
-        """Every identifier-like word of the text (strings and comments included)."""
-        return identifiers(self.text)
 
 
 class Project:
@@ -171,7 +164,8 @@ class Project:
 
     def _load(self, path: str) -> Module | None:
         try:
-            text = decode(self.files.data(path))
+            data = self.files.data(path)
+            text = decode(data)
             parsed = parse(text, path, self.eager_words if self.lazy else None, self.max_tokens)
         except UnreadableSource as error:
             self._errors[path] = error
@@ -187,10 +181,13 @@ class Project:
         )
         name = self.layout.module_name(path)
         is_package = self.layout.is_package(path)
-        shape = shape_of(lines, text)
+        shape = shape_of(lines, text, parsed.chunks)
         self._watch_reads(path, tree, shape)
         scopes = build_scopes(tree, walrus)
-        return Module(path, name, is_package, text, lines, tree, scopes, shape, self.recorder)
+        names = self.files.names(path)
+        return Module(
+            path, name, is_package, text, lines, tree, scopes, shape, names, self.recorder
+        )
 
     def _watch_reads(self, path: str, tree: ast.Module, shape: Shape) -> None:
         """Have each lazily parsed definition tell the recorder when its body is read; the

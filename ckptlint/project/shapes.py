@@ -18,7 +18,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from ckptlint.lazy_tree import definition_chunks
+from ckptlint.lazy_tree import Chunk, definition_chunks, split_statements
 from ckptlint.source import lines_with_words
 
 _DEFINITION_NAME = re.compile(r"[ \t]*(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
@@ -78,8 +78,11 @@ class Shape:
         return found
 
 
-def shape_of(lines: list[str], text: str) -> Shape:
-    """The shape of a module's text (``lines`` as Python numbers them)."""
+def shape_of(lines: list[str], text: str, chunks: list[Chunk] | None = None) -> Shape:
+    """The shape of a module's text (``lines`` as Python numbers them; ``chunks``, their
+    ``split_statements`` if known)."""
+    if chunks is None:
+        chunks = split_statements(lines)
     skeleton: list[str] = []
     parts: dict[str, str] = {}
     starts: list[int] = []
@@ -87,7 +90,7 @@ def shape_of(lines: list[str], text: str) -> Shape:
     keys: list[str] = []
     ranks: dict[tuple[str, str], int] = {}
     previous = 0
-    for start, end in definition_chunks(lines):
+    for start, end in definition_chunks(chunks):
         skeleton.extend(lines[previous:start])
         header_end = _header_end(lines, start, end)
         skeleton.extend(lines[start:header_end])

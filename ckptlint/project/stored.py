@@ -23,7 +23,7 @@ from ckptlint.project import cache
 from ckptlint.project.dependencies import Dependencies, ScanKey
 from ckptlint.project.files import Snapshot, StoredFile
 from ckptlint.project.search import matches
-from ckptlint.source import UnreadableSource, identifiers_in_bytes
+from ckptlint.source import UnreadableSource, may_name
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Words:
     calls: frozenset[str]
     classes: frozenset[str] = frozenset()
 
-    @property
+    @cached_property
     def names(self) -> frozenset[str]:
         return self.calls | self.classes
 
@@ -43,11 +43,11 @@ class Words:
         return _words_digest(self.calls, self.classes)
 
     def digest_within(self, names: frozenset[bytes]) -> str:
-        """The digest of the words a file names (``names``: its identifiers): all that one
+        """The digest of the words a file names (``names``: its ``names_in_bytes``): all that one
         file's exports and findings depend on of the words, since the words decide only which
         of its own lines and classes are looked at. A word learned elsewhere that the file
         does not name leaves its stored results valid."""
-        named = {word for word in self.names if word.encode() in names}
+        named = set(may_name(self.names, names))
         return _words_digest(self.calls & named, self.classes & named)
 
 
@@ -97,7 +97,7 @@ def file_words(files: Snapshot, path: str, words: Words) -> str:
     named = _NAMED.get(key)
     if named is None:
         try:
-            names = identifiers_in_bytes(files.data(path))
+            names = files.names(path)
         except UnreadableSource:
             names = frozenset()
         named = _NAMED[key] = words.digest_within(names)
