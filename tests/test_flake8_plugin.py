@@ -111,6 +111,38 @@ def test_files_that_cannot_reach_a_checkpoint_parse_nothing(project: Path) -> No
     assert result.stdout.split() == ["0"], result.stderr
 
 
+def test_the_analysis_is_out_of_the_cycle_collectors_way(project: Path) -> None:
+    """A flake8 process keeps the engine's analysis for the next file; pyflakes' and
+    pycodestyle's allocations set off full collections, which must not walk it again and
+    again: after a file is checked, no module the engine parsed is left to the collector."""
+    (project / "model.py").write_text(SOURCE, encoding="utf-8")
+    (project / "helpers.py").write_text("from model import run\n")
+    script = (
+        "import gc\n"
+        "from flake8.main.cli import main\n"
+        "from ckptlint.flake8_plugin import CheckpointChecker\n"
+        "from ckptlint.project.index import Module\n"
+        "try:\n"
+        "    main(['-j', '1', '--select', 'CKP', '.'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "(engine,) = CheckpointChecker._engines.values()\n"
+        "_, analysis = engine.analysis()\n"
+        "modules = [m for m in analysis.project._modules.values() if m is not None]\n"
+        "walked = {id(o) for o in gc.get_objects()}\n"
+        "print(len(modules), sum(id(m) in walked or id(m.tree) in walked for m in modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+    )
+    parsed, walked = map(int, result.stdout.splitlines()[-1].split())
+    assert parsed > 0 and walked == 0, result.stderr
+
+
 def plugin_results(source: str) -> list[tuple[int, int, str]]:
     """The plugin run in this process on the tree flake8 would hand it."""
     checker = CheckpointChecker(ast.parse(source), source.splitlines(True))
