@@ -176,11 +176,14 @@ class Engine:
         *,
         suppress: bool = True,
         fixes: bool = False,
+        save: bool = True,
     ) -> list[FileResult]:
         """The findings of ``reported`` (in that order, as spelled), the project's files read
         from disk except those ``overrides`` gives. ``suppress``: apply ``# noqa`` comments
         (the flake8 plugin applies flake8's own); ``fixes``: findings carry their fixes,
-        computed from the exact bytes (never taken from the cache)."""
+        computed from the exact bytes (never taken from the cache); ``save``: store what the
+        findings learned of the project now, not at the caller's ``save`` (the flake8 plugin,
+        called once a file, saves once a process)."""
         collecting = gc.isenabled()
         gc.disable()  # millions of objects, almost none freed before the end (16 % of the time)
         try:
@@ -195,8 +198,8 @@ class Engine:
                     self._result(state, path, shown, analysed.get(path), suppress)
                     for path, shown in zip(absolute, reported, strict=True)
                 ]
-                if state is self._disk and state.dirty and self.store is not None:
-                    self._save_project(state)  # the searches the findings ran, for next time
+                if save and state is self._disk:
+                    self.save()
                 return results
         finally:
             if self._workers is not None:
@@ -609,6 +612,13 @@ class Engine:
         except (cache.Invalid, ValueError, TypeError, KeyError):
             return None
 
+    def save(self) -> None:
+        """Store what the findings computed since the last save learned of the project on disk
+        (the searches they ran, the words each file names), for the next run."""
+        disk = self._disk
+        if disk is not None and disk.dirty and self.store is not None:
+            self._save_project(disk)
+
     def _write_project(self, state: _State) -> None:
         assert self.store is not None
         self.store.write("project.json", encode_project(state))
@@ -616,12 +626,16 @@ class Engine:
         state.dirty = False
 
     def _save_project(self, state: _State) -> None:
-        """Write what this run learned, keeping the searches another run (a concurrent
-        chunk of pre-commit) stored meanwhile for the same files."""
+        """Write what this run learned, keeping what another run (a concurrent chunk of
+        pre-commit, another flake8 process) stored meanwhile: the searches, for the same
+        files, and the words files name (by content, so always true)."""
         assert self.store is not None
         with self.store.lock():
             stored = self._load_project()
-            if stored is not None and stored.files == state.snapshot.stored():
-                for key, paths in stored.scans.items():
-                    state.scans.setdefault(key, paths)
+            if stored is not None:
+                for key, named in stored.named.items():
+                    state.named.setdefault(key, named)
+                if stored.files == state.snapshot.stored():
+                    for key, paths in stored.scans.items():
+                        state.scans.setdefault(key, paths)
             self._write_project(state)

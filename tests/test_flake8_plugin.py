@@ -267,6 +267,49 @@ def test_cross_file_wrappers_are_known_to_flake8_cold_and_warm(project: Path) ->
     assert cli.stdout.splitlines()[0] == cold.stdout.splitlines()[0]
 
 
+def test_a_flake8_process_stores_what_it_learned_once(project: Path) -> None:
+    """flake8 calls the plugin once a file: what the findings learn of the project (the
+    searches they ran, the words each file names) is stored when the process ends, not
+    after each file (200 rewrites of the project's entry on transformers 4.34.1), and the
+    next run, in two processes, finds it and reports the same."""
+    (project / "pyproject.toml").write_text("[tool.ckptlint]\n")
+    (project / "wrap.py").write_text(
+        "from torch.utils.checkpoint import checkpoint\n\n"
+        "def run(function, *args):\n"
+        "    return checkpoint(function, *args)\n"
+    )
+    for index in range(12):
+        (project / f"model_{index}.py").write_text(
+            f"from wrap import run\nimport helpers_{index}\n\n"
+            f"def forward(x):\n    return run(helpers_{index}.block, x)\n"
+        )
+        (project / f"helpers_{index}.py").write_text("def block(x):\n    return x * 2\n")
+    script = (
+        "import atexit, sys\n"
+        "writes = []\n"
+        "atexit.register(lambda: print(len(writes), file=sys.stderr))  # runs last\n"
+        "from ckptlint.project import cache\n"
+        "original = cache.Store.write\n"
+        "def write(self, name, content):\n"
+        "    writes.append(name) if name == 'project.json' else None\n"
+        "    original(self, name, content)\n"
+        "cache.Store.write = write\n"
+        "from flake8.main.cli import main\n"
+        "main(['-j', '1', '--select', 'CKP', '.'])\n"
+    )
+    cold = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+    )
+    assert len(cold.stdout.splitlines()) == 13, cold.stdout + cold.stderr
+    assert cold.stderr.split() == ["2"]  # the project worked out, then what findings learned
+    warm = flake8("-j", "2", "--select", "CKP", ".", cwd=project)
+    assert sorted(warm.stdout.splitlines()) == sorted(cold.stdout.splitlines())
+
+
 def test_a_file_over_the_size_cap_is_the_clis_ckp901_in_flake8(project: Path) -> None:
     """flake8 reads any file whole; the plugin still answers from the file's bytes, so a file
     over the project's ``max-file-size`` is CKP901 "too large" as in the CLI, not linted."""
