@@ -37,14 +37,18 @@ SOURCE = textwrap.dedent(
 )
 
 
-def flake8(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def python(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "flake8", *arguments],
+        [sys.executable, *arguments],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=SUBPROCESS_TIMEOUT,
     )
+
+
+def flake8(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return python("-m", "flake8", *arguments, cwd=cwd)
 
 
 def test_flake8_reports_the_same_places_as_the_cli(project: Path) -> None:
@@ -101,13 +105,7 @@ def test_files_that_cannot_reach_a_checkpoint_parse_nothing(project: Path) -> No
         "    pass\n"
         "print(len(loads))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=SUBPROCESS_TIMEOUT,
-    )
+    result = python("-c", script, cwd=project)
     assert result.stdout.split() == ["0"], result.stderr
 
 
@@ -132,13 +130,7 @@ def test_the_analysis_is_out_of_the_cycle_collectors_way(project: Path) -> None:
         "walked = {id(o) for o in gc.get_objects()}\n"
         "print(len(modules), sum(id(m) in walked or id(m.tree) in walked for m in modules))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=SUBPROCESS_TIMEOUT,
-    )
+    result = python("-c", script, cwd=project)
     parsed, walked = map(int, result.stdout.splitlines()[-1].split())
     assert parsed > 0 and walked == 0, result.stderr
 
@@ -297,13 +289,7 @@ def test_a_flake8_process_stores_what_it_learned_once(project: Path) -> None:
         "from flake8.main.cli import main\n"
         "main(['-j', '1', '--select', 'CKP', '.'])\n"
     )
-    cold = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=SUBPROCESS_TIMEOUT,
-    )
+    cold = python("-c", script, cwd=project)
     assert len(cold.stdout.splitlines()) == 13, cold.stdout + cold.stderr
     assert cold.stderr.split() == ["2"]  # the project worked out, then what findings learned
     warm = flake8("-j", "2", "--select", "CKP", ".", cwd=project)
