@@ -66,35 +66,24 @@ def discover(
     """Files to lint and paths that cannot be, each once, in a stable order. ``notes``
     receives what the user should know (an ignore file read in part)."""
     found: dict[str, SourceFile] = {}
-    real_folders: dict[str, str] = {}
 
-    def add(file: SourceFile) -> None:
-        found.setdefault(file.path if file.error else _real_path(file.path, real_folders), file)
+    def add(file: SourceFile, real: str) -> None:
+        found.setdefault(real, file)
 
     for path in paths:
         if not os.path.lexists(path):
-            add(SourceFile(path, explicit=True, error="no such file or folder"))
+            add(SourceFile(path, explicit=True, error="no such file or folder"), path)
         elif os.path.isdir(path):
             if settings.is_excluded(path, is_folder=True):
                 continue
             ignores = _GitIgnores.above(path, notes) if settings.respect_gitignore else None
-            for file in _walk(path, settings, ignores):
-                add(file)
+            for file, real in _walk(path, settings, ignores):
+                add(file, real)
         elif not settings.is_excluded(path):
-            add(SourceFile(path, explicit=True, error=_not_regular(path)))
+            error = _not_regular(path)
+            real = path if error else os.path.realpath(path)
+            add(SourceFile(path, explicit=True, error=error), real)
     return list(found.values())
-
-
-def _real_path(path: str, real_folders: dict[str, str]) -> str:
-    """``os.path.realpath``, resolving each folder once (a walk meets thousands of files in
-    a few hundred folders)."""
-    if os.path.islink(path):
-        return os.path.realpath(path)
-    folder, name = os.path.split(path)
-    real = real_folders.get(folder)
-    if real is None:
-        real = real_folders[folder] = os.path.realpath(folder or ".")
-    return os.path.join(real, name)
 
 
 def files_to_lint(paths: list[str], settings: Settings) -> list[str]:
@@ -114,13 +103,19 @@ def _not_regular(path: str) -> str | None:
 @dataclass(frozen=True)
 class _Folder:
     path: str
+    real: str  # its path with every link resolved: a file's is this and its name
     ignores: _GitIgnores | None
 
 
-def _walk(folder: str, settings: Settings, ignores: _GitIgnores | None) -> Iterator[SourceFile]:
-    """Depth first, in name order, with a stack of the folders being listed: a
-    repository can nest folders deeper than Python's recursion limit."""
-    listings = [_listing(_Folder(folder, ignores), settings)]
+def _walk(
+    folder: str, settings: Settings, ignores: _GitIgnores | None
+) -> Iterator[tuple[SourceFile, str]]:
+    """The files under ``folder``, each with its real path, depth first, in name order,
+    with a stack of the folders being listed: a repository can nest folders deeper than
+    Python's recursion limit. Only the first folder and links are resolved by the system:
+    a folder or file that is no link is its folder's real path and its name (a walk meets
+    thousands of files in a few hundred folders)."""
+    listings = [_listing(_Folder(folder, os.path.realpath(folder), ignores), settings)]
     while listings:
         item = next(listings[-1], None)
         if item is None:
@@ -131,16 +126,19 @@ def _walk(folder: str, settings: Settings, ignores: _GitIgnores | None) -> Itera
             yield item
 
 
-def _listing(folder: _Folder, settings: Settings) -> Iterator[SourceFile | _Folder]:
-    """The files to lint in one folder and the sub-folders to walk, in name order."""
+def _listing(folder: _Folder, settings: Settings) -> Iterator[tuple[SourceFile, str] | _Folder]:
+    """The files to lint in one folder (with their real paths) and the sub-folders to walk,
+    in name order."""
     try:
         with os.scandir(folder.path) as scan:
             entries = sorted(scan, key=lambda entry: entry.name)
     except OSError as error:
-        yield SourceFile(folder.path, explicit=False, error=f"cannot read folder: {_reason(error)}")
+        reason = f"cannot read folder: {_reason(error)}"
+        yield SourceFile(folder.path, explicit=False, error=reason), folder.path
         return
     ignores = folder.ignores.entering(folder.path) if folder.ignores is not None else None
     prefix = "" if folder.path == "." else os.path.join(os.path.normpath(folder.path), "")
+    real_prefix = os.path.join(folder.real, "")
     for entry in entries:
         path = prefix + entry.name
         if _is_folder(entry):
@@ -150,11 +148,12 @@ def _listing(folder: _Folder, settings: Settings) -> Iterator[SourceFile | _Fold
                 continue
             if ignores is not None and ignores.ignores(path, is_folder=True):
                 continue
-            yield _Folder(path, ignores)
+            yield _Folder(path, real_prefix + entry.name, ignores)
         elif entry.name.endswith(".py") and not settings.is_excluded(path, walked=True):
             if ignores is None or not ignores.ignores(path, is_folder=False):
                 if _may_be_regular(entry):
-                    yield SourceFile(path, explicit=False)
+                    real = os.path.realpath(path) if _is_link(entry) else real_prefix + entry.name
+                    yield SourceFile(path, explicit=False), real
 
 
 def _is_folder(entry: os.DirEntry) -> bool:
@@ -162,6 +161,13 @@ def _is_folder(entry: os.DirEntry) -> bool:
         return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False
+
+
+def _is_link(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:
+        return True  # the system resolves it, or says why not
 
 
 def _may_be_regular(entry: os.DirEntry) -> bool:

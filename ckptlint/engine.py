@@ -628,10 +628,11 @@ class Engine:
     def _save_project(self, state: _State) -> None:
         """Write what this run learned, keeping what another run (a concurrent chunk of
         pre-commit, another flake8 process) stored meanwhile: the searches, for the same
-        files, and the words files name (by content, so always true)."""
+        files, and the words files name (by content, so always true). An entry still as
+        this run read or wrote it holds nothing new: it is not decoded again."""
         assert self.store is not None
         with self.store.lock():
-            stored = self._load_project()
+            stored = self._load_project() if self.store.changed("project.json") else None
             if stored is not None:
                 for key, named in stored.named.items():
                     state.named.setdefault(key, named)

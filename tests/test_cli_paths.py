@@ -91,8 +91,17 @@ def test_gitignore_outside_a_git_work_tree_is_not_read(project: Path) -> None:
 def test_each_file_once_however_it_is_reached(project: Path) -> None:
     model = write(project, "pkg/model.py", MISSING)
     (project / "alias.py").symlink_to(model)
+    (project / "elsewhere").mkdir()
+    (project / "elsewhere" / "pkg").symlink_to(project / "pkg")  # a folder named through a link
     result = run_cli(
-        "pkg", "pkg/model.py", "./pkg/model.py", str(model), "alias.py", ".", cwd=project
+        "pkg",
+        "pkg/model.py",
+        "./pkg/model.py",
+        str(model),
+        "alias.py",
+        "elsewhere/pkg",
+        ".",
+        cwd=project,
     )
     assert result.stdout.count("CKP001") == 1
     assert result.stdout.startswith("pkg/model.py:3:5: CKP001 ")

@@ -183,6 +183,7 @@ class Store:
         self._key = key.encode()
         self.notes: list[str] = []  # what the user should know: what was left alone...
         self._reported: set[str] = set()
+        self._seen: dict[str, bytes] = {}  # entry -> its tag as this store last read or wrote it
 
     @classmethod
     def open(cls, folder: Path, key: str, notes: list[str] | None = None) -> Store | str:
@@ -214,14 +215,27 @@ class Store:
         if not hmac.compare_digest(tag, self._tag(name, body)):
             return None
         try:
-            return json.loads(body)
+            content = json.loads(body)
         except (ValueError, RecursionError):
             return None
+        self._seen[name] = tag
+        return content
+
+    def changed(self, name: str) -> bool:
+        """Whether the entry may differ from what this store last read or wrote of it
+        (another process wrote it since): its tag, a MAC of its body, tells without
+        decoding it."""
+        seen = self._seen.get(name)
+        if seen is None:
+            return True
+        read = _read_owned(self.part / name, _MAX_ENTRY_BYTES)
+        return read is None or not read[0].startswith(_MAGIC + seen + b"\n")
 
     def write(self, name: str, content: object) -> None:
         """Write the entry atomically; a cache that cannot be written is no error."""
         body = json.dumps(content, separators=(",", ":")).encode()
-        data = _MAGIC + self._tag(name, body) + b"\n" + body
+        tag = self._tag(name, body)
+        data = _MAGIC + tag + b"\n" + body
         path = self.part / name
         try:
             handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -231,6 +245,7 @@ class Store:
             with os.fdopen(handle, "wb") as stream:
                 stream.write(data)
             os.replace(temporary, path)
+            self._seen[name] = tag
         except OSError:
             pass
         finally:

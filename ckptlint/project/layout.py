@@ -39,6 +39,7 @@ class Layout:
         self._listings: dict[str, frozenset[str]] = {}
         self._packages: dict[str, bool] = {}  # folder: holds an __init__.py
         self._project_roots: dict[str, bool] = {}  # folder: holds a project marker
+        self._folder_splits: dict[str, tuple[str, str, tuple[str, ...]]] = {}
         self._project_packages: dict[str, bool] = {}
         self._roots_naming: dict[str, list[str]] | None = None
         self.recorder: Recorder | None = None
@@ -134,7 +135,18 @@ class Layout:
 
     def _split(self, path: str) -> tuple[str, str, list[str]]:
         """The import root of ``path``, the first folder above its packages (an import root
-        too: a script run there, or pytest, imports from it) and the module name's parts.
+        too: a script run there, or pytest, imports from it) and the module name's parts."""
+        folder, filename = os.path.split(path)
+        stem = filename[:-3] if filename.endswith(".py") else filename
+        split = self._folder_splits.get(folder)
+        if split is None:
+            split = self._folder_splits[folder] = self._split_folder(folder)
+        root, first, packages = split
+        return root, first, [*packages] if stem == "__init__" else [*packages, stem]
+
+    def _split_folder(self, folder: str) -> tuple[str, str, tuple[str, ...]]:
+        """``_split`` of the files in ``folder`` (the same for all: a file's stem only ends
+        its module name), the packages' names aside from the file's own.
 
         Above the packages, folders without ``__init__.py`` are namespace packages up to a
         project root, or up to a source folder directly inside one (``src/``); without
@@ -142,17 +154,15 @@ class Layout:
         folder whose name is no identifier ends the walk, as do ``MAX_NAMESPACE_DEPTH``
         folders.
         """
-        folder, filename = os.path.split(path)
-        stem = filename[:-3] if filename.endswith(".py") else filename
-        parts = self._above_packages(folder, [] if stem == "__init__" else [stem])
+        parts = self._above_packages(folder, [])
         first = folder = parts.pop(0)
         found = (first, parts)
         for _ in range(MAX_NAMESPACE_DEPTH + 1):  # each namespace folder, then the root
             if self._is_project_root(folder):
-                return folder, first, parts
+                return folder, first, tuple(parts)
             parent, name = os.path.split(folder)
             if name in _SOURCE_FOLDERS and self._is_project_root(parent):
-                return folder, first, parts
+                return folder, first, tuple(parts)
             if parent == folder or not name.isidentifier() or keyword.iskeyword(name):
                 break
             above = self._above_packages(parent, [name, *parts])
@@ -160,7 +170,7 @@ class Layout:
             if folder != parent:  # a namespace package inside a regular one
                 found = (folder, above)
             parts = above
-        return found[0], first, found[1]
+        return found[0], first, tuple(found[1])
 
     def _above_packages(self, folder: str, parts: list[str]) -> list[str]:
         """The first folder from ``folder`` up that is no package, then the names of the
