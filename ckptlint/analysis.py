@@ -157,19 +157,19 @@ class ProjectAnalysis:
         return self.solver.ask(("region", site), self.finder.region_values, site, fallback=())
 
     def reach(self, site: Site) -> Reach:
-        """Everything the site's region runs (random draws count at any depth)."""
-        return self.solver.ask(("reach", site), self._reach, site, fallback=Reach())
-
-    def _reach(self, site: Site) -> Reach:
-        return self.reaches.reach(self.region(site))
+        """Everything the site's region runs (random draws count at any depth): the same
+        for every site of the same region, so computed once for them all."""
+        region = self.region(site)
+        return self.solver.ask(("reach", region), self.reaches.reach, region, fallback=Reach())
 
     def near_reach(self, site: Site) -> Reach:
         """What the region's own code, and the code it calls directly, reads and writes
-        (global state set up far below by a framework is not the region's business)."""
-        return self.solver.ask(("near reach", site), self._near_reach, site, fallback=Reach())
-
-    def _near_reach(self, site: Site) -> Reach:
-        return self.reaches.near(self.region(site), site.module)
+        (global state set up far below by a framework is not the region's business); once
+        for the sites of a module that checkpoint the same region (``checkpoint(block, x)``
+        in each branch, in each model of a file)."""
+        region, home = self.region(site), site.module
+        key = ("near reach", region, home)
+        return self.solver.ask(key, self.reaches.near, region, home, fallback=Reach())
 
     def effective_paths(self, site: Site) -> list[SourceCall]:
         """The site's source calls; an ``apply`` call counts as the wrapper it applies."""

@@ -138,8 +138,14 @@ class Solver:
             answer = self._provisional.get(key)
             if answer is not None and stack:
                 stack[-1].cut = True
-        if answer is not None:
-            self._reuse(key, answer)
+        if answer is not None:  # reused (most questions): inline, as it is the hot path
+            if not stack:
+                self._record(answer)
+                return answer.value
+            parent = stack[-1]
+            if parent.depth + 1 + (1 if answer.flat else answer.height) > self.height_limit:
+                raise _TooDeep
+            self._join(parent, key, answer)
             return answer.value
         if key in self._active:
             stack[-1].cut = True
@@ -208,18 +214,8 @@ class Solver:
             return f"{TOO_BIG}: it uses more than {self.size_limit:,} answers"
         return f"{TOO_DEEP}: a chain of more than {self.height_limit} lookups"
 
-    def _reuse(self, key: Hashable, answer: _Answer) -> None:
-        stack = self._stack
-        if not stack:
-            self._record(answer)
-            return
-        parent = stack[-1]
-        if parent.depth + 1 + _height(answer) > self.height_limit:
-            raise _TooDeep
-        self._join(parent, key, answer)
-
     def _join(self, parent: _Frame, key: Hashable, answer: _Answer) -> None:
-        height = _height(answer)
+        height = 1 if answer.flat else answer.height  # a summary below counts one level
         if height >= parent.height:
             parent.height = height + 1
         parent.reads |= answer.reads
@@ -312,10 +308,6 @@ class Solver:
     def busy(self) -> bool:
         """Whether a question is being answered (callers that cache must use ``ask``)."""
         return bool(self._stack)
-
-
-def _height(answer: _Answer) -> int:
-    return 1 if answer.flat else answer.height
 
 
 def _describe(error: Exception) -> str:
