@@ -19,7 +19,7 @@ Each file's exports, and each file's findings, are computed on their own (a fres
 over the shared parsed modules), so they depend on nothing but the project's files and the
 words: not on what else the run named, nor in what order, nor in how many processes. Each is
 stored with the ``Dependencies`` it read, and an earlier run's result is reused while those
-hold (see ``project.cache``). Nothing raised while linting a file leaves this module: a file
+hold (see ``project.state``). Nothing raised while linting a file leaves this module: a file
 that cannot be read is CKP902, one that cannot be decoded, parsed or analysed is CKP901, and
 anything else is a bug of ours, reported as the file's ``internal_error``.
 """
@@ -31,7 +31,7 @@ import itertools
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
@@ -41,21 +41,16 @@ from ckptlint.config import Settings
 from ckptlint.core import Finding
 from ckptlint.noqa import file_exemption, is_suppressed
 from ckptlint.project import cache
-from ckptlint.project.dependencies import Dependencies, ScanKey, ShapeRead
 from ckptlint.project.files import MISSING, Snapshot, digest_of
-from ckptlint.project.index import scan
 from ckptlint.project.layout import Layout
 from ckptlint.project.search import NAMES, matches, own_bases
-from ckptlint.project.shapes import Shape, shape_of
+from ckptlint.project.state import ProjectState, StoredResults
 from ckptlint.project.stored import (
     Analysed,
     Exported,
     Round,
     StoredProject,
     Words,
-    decode_project,
-    encode_project,
-    file_words,
     updated_scans,
 )
 from ckptlint.regions.sources import SourceTable, configured_source
@@ -93,28 +88,9 @@ class FileResult:
 
 # -- a run's view of the project -------------------------------------------------------------
 @dataclass
-class _State:
-    """What a run knows of the project: its files, the discovery, the searches run so far.
+class _State(ProjectState):
+    """The project state of a run, with the analyser of its files."""
 
-    ``changed``: the files whose bytes differ from those the ``earlier`` discovery (the
-    stored one, or the disk state an override differs from) was made of.
-    """
-
-    paths: list[str]
-    snapshot: Snapshot
-    layout: Layout
-    changed: set[str]
-    scans: dict[ScanKey, tuple[str, ...]]
-    words: Words
-    rounds: list[Round] = field(default_factory=list)
-    exported: dict[tuple[str, str], Exported] = field(default_factory=dict)
-    # (file digest, words digest): ``file_words``, kept so a warm run reads no file for it
-    named: dict[tuple[str, str], str] = field(default_factory=dict)
-    shapes: dict[str, Shape] = field(default_factory=dict)  # of changed files, as checked
-    analysed: set[str] = field(default_factory=set)  # files discovery analysed
-    errors: dict[str, Finding] = field(default_factory=dict)  # CKP901 of those
-    internal_errors: dict[str, str] = field(default_factory=dict)
-    dirty: bool = False  # learned something the store does not hold
     _analyser: Analyser | None = None
 
     def analyser(
@@ -143,7 +119,7 @@ class Engine:
     ) -> None:
         self.settings = settings
         self.paths = sorted(dict.fromkeys(os.path.abspath(p) for p in paths))
-        self.store = store
+        self._results = None if store is None else StoredResults(store)
         self.jobs = jobs
         self.notes: list[str] = []  # what the user should know (a worker died...)
         self._disk: _State | None = None
@@ -295,7 +271,7 @@ class Engine:
                 continue
             if path in state.internal_errors:
                 continue
-            stored = None if fixes else self._stored_findings(state, path)
+            stored = None if fixes or self._results is None else self._results.findings(state, path)
             if stored is not None:
                 found[path] = stored
             else:
@@ -307,96 +283,8 @@ class Engine:
                 found[result.path] = result
                 state.scans.update(result.dependencies.scans)
                 state.dirty = True
-                if not fixes:
-                    self._store_findings(state, result)
-        return found
-
-    def _stored_findings(self, state: _State, path: str) -> Analysed | None:
-        if self.store is None:
-            return None
-        words = self._file_words(state, path, state.words)
-        name = cache.findings_name(path, state.snapshot.digest(path), words)
-        content = self.store.read(name)
-        if content is None:
-            return None
-        try:
-            entry = cache.decode_findings(content)
-        except (cache.Invalid, ValueError, TypeError):
-            return None
-        if not self._holds(state, entry.dependencies):
-            return None
-        return Analysed(path, entry.findings, None, entry.dependencies)
-
-    def _store_findings(self, state: _State, result: Analysed) -> None:
-        if self.store is None or result.internal_error is not None:
-            return
-        digest = state.snapshot.digest(result.path)
-        words = self._file_words(state, result.path, state.words)
-        name = cache.findings_name(result.path, digest, words)
-        entry = cache.StoredFindings(result.findings, result.dependencies)
-        self.store.write(name, cache.encode_findings(entry))
-
-    def _file_words(self, state: _State, path: str, words: Words) -> str:
-        """``file_words``, remembered by the file's digest and the words' (reading every
-        file's identifiers again took 60 % of a warm run)."""
-        key = (state.snapshot.digest(path), words.digest)
-        named = state.named.get(key)
-        if named is None:
-            named = state.named[key] = file_words(state.snapshot, path, words)
-            state.dirty = True
-        return named
-
-    def _holds(self, state: _State, dependencies: Dependencies) -> bool:
-        """Whether everything a stored result read gives the same answers now."""
-        snapshot, layout = state.snapshot, state.layout
-        for path, (digest, name) in dependencies.modules.items():
-            if snapshot.digest(path) != digest or layout.module_name(path) != name:
-                return False
-        for path, read in dependencies.shapes.items():
-            if layout.module_name(path) != read.name:
-                return False
-            if snapshot.digest(path) != read.digest and not self._same_shape(state, path, read):
-                return False
-        for name, resolved in dependencies.resolved.items():
-            if layout.find(name) != resolved:
-                return False
-        for name, found in dependencies.packages.items():
-            if layout.is_project_package(name) != found:
-                return False
-        return all(self._scan(state, key) == paths for key, paths in dependencies.scans.items())
-
-    def _refresh_shapes(self, state: _State, dependencies: Dependencies) -> None:
-        """Stored exports that hold for a changed file whose shape is the same: what they read
-        of it holds for its new bytes too, so the next run need not read it to know."""
-        shapes = dependencies.shapes
-        for path, read in shapes.items():
-            digest = state.snapshot.digest(path)
-            if read.digest != digest:
-                read.digest = digest
-                state.dirty = True
-
-    def _same_shape(self, state: _State, path: str, read: ShapeRead) -> bool:
-        """Whether a changed file still gives what was read of it (early cutoff)."""
-        shape = state.shapes.get(path)
-        if shape is None:
-            try:
-                text = decode(state.snapshot.data(path))
-            except UnreadableSource:
-                return False
-            shape = state.shapes[path] = shape_of(split_lines(text), text)
-        if read.skeleton is not None and shape.skeleton != read.skeleton:
-            return False
-        if read.versions is not None and shape.versions != read.versions:
-            return False
-        if any(shape.parts.get(key) != digest for key, digest in read.parts.items()):
-            return False
-        return all(shape.naming(name) == where for name, where in read.names.items())
-
-    def _scan(self, state: _State, key: ScanKey) -> tuple[str, ...]:
-        found = state.scans.get(key)
-        if found is None:
-            found = state.scans[key] = scan(state.snapshot, state.paths, *key)
-            state.dirty = True
+                if not fixes and self._results is not None:
+                    self._results.keep_findings(state, result)
         return found
 
     # -- the project's state ----------------------------------------------------------------
@@ -405,13 +293,13 @@ class Engine:
         (standard input, the text being fixed), derived from it."""
         disk = self._disk
         if disk is None:
-            if self.store is None:
+            if self._results is None:
                 disk = self._disk_state(None)
             else:
-                with self.store.lock():  # concurrent runs (pre-commit's chunks) compute it once
-                    disk = self._disk_state(self._load_project())
+                with self._results.store.lock():  # concurrent runs (pre-commit's chunks)
+                    disk = self._disk_state(self._results.load_project())  # compute it once
                     if disk.dirty:
-                        self._write_project(disk)
+                        self._results.write_project(disk)
             self._disk = disk
         overrides = {os.path.abspath(p): data for p, data in overrides.items()}
         if all(disk.snapshot.digest(p) == digest_of(data) for p, data in overrides.items()):
@@ -563,14 +451,14 @@ class Engine:
         found: dict[str, Exported] = {}
         missing = []
         for path in paths:
-            earlier = known.get((path, self._file_words(state, path, words)))
+            earlier = known.get((path, state.file_words(path, words)))
             if (
                 earlier is not None
                 and earlier.digest == state.snapshot.digest(path)
-                and self._holds(state, earlier.dependencies)
+                and state.holds(earlier.dependencies)
             ):
                 found[path] = earlier
-                self._refresh_shapes(state, earlier.dependencies)
+                state.refresh_shapes(earlier.dependencies)
             else:
                 missing.append(path)
         if missing:
@@ -601,42 +489,9 @@ class Engine:
         self._workers = Workers(local, count)
         return self._workers
 
-    # -- the store ----------------------------------------------------------------------------
-    def _load_project(self) -> StoredProject | None:
-        assert self.store is not None
-        content = self.store.read("project.json")
-        if content is None:
-            return None
-        try:
-            return decode_project(content)
-        except (cache.Invalid, ValueError, TypeError, KeyError):
-            return None
-
     def save(self) -> None:
         """Store what the findings computed since the last save learned of the project on disk
         (the searches they ran, the words each file names), for the next run."""
         disk = self._disk
-        if disk is not None and disk.dirty and self.store is not None:
-            self._save_project(disk)
-
-    def _write_project(self, state: _State) -> None:
-        assert self.store is not None
-        self.store.write("project.json", encode_project(state))
-        self.store.prune()
-        state.dirty = False
-
-    def _save_project(self, state: _State) -> None:
-        """Write what this run learned, keeping what another run (a concurrent chunk of
-        pre-commit, another flake8 process) stored meanwhile: the searches, for the same
-        files, and the words files name (by content, so always true). An entry still as
-        this run read or wrote it holds nothing new: it is not decoded again."""
-        assert self.store is not None
-        with self.store.lock():
-            stored = self._load_project() if self.store.changed("project.json") else None
-            if stored is not None:
-                for key, named in stored.named.items():
-                    state.named.setdefault(key, named)
-                if stored.files == state.snapshot.stored():
-                    for key, paths in stored.scans.items():
-                        state.scans.setdefault(key, paths)
-            self._write_project(state)
+        if disk is not None and disk.dirty and self._results is not None:
+            self._results.save_project(disk)

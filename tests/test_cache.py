@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import ckptlint.engine
 import ckptlint.project.files
 import ckptlint.project.index
+import ckptlint.project.state
 from ckptlint.project import cache
 from tests.conftest import SUBPROCESS_TIMEOUT, run_cli
 
@@ -110,7 +110,7 @@ def test_a_second_run_reads_no_file_to_find_its_stored_results(
     def no_reading(*arguments: object) -> None:
         raise AssertionError("read a file's words although nothing changed")
 
-    monkeypatch.setattr(ckptlint.engine, "file_words", no_reading)
+    monkeypatch.setattr(ckptlint.project.state, "file_words", no_reading)
     assert findings(tree, ".") == first
     assert findings(tree, "model.py") == [f for f in first if f[0] == "model.py"]
 
@@ -220,9 +220,11 @@ def test_a_run_decodes_the_project_entry_again_only_if_another_run_wrote_it(
     it again was a fifth of a pre-commit run's CPU on transformers 5.24."""
     first = findings(tree, ".")
     decoded: list[object] = []
-    decode = ckptlint.engine.decode_project
+    decode = ckptlint.project.state.decode_project
     monkeypatch.setattr(
-        ckptlint.engine, "decode_project", lambda content: decoded.append(1) or decode(content)
+        ckptlint.project.state,
+        "decode_project",
+        lambda content: decoded.append(1) or decode(content),
     )
     write(tree, "model.py", MODEL + "\nedited = 1\n")
     assert findings(tree, "model.py") == [f for f in first if f[0] == "model.py"]
