@@ -28,8 +28,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path, PurePosixPath
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ckptlint.memos import process_cache
@@ -489,6 +487,11 @@ def _requirement_lines(path: Path) -> list[str]:
 
 def _torch_lower_bound(text: str) -> Version | None:
     """``torch>=2.1,<3`` -> 2.1 (also ``==``, ``~=``, ``>``, ``==2.1.*``)."""
+    if "torch" not in text.lower():
+        return None  # another requirement (and packaging's parser stays unimported)
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     try:
         requirement = Requirement(text)
     except InvalidRequirement:
