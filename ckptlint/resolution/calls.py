@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ckptlint.memos import process_memo
-from ckptlint.project.scopes import FUNCTIONS, node_position, parameter_defaults
+from ckptlint.project.scopes import FUNCTIONS, node_position, parameter_defaults, parameters
 from ckptlint.resolution.bodies import first_parameter, own_nodes
 from ckptlint.resolution.containers import KEY_READS, call_arguments
 from ckptlint.resolution.values import (
@@ -158,7 +158,11 @@ class Calls:
         call the analysis does not see, parameters unbound)."""
         node = function.node
         scope = self.evaluator.scope_of(function)
-        env: list[tuple[ast.arg, Argument]] = list(function.context.env)
+        # What the enclosing functions' parameters are bound to. A nested function that
+        # calls itself was defined in an activation of its own: that activation's
+        # parameters are not this one's (kept, they grew the context at every level).
+        own = set(parameters(node.args))
+        env = [(p, a) for p, a in function.context.env if p not in own]
         positional = [*node.args.posonlyargs, *node.args.args]
         if function.bound is not None and positional:
             env.append((positional[0], Argument(None, None, function.bound)))
