@@ -130,7 +130,7 @@ def _statement(choose: Chooser, modules: Sequence[str], names: list[str], depth:
     a, b = choose(names), choose(names)
     attribute, test = choose(ATTRIBUTES), choose(ATTRIBUTES)
     argument = choose((a, f"{a}.{attribute}", f"{b}.evaluate({a})", f"{b}.{attribute}({a})"))
-    form = choose(tuple(range(13)))
+    form = choose(tuple(range(14)))
     if form == 0:
         return [f"if {a}.{test}:", f"    return {f}({argument}, {b})"]
     if form == 1:
@@ -169,6 +169,15 @@ def _statement(choose: Chooser, modules: Sequence[str], names: list[str], depth:
         ]
     if form == 9:
         return [f"{a} = {b} if {a}.{test} else {f}({argument})"]
+    if form == 12 and depth < 2:  # a nested function that calls itself (unwrapping a module)
+        inner = choose(NAMES)
+        return [
+            f"def {inner}(module):",
+            f"    if module.{test}:",
+            f"        module = {inner}(module.{attribute})",
+            f"    return {choose(('module', f'{f}(module, {b})'))}",
+            f"{a} = {inner}({a})",
+        ]
     if form == 10 and "kwargs" in names:
         return [f"if {a}.{test}:", f"    return {f}({a}, *args, **kwargs)"]
     if form == 11:

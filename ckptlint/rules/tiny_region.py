@@ -128,15 +128,18 @@ class Block(nn.Module):
                 yield context.finding(site.node, self.code, message)
 
 
-def cheap_ops(values: Values, analysis: ProjectAnalysis) -> str | None:
+def cheap_ops(
+    values: Values, analysis: ProjectAnalysis, entered: frozenset[ast.AST] = frozenset()
+) -> str | None:
     """The cheap ops a region may be (``nn.LayerNorm` or `nn.GELU``), when each value it
     may have is one (the modules of a list filled in a loop, one per call); None when any
-    may be more, or is unknown."""
+    may be more, or is unknown. ``entered``: the bodies a chain of delegation went through
+    to get here (a ``forward`` returning a new instance of its own class is no op)."""
     if not values or UNKNOWN in values:
         return None
     ops: list[str] = []
     for value in values:
-        op = cheap_op(value, analysis)
+        op = cheap_op(value, analysis, entered)
         if op is None:
             return None
         ops.append(op)
@@ -144,10 +147,12 @@ def cheap_ops(values: Values, analysis: ProjectAnalysis) -> str | None:
     return ops[0] if len(ops) == 1 else f"{', '.join(ops[:-1])} or {ops[-1]}"
 
 
-def cheap_op(region: Value, analysis: ProjectAnalysis) -> str | None:
+def cheap_op(
+    region: Value, analysis: ProjectAnalysis, entered: frozenset[ast.AST] = frozenset()
+) -> str | None:
     """A description of the one cheap op ``region`` is, or None when it is more (or unknown)."""
     if isinstance(region, PartialValue):
-        return cheap_ops(region.inner, analysis)
+        return cheap_ops(region.inner, analysis, entered)
     if isinstance(region, External):
         namespace, _, short = region.name.rpartition(".")
         cheap = namespace in CHEAP_NAMESPACES and short in CHEAP_FUNCTIONS
@@ -159,9 +164,9 @@ def cheap_op(region: Value, analysis: ProjectAnalysis) -> str | None:
         call = single(analysis.member((region,), "__call__"))
         if isinstance(call, FunctionValue) or not isinstance(forward, FunctionValue):
             return None
-        return _cheap_body(forward, analysis)
+        return _cheap_body(forward, analysis, entered)
     if isinstance(region, FunctionValue):
-        return _cheap_body(region, analysis)
+        return _cheap_body(region, analysis, entered)
     return None
 
 
@@ -179,10 +184,12 @@ def _cheap_module(module: Instance, analysis: ProjectAnalysis) -> str | None:
     return None
 
 
-def _cheap_body(function: FunctionValue, analysis: ProjectAnalysis) -> str | None:
+def _cheap_body(
+    function: FunctionValue, analysis: ProjectAnalysis, entered: frozenset[ast.AST]
+) -> str | None:
     """A def or lambda whose whole body returns one cheap op applied to leaf values."""
     expression = _returned_expression(function.node)
-    if expression is None:
+    if expression is None or function.node in entered:
         return None
     if (
         isinstance(expression, ast.BinOp)
@@ -208,7 +215,7 @@ def _cheap_body(function: FunctionValue, analysis: ProjectAnalysis) -> str | Non
         return f"`{ast.unparse(expression)}`"
     callee = single(analysis.evaluate(func, context))
     if isinstance(callee, (External, Instance, PartialValue)):
-        return cheap_op(callee, analysis)
+        return cheap_op(callee, analysis, entered | {function.node})
     return None
 
 
