@@ -50,7 +50,7 @@ from ckptlint.regions.sources import (
     SourceTable,
 )
 from ckptlint.resolution.bodies import own_nodes
-from ckptlint.resolution.evaluator import Evaluator
+from ckptlint.resolution.evaluator import Evaluator, place_of
 from ckptlint.resolution.mappings import Held, held
 from ckptlint.resolution.members import AUTOGRAD_FUNCTIONS
 from ckptlint.resolution.solver import Solver
@@ -94,7 +94,7 @@ class ProjectAnalysis:
         self.project = project
         self.table = table
         self.target_torch = target_torch
-        self.solver = Solver()
+        self.solver = Solver(place=place_of)
         project.attach(self.solver)
         self.evaluator = Evaluator(project, target_torch=target_torch, solver=self.solver)
         self.finder = SiteFinder(self.evaluator, table)

@@ -265,7 +265,8 @@ def test_use_reentrant_through_thousands_of_conditionals_costs_a_bounded_amount(
 
 def test_a_chain_past_the_lookup_limit_is_its_files_finding(tmp_path: Path) -> None:
     """A region read through 150 assignments in a row: the lookup gives up (a CKP901 saying
-    so, at the region's file) and the other file's finding stays."""
+    so, at the region whose analysis led into the chain) and the other file's finding
+    stays; the note is the same when the file is linted alone."""
     chain = "".join(f"f{i} = f{i - 1}\n" for i in range(1, 150))
     long_chain = (
         "from torch.utils.checkpoint import checkpoint\n"
@@ -278,8 +279,13 @@ def test_a_chain_past_the_lookup_limit_is_its_files_finding(tmp_path: Path) -> N
     code, found = lint_folder(tmp_path, {"chain.py": long_chain, "known.py": KNOWN})
     assert code == 1
     assert [f.split(":")[:2] for f in found["known.py"]] == [["5", "CKP001"]]
-    assert all(f.split(":")[1] == "CKP901" for f in found["chain.py"]), found["chain.py"]
-    assert any("too deeply nested to analyse" in f for f in found["chain.py"])
+    assert [f.split(":")[:2] for f in found["chain.py"]] == [["157", "CKP901"]]
+    assert "too deeply nested to analyse" in found["chain.py"][0]
+    assert found["chain.py"][0].endswith("at line 157; findings that depend on it may be missing")
+    alone = run_cli("--no-cache", "--isolated", "--output-format", "json", "chain.py", cwd=tmp_path)
+    assert [f"{f['line']}:{f['code']}:{f['message']}" for f in json.loads(alone.stdout)] == (
+        found["chain.py"]
+    )
 
 
 # -- the size limit counts what a question asks once ----------------------------------------

@@ -86,7 +86,7 @@ class Evaluator:
     ) -> None:
         self.project = project
         self.duck_typing = duck_typing
-        self.solver = solver if solver is not None else Solver()
+        self.solver = solver if solver is not None else Solver(place=place_of)
         self._kind = "duck" if duck_typing else "exact"  # keys differ between the two views
         # The oldest torch the project runs on (None: not known, no branch is decided).
         self.target_torch = target_torch
@@ -376,3 +376,21 @@ def _module_level(name: ast.Name, context: Context) -> bool:
 
 def _is_first(parameter: ast.arg, function: ast.AST) -> bool:
     return first_parameter(function) is parameter
+
+
+def place_of(key: Hashable) -> str | None:
+    """Where the code a question is about lies (``path:line``): the expression it evaluates
+    in a context, or the function it asks about; None for other questions. The solver names
+    it in the note of a chain too deep to follow."""
+    parts: list[object] = [key]
+    while parts:  # a key is a few tuples nested, searched breadth first
+        part = parts.pop(0)
+        if isinstance(part, FunctionValue):
+            return f"{part.module.path}:{part.node.lineno}"
+        if isinstance(part, tuple):
+            contexts = [p for p in part if isinstance(p, Context)]
+            lines = [p.lineno for p in part if isinstance(p, ast.expr)]
+            if contexts and lines:
+                return f"{contexts[0].module.path}:{lines[0]}"
+            parts.extend(part)
+    return None

@@ -104,9 +104,16 @@ class Unit:
 class Solver:
     """The memo of one analysis (see the module docstring)."""
 
-    def __init__(self, height_limit: int = HEIGHT_LIMIT, size_limit: int = SIZE_LIMIT) -> None:
+    def __init__(
+        self,
+        height_limit: int = HEIGHT_LIMIT,
+        size_limit: int = SIZE_LIMIT,
+        place: Callable[[Hashable], str | None] = lambda key: None,
+    ) -> None:
         self.height_limit = height_limit
         self.size_limit = size_limit
+        self.place = place  # where the code a question is about lies ("path:line"), if known
+        self._cut_at = ""  # where the chain of the question that went too deep was cut
         self.largest = 0  # the largest size an outermost question reached
         self._final: dict[Hashable, _Answer] = {}
         self._provisional: dict[Hashable, _Answer] = {}
@@ -144,7 +151,7 @@ class Solver:
                 return answer.value
             parent = stack[-1]
             if parent.depth + 1 + (1 if answer.flat else answer.height) > self.height_limit:
-                raise _TooDeep
+                raise self._too_deep(key)
             self._join(parent, key, answer)
             return answer.value
         if key in self._active:
@@ -152,7 +159,7 @@ class Solver:
             return fallback
         depth = len(stack)
         if depth >= self.height_limit:
-            raise _TooDeep
+            raise self._too_deep(key)
         frame = _Frame(key, depth)
         stack.append(frame)
         self._active.add(key)
@@ -163,7 +170,10 @@ class Solver:
                 raise
             value = fallback  # the whole question gives up: its limits are its own
             frame.cut = False
-            frame.faults = (Fault(where() if where is not None else "", self._limit(limit)),)
+            place = where() if where is not None else ""
+            if isinstance(limit, _TooDeep):
+                place = place or self._cut_at
+            frame.faults = (Fault(place, self._limit(limit)),)
         except (MemoryError, KeyboardInterrupt):
             raise
         except Exception as error:  # one failure is one answer: the fallback, noted
@@ -208,6 +218,15 @@ class Solver:
     def settled(self, key: Hashable) -> bool:
         """Whether ``key`` has an answer kept for the run."""
         return key in self._final
+
+    def _too_deep(self, key: Hashable) -> _TooDeep:
+        """The stop of a chain too deep, noting the code that led into it: the outermost
+        question on it about code with a place. Outermost, so that the note is the same in
+        any order: the chain's first questions are asked whatever was kept before them,
+        while where it stops moves up to an answer kept meanwhile."""
+        keys = [*(frame.key for frame in self._stack), key]
+        self._cut_at = next((p for p in map(self.place, keys) if p), "")
+        return _TooDeep()
 
     def _limit(self, error: Exception) -> str:
         if isinstance(error, _TooBig):
