@@ -281,8 +281,10 @@ class Engine:
             task = partial(FindingsTask, state.words, fixes=fixes)
             for result in workers.run(task, missing):
                 found[result.path] = result
-                state.scans.update(result.dependencies.scans)
-                state.dirty = True
+                learned = result.dependencies.scans.items() - state.scans.items()
+                if learned:  # the findings are stored apart: the project entry only if new
+                    state.scans.update(learned)
+                    state.dirty = True
                 if not fixes and self._results is not None:
                     self._results.keep_findings(state, result)
         return found
@@ -299,6 +301,8 @@ class Engine:
                 with self._results.store.lock():  # concurrent runs (pre-commit's chunks)
                     disk = self._disk_state(self._results.load_project())  # compute it once
                     if disk.dirty:
+                        for path in disk.changed & disk.analysed:  # the findings' lookup asks
+                            disk.file_words(path, disk.words)  # (so they need no 2nd write)
                         self._results.write_project(disk)
             self._disk = disk
         overrides = {os.path.abspath(p): data for p, data in overrides.items()}
@@ -465,8 +469,10 @@ class Engine:
             workers = self._workers_for(state, len(missing))
             for result in workers.run(partial(ExportsTask, words), missing):
                 found[result.path] = result
-                state.scans.update(result.dependencies.scans)
-                state.dirty = True
+                learned = result.dependencies.scans.items() - state.scans.items()
+                if learned:  # the findings are stored apart: the project entry only if new
+                    state.scans.update(learned)
+                    state.dirty = True
         results = [found[path] for path in paths]
         for result in results:
             state.exported[(result.path, result.words)] = result
