@@ -247,15 +247,16 @@ class HandOn:
     def _summarise(self, function: FunctionValue) -> Summary:
         owners = enclosing_functions(self.evaluator.scope_of(function))
         found: list[Transfer] = []
-        written: set[tuple[Scope, Step, str]] = set()
+        written: dict[tuple[Scope, Step], list[ast.Call]] = {}
+        texts: dict[ast.Call, str] = {}  # dumped only to compare calls taking the same step
         alike: set[tuple[object, ...]] = set()
         for call, scope, steps in self.steps(function):
-            text = ast.dump(call)
             for step in steps:
                 # The same call written twice (in both branches of an ``if``) hands on alike.
-                if (scope, step, text) in written:
+                earlier = written.setdefault((scope, step), [])
+                if earlier and any(_same_call(call, other, texts) for other in earlier):
                     continue
-                written.add((scope, step, text))
+                earlier.append(call)
                 for transfer in self._transfers(function, call, scope, step):
                     depends = self._depends(transfer, owners)
                     if not depends:
@@ -620,3 +621,11 @@ def enclosing_functions(scope: Scope | None) -> list[ast.AST]:
 
 def _where(function: FunctionValue) -> str:
     return f"{function.module.path}:{getattr(function.node, 'lineno', 0)}"
+
+
+def _same_call(call: ast.Call, other: ast.Call, texts: dict[ast.Call, str]) -> bool:
+    """Whether two calls are written alike (their dumps, each made once)."""
+    for node in (call, other):
+        if node not in texts:
+            texts[node] = ast.dump(node)
+    return texts[call] == texts[other]
