@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from ckptlint.project.stored import Analysed, Exported, Words
 
 if TYPE_CHECKING:
+    import multiprocessing
+    from multiprocessing.connection import Connection
+
     from ckptlint.analyser import Analyser
 
 # Below this many files to analyse per process, a worker costs more than it saves.
@@ -62,14 +63,21 @@ class Workers:
         self.local = local
         self.notes: list[str] = []
         self._workers: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
-        if count > 1 and "fork" in multiprocessing.get_all_start_methods():
-            context = multiprocessing.get_context("fork")
-            for _ in range(count):
-                ours, theirs = context.Pipe()
-                process = context.Process(target=_serve, args=(local, theirs), daemon=True)
-                process.start()
-                theirs.close()
-                self._workers.append((process, ours))
+        if count > 1:
+            self._fork(count)
+
+    def _fork(self, count: int) -> None:
+        import multiprocessing  # here: a run in one process (most warm runs) never needs it
+
+        if "fork" not in multiprocessing.get_all_start_methods():
+            return  # the process does the work alone
+        context = multiprocessing.get_context("fork")
+        for _ in range(count):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_serve, args=(self.local, theirs), daemon=True)
+            process.start()
+            theirs.close()
+            self._workers.append((process, ours))
 
     @property
     def size(self) -> int:
