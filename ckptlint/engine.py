@@ -469,10 +469,8 @@ class Engine:
             workers = self._workers_for(state, len(missing))
             for result in workers.run(partial(ExportsTask, words), missing):
                 found[result.path] = result
-                learned = result.dependencies.scans.items() - state.scans.items()
-                if learned:  # the findings are stored apart: the project entry only if new
-                    state.scans.update(learned)
-                    state.dirty = True
+                state.scans.update(result.dependencies.scans)
+                state.dirty = True  # the project entry keeps the exports
         results = [found[path] for path in paths]
         for result in results:
             state.exported[(result.path, result.words)] = result
