@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ckptlint.analyser
 import ckptlint.project.files
 import ckptlint.project.index
 import ckptlint.project.state
@@ -254,6 +255,51 @@ def test_a_run_after_an_edit_writes_the_project_entry_once(
     assert findings(tree, "model.py") == [f for f in first if f[0] == "model.py"]
     assert findings(tree, ".") == first
     assert len(encoded) == 1
+
+
+def test_findings_read_other_modules_only_through_recorded_facts(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a file's findings read of another module is a recorded fact (its skeleton, the
+    bodies read, where a name lies), never its raw text: the precondition for keying them,
+    like exports, on what they read of each module rather than its whole digest. The
+    searches for run-time changes tested lines of other modules' text directly."""
+    write(tree, "config.py", "SCALE = 1.0\n")
+    write(
+        tree,
+        "model.py",
+        "from torch.utils.checkpoint import checkpoint\nimport config\n\n"
+        "def scaled(x):\n    h = x.relu()\n    return h * config.SCALE\n\n"
+        "def forward(x):\n    return checkpoint(scaled, x, use_reentrant=False)\n",
+    )
+    write(tree, "train.py", "import config\n\ndef step():\n    config.SCALE = 2.0\n")
+    write(tree, "loop.py", "import train\n\ndef run():\n    train.step()\n")
+    analysed: list[str] = []
+    raw_reads: list[tuple[str, str, str]] = []
+    module_class = ckptlint.project.index.Module
+    attribute_of = module_class.__getattribute__
+
+    def watched(module: object, name: str) -> object:
+        reader = sys._getframe(1).f_code.co_filename  # the index records what it reads
+        if name in ("text", "lines") and analysed and reader != ckptlint.project.index.__file__:
+            path = attribute_of(module, "path")
+            if path != analysed[-1]:
+                raw_reads.append((analysed[-1], path, name))
+        return attribute_of(module, name)
+
+    findings_of = ckptlint.analyser.Analyser.findings
+
+    def watched_findings(self: object, path: str, *arguments: object) -> object:
+        analysed.append(path)
+        try:
+            return findings_of(self, path, *arguments)  # type: ignore[arg-type]
+        finally:
+            analysed.pop()
+
+    monkeypatch.setattr(module_class, "__getattribute__", watched)
+    monkeypatch.setattr(ckptlint.analyser.Analyser, "findings", watched_findings)
+    assert findings(tree, "--no-cache", ".") == [("model.py", 9, "CKP201")]
+    assert raw_reads == []
 
 
 def test_the_store_tells_an_entry_another_process_wrote(tmp_path: Path) -> None:

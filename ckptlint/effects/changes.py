@@ -150,10 +150,9 @@ class ChangeFinder:
         or change its content) where ``receives`` says ``X`` is the object in question: a
         change of ``owner``'s ``name``."""
         spellings = (f".{attribute}", f'"{attribute}"', f"'{attribute}'")
-        if not any(spelling in other.text for spelling in spellings):
-            return
-        for line in other.lines_naming(attribute):
-            if not any(spelling in other.lines[line - 1] for spelling in spellings):
+        for line in other.lines_naming(attribute):  # each spelling names it
+            text = other.line_text(line)
+            if not any(spelling in text for spelling in spellings):
                 continue
             for statement, functions, scope in self._statements_in_function(other, line):
                 context = Context(other, scope)
@@ -314,9 +313,11 @@ class ChangeFinder:
         name it as an attribute (``module.name``)."""
         found = [module]
         for other in self._other_modules(module, NAMES, name):
-            if not other.lines_naming(name):
+            lines = other.lines_naming(name)
+            if not lines:
                 continue
-            if f".{name}" in other.text or self._imports_from(other, module, name):
+            spelled = any(f".{name}" in other.line_text(line) for line in lines)
+            if spelled or self._imports_from(other, module, name):
                 found.append(other)
         return found
 

@@ -89,6 +89,17 @@ class Module:
             self.recorder.read(NamesRead(self.path, name, self.shape.naming(name)))
         return self.shape.lines_naming(name)
 
+    def line_text(self, number: int) -> str:
+        """The text of line ``number`` (1-based), read as a part of the module: the body of
+        the definition holding it, or the skeleton."""
+        if self.recorder is not None:
+            key = self.shape.key_at(number)
+            if key:
+                self.recorder.read(PartRead(self.path, key, self.shape.parts[key]))
+            else:
+                self.recorder.read(SkeletonRead(self.path, self.shape.skeleton))
+        return self.lines[number - 1]
+
     def candidate_lines(self, words: frozenset[str]) -> list[int]:
         """Lines naming one of ``words`` (ascending), where calls of interest can be; a
         line that only assigns to such a name does not count."""
