@@ -79,6 +79,16 @@ def agree(root: Path, *paths: str) -> list[tuple[str, int, str]]:
     return warm
 
 
+def _calls_of(monkeypatch: pytest.MonkeyPatch, name: str) -> list[object]:
+    """The calls made from now on of ``ckptlint.project.state``'s function ``name``."""
+    calls: list[object] = []
+    original = getattr(ckptlint.project.state, name)
+    monkeypatch.setattr(
+        ckptlint.project.state, name, lambda argument: calls.append(1) or original(argument)
+    )
+    return calls
+
+
 @pytest.fixture
 def tree(project: Path) -> Path:
     (project / ".git").mkdir()  # a work tree: the project root
@@ -220,13 +230,7 @@ def test_a_run_decodes_the_project_entry_again_only_if_another_run_wrote_it(
     meanwhile; an entry still as this run read or wrote it holds nothing new, and decoding
     it again was a fifth of a pre-commit run's CPU on transformers 5.24."""
     first = findings(tree, ".")
-    decoded: list[object] = []
-    decode = ckptlint.project.state.decode_project
-    monkeypatch.setattr(
-        ckptlint.project.state,
-        "decode_project",
-        lambda content: decoded.append(1) or decode(content),
-    )
+    decoded = _calls_of(monkeypatch, "decode_project")
     write(tree, "model.py", MODEL + "\nedited = 1\n")
     assert findings(tree, "model.py") == [f for f in first if f[0] == "model.py"]
     assert len(decoded) == 1
@@ -242,13 +246,7 @@ def test_a_run_after_an_edit_writes_the_project_entry_once(
     learns nothing, and writes nothing."""
     monkeypatch.setattr(ckptlint.project.files, "_RACY_NS", 0)  # trust a fresh mtime
     first = findings(tree, ".")
-    encoded: list[object] = []
-    encode = ckptlint.project.state.encode_project
-    monkeypatch.setattr(
-        ckptlint.project.state,
-        "encode_project",
-        lambda state: encoded.append(1) or encode(state),
-    )
+    encoded = _calls_of(monkeypatch, "encode_project")
     write(tree, "model.py", MODEL + "\nedited = 1\n")
     assert findings(tree, "model.py") == [f for f in first if f[0] == "model.py"]
     assert len(encoded) == 1
