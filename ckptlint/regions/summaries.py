@@ -254,7 +254,7 @@ class HandOn:
             for step in steps:
                 # The same call written twice (in both branches of an ``if``) hands on alike.
                 earlier = written.setdefault((scope, step), [])
-                if earlier and any(_same_call(call, other, texts) for other in earlier):
+                if any(_same_call(call, other, texts) for other in earlier):
                     continue
                 earlier.append(call)
                 for transfer in self._transfers(function, call, scope, step):
