@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import TYPE_CHECKING
 
 from ckptlint.project.scopes import COMPREHENSIONS, FUNCTIONS, Scope, node_position
@@ -247,16 +248,20 @@ class HandOn:
     def _summarise(self, function: FunctionValue) -> Summary:
         owners = enclosing_functions(self.evaluator.scope_of(function))
         found: list[Transfer] = []
-        written: dict[tuple[Scope, Step], list[ast.Call]] = {}
-        texts: dict[ast.Call, str] = {}  # dumped only to compare calls taking the same step
+        first_taking: dict[tuple[Scope, Step], ast.Call] = {}
+        written: set[tuple[Scope, Step, str]] = set()  # dumps: only of steps taken twice
+        dump = cache(ast.dump)  # each call dumped once, and only if its step is taken twice
         alike: set[tuple[object, ...]] = set()
         for call, scope, steps in self.steps(function):
             for step in steps:
                 # The same call written twice (in both branches of an ``if``) hands on alike.
-                earlier = written.setdefault((scope, step), [])
-                if any(_same_call(call, other, texts) for other in earlier):
-                    continue
-                earlier.append(call)
+                first = first_taking.setdefault((scope, step), call)
+                if first is not call:
+                    written.add((scope, step, dump(first)))
+                    text = (scope, step, dump(call))
+                    if text in written:
+                        continue
+                    written.add(text)
                 for transfer in self._transfers(function, call, scope, step):
                     depends = self._depends(transfer, owners)
                     if not depends:
@@ -621,11 +626,3 @@ def enclosing_functions(scope: Scope | None) -> list[ast.AST]:
 
 def _where(function: FunctionValue) -> str:
     return f"{function.module.path}:{getattr(function.node, 'lineno', 0)}"
-
-
-def _same_call(call: ast.Call, other: ast.Call, texts: dict[ast.Call, str]) -> bool:
-    """Whether two calls are written alike (their dumps, each made once)."""
-    for node in (call, other):
-        if node not in texts:
-            texts[node] = ast.dump(node)
-    return texts[call] == texts[other]
