@@ -23,8 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ckptlint.analyser import Analyser
 from ckptlint.config import Settings
 from ckptlint.engine import Engine
+from ckptlint.memos import clear_memos
 from ckptlint.resolution.solver import TOO_DEEP, Solver
 from tests.conftest import hang_guard, run_cli
 from tests.generated_projects import hypothesis_chooser, project
@@ -451,3 +453,31 @@ def test_a_forward_delegating_to_its_own_class_is_analysed(tmp_path: Path) -> No
     )
     found = [(f["code"], f["line"], f["column"]) for f in json.loads(result.stdout)]
     assert found == [("CKP001", 11, 12)], result.stdout
+
+
+def test_a_global_bound_inside_a_method_is_known_whoever_asks_first(tmp_path: Path) -> None:
+    """``checkpoint`` reaches ``hub.ckpt`` only through a method's ``global`` statement. The
+    module's scopes are built with its bodies left for later, and the binding used to be
+    known only once something asked for that method's scope: a run that computed the
+    findings of hub.py first gave user.py a CKP001 that a run starting with user.py (a warm
+    run where only user.py changed) did not."""
+    files = {
+        "hub.py": (
+            "from torch.utils.checkpoint import checkpoint\n\nckpt = None\n\n\n"
+            "class Installer:\n    def install(self):\n        global ckpt\n"
+            "        ckpt = checkpoint\n"
+        ),
+        "user.py": "from hub import *\n\n\ndef forward(f, x):\n    return ckpt(f, x)\n",
+    }
+    paths = write(tmp_path, files)
+    expected = [(5, 12, "CKP001")]
+    engine = Engine(Settings(root=tmp_path), paths, jobs=1)
+    state = engine._state_for({})  # discovery, in an analysis of its own
+    for order in (paths, paths[::-1]):
+        clear_memos()
+        analyser = Analyser(engine.table, state.layout, state.snapshot, state.paths)
+        analyser.use(state.words)
+        for path in order:
+            found = analyser.findings(path, fixes=False).findings
+            if path.endswith("user.py"):
+                assert [(f.line, f.column, f.code) for f in found] == expected, order

@@ -36,7 +36,7 @@ from ckptlint.project.facts import (
 )
 from ckptlint.project.files import Snapshot
 from ckptlint.project.layout import Layout, resolve_relative
-from ckptlint.project.scopes import ModuleScopes, build_scopes
+from ckptlint.project.scopes import ModuleScopes, build_scopes, lines_binding_outward
 from ckptlint.project.search import matches
 from ckptlint.project.shapes import Shape, shape_of
 from ckptlint.source import (
@@ -185,16 +185,11 @@ class Project:
             self._errors[path] = UnreadableSource("cannot parse file: too deeply nested")
             return None
         lines, tree = parsed.lines, parsed.tree
-        walrus = (
-            frozenset(n for n, line in enumerate(lines, 1) if ":=" in line)
-            if ":=" in text
-            else frozenset()
-        )
         name = self.layout.module_name(path)
         is_package = self.layout.is_package(path)
         shape = shape_of(lines, text, parsed.chunks)
         self._watch_reads(path, tree, shape)
-        scopes = build_scopes(tree, walrus)
+        scopes = build_scopes(tree, lines_binding_outward(lines, text))
         names = self.files.names(path)
         return Module(
             path, name, is_package, text, lines, tree, scopes, shape, names, self.recorder

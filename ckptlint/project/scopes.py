@@ -13,6 +13,7 @@ depth the input controls (``a + a + ...``, nested calls, nested lambdas), iterat
 from __future__ import annotations
 
 import ast
+import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -187,7 +188,7 @@ class ModuleScopes:
     module: Scope
     scope_of_function: dict[int, Scope]
     skipped: dict[int, tuple[ast.AST, Scope]]
-    walrus_lines: frozenset[int] = frozenset()
+    outward_lines: frozenset[int] = frozenset()
 
     def function_scope(self, node: ast.AST) -> Scope | None:
         """The scope of a def, lambda, class or comprehension, building it if it was skipped."""
@@ -196,7 +197,7 @@ class ModuleScopes:
             return scope
         _, parent = self.skipped.pop(id(node))
         # Built on demand for a lookup: bindings only (walrus ones too); nested bodies wait.
-        builder = _ScopeBuilder(self.module, parent, candidate_lines=self.walrus_lines)
+        builder = _ScopeBuilder(self.module, parent, candidate_lines=self.outward_lines)
         builder.visit_definition_body(node)
         self._merge(builder)
         return self.scope_of_function.get(id(node))
@@ -214,17 +215,39 @@ class ModuleScopes:
         self.skipped.update(builder.skipped)
 
 
-def build_scopes(tree: ast.Module, walrus_lines: frozenset[int] = frozenset()) -> ModuleScopes:
+def build_scopes(tree: ast.Module, outward_lines: frozenset[int] = frozenset()) -> ModuleScopes:
     """Scopes of ``tree``: the module's bindings now, every other scope on first request.
 
-    Binding statements are always recorded, so lookups stay exact; so are the bindings an
-    expression makes, on ``walrus_lines`` (lines holding ``:=``). Other expressions and
-    the definition bodies are visited when a scope inside them is first asked for.
+    Binding statements are always recorded, so lookups stay exact; so are the bindings
+    made on ``outward_lines`` (see ``lines_binding_outward``), in whatever body they are.
+    Other expressions and the definition bodies are visited when a scope inside them is
+    first asked for.
     """
     module = Scope("module", tree, None)
-    builder = _ScopeBuilder(module, module, walrus_lines)
+    builder = _ScopeBuilder(module, module, outward_lines)
     builder.visit_body(tree.body)
-    return ModuleScopes(module, builder.scope_of_function, builder.skipped, walrus_lines)
+    return ModuleScopes(module, builder.scope_of_function, builder.skipped, outward_lines)
+
+
+_OUTWARD_STATEMENT = re.compile(r"(?:^|;)[ \t]*(?:global|nonlocal)[ \t]")
+
+
+def lines_binding_outward(lines: list[str], text: str) -> frozenset[int]:
+    """Lines (1-based) that may bind a name in a scope around the one they are in: ``:=``
+    (a comprehension's binds in the function around it), ``global`` and ``nonlocal``. A
+    body holding one is visited when its module's scopes are built, so that a name bound
+    there is known whichever scope is asked for first (a module global set only inside
+    a method used to be unknown until something asked for that method's scope)."""
+    found: set[int] = set()
+    if ":=" in text:
+        found.update(n for n, line in enumerate(lines, 1) if ":=" in line)
+    if "global" in text or "nonlocal" in text:
+        found.update(
+            n
+            for n, line in enumerate(lines, 1)
+            if ("global" in line or "nonlocal" in line) and _OUTWARD_STATEMENT.search(line)
+        )
+    return frozenset(found)
 
 
 def node_position(node: ast.AST) -> Position:
