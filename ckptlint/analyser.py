@@ -82,7 +82,7 @@ class Analyser:
             except Exception as bug:  # a bug of ours must not stop the run
                 internal_error = f"{type(bug).__name__}: {bug}"
         digest = project.files.digest(path)
-        dependencies = self._dependencies(unit, shapes=True)
+        dependencies = self._dependencies(unit)
         words = file_words(project.files, path, self.words)
         return Exported(path, digest, words, calls, classes, error, internal_error, dependencies)
 
@@ -100,22 +100,28 @@ class Analyser:
             except Exception as error:  # a bug of ours must not stop the run
                 message = f"{type(error).__name__}: {error}"
                 return Analysed(path, (), message, self._dependencies(unit))
+        dependencies = self._dependencies(unit)
         if module is not None and unit.faults and not _unreadable(found):
             found.extend(fault_finding(module, fault) for fault in unit.faults)
+            for cited in {_path_of(fault) for fault in unit.faults} - {"", module.path}:
+                self._read_whole(dependencies, cited)  # the note names a line of it
         if not fixes:
             found = [f.without_fix() for f in found]
-        return Analysed(path, tuple(found), None, self._dependencies(unit))
+        return Analysed(path, tuple(found), None, dependencies)
 
-    def _dependencies(self, unit: Unit, *, shapes: bool = False) -> Dependencies:
-        """What a computation read, as the cache checks it: whole modules (a file's
-        findings), or with ``shapes`` what was read of each, positions aside (exports)."""
+    def _dependencies(self, unit: Unit) -> Dependencies:
+        """What a computation read, as the cache checks it (see ``project.facts``)."""
         project = self.project
 
         def module(path: str) -> ShapeRead:
             return ShapeRead(project.files.digest(path), project.layout.module_name(path))
 
-        facts = self.analysis.solver.facts(unit.reads)
-        return dependencies_of(facts, shapes=shapes, module=module)
+        return dependencies_of(self.analysis.solver.facts(unit.reads), module)
+
+    def _read_whole(self, dependencies: Dependencies, path: str) -> None:
+        project = self.project
+        dependencies.shapes.pop(path, None)
+        dependencies.modules[path] = (project.files.digest(path), project.layout.module_name(path))
 
 
 def analyze(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
@@ -156,6 +162,12 @@ def fault_finding(module: Module, fault: Fault) -> Finding:
         message = f"part of the analysis failed at {where}: {fault.what}"
     message += "; findings that depend on it may be missing"
     return Finding(at, 1, UNREADABLE_FILE, message, end_line=at, end_column=1)
+
+
+def _path_of(fault: Fault) -> str:
+    """The file of the place a fault names ("" when it names none)."""
+    path, _, line = fault.where.rpartition(":")
+    return path if line.isdigit() else ""
 
 
 def _display(where: str) -> str:

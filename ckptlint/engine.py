@@ -462,7 +462,8 @@ class Engine:
                 and state.holds(earlier.dependencies)
             ):
                 found[path] = earlier
-                state.refresh_shapes(earlier.dependencies)
+                if state.refresh_shapes(earlier.dependencies):
+                    state.dirty = True
             else:
                 missing.append(path)
         if missing:

@@ -385,6 +385,17 @@ class LazyClassDef(_LazyBody, ast.ClassDef):
 
 
 LAZY_DEFINITIONS = (LazyFunctionDef, LazyAsyncFunctionDef, LazyClassDef)
+
+
+def mark_read(node: ast.AST) -> None:
+    """Tell whoever watches a lazily parsed definition that its body is read again: a memo
+    that answers from what it learned of the body once says so each time it answers, so
+    that what a computation is recorded to read never depends on what was asked before."""
+    on_read = getattr(node, "on_read", None)
+    if on_read is not None:
+        on_read()
+
+
 _LAZY_TYPES: dict[type, type] = {
     ast.FunctionDef: LazyFunctionDef,
     ast.AsyncFunctionDef: LazyAsyncFunctionDef,

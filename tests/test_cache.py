@@ -165,6 +165,65 @@ def test_an_edit_to_a_file_no_result_read_parses_nothing(
     assert findings(tree, ".") == first
 
 
+def _analysed_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files whose findings are computed from now on (not taken from the store)."""
+    analysed: list[str] = []
+    original = ckptlint.analyser.Analyser.findings
+
+    def counted(self: ckptlint.analyser.Analyser, path: str, fixes: bool) -> object:
+        analysed.append(os.path.basename(path))
+        return original(self, path, fixes)
+
+    monkeypatch.setattr(ckptlint.analyser.Analyser, "findings", counted)
+    return analysed
+
+
+def test_an_edit_to_a_body_no_finding_read_reanalyses_that_file_alone(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Early cutoff for findings: user.py's findings read what ``run`` does in helpers.py,
+    not the body of ``unrelated`` beside it; editing that body keeps them."""
+    write(tree, "helpers.py", HELPERS)
+    write(tree, "user.py", "from helpers import run\n\ndef forward(f, x):\n    return run(f, x)\n")
+    first = agree(tree, ".")
+    assert ("user.py", 4, "CKP001") in first
+    write(tree, "helpers.py", HELPERS.replace("x + 1", "x * 3 + 2"))
+    analysed = _analysed_files(monkeypatch)
+    assert findings(tree, ".") == first
+    assert analysed == ["helpers.py"]
+    assert findings(tree, "--no-cache", ".") == first
+
+
+def test_an_edit_to_a_body_a_finding_read_is_seen(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same edit one function up, in the wrapper's own body, changes the finding."""
+    write(tree, "helpers.py", HELPERS)
+    write(tree, "user.py", "from helpers import run\n\ndef forward(f, x):\n    return run(f, x)\n")
+    assert ("user.py", 4, "CKP001") in agree(tree, ".")
+    fixed = HELPERS.replace("*args, **kwargs)\n", "*args, use_reentrant=False)\n", 1)
+    write(tree, "helpers.py", fixed.replace("def run(fn, *args, **kwargs):", "def run(fn, *args):"))
+    analysed = _analysed_files(monkeypatch)
+    assert ("user.py", 4, "CKP001") not in agree(tree, ".")
+    assert "user.py" in analysed
+
+
+def test_a_message_citing_a_line_of_another_module_follows_that_line(tree: Path) -> None:
+    """A comment added above ``SCALE`` keeps blocks.py's shape, but moves the lines that
+    model.py's CKP201 names: a module whose line a message cites is read whole."""
+
+    def messages(*arguments: str) -> list[str]:
+        result = run_cli("--format", "json", *arguments, ".", cwd=tree)
+        return [item["message"] for item in json.loads(result.stdout)]
+
+    write(tree, "blocks.py", BLOCK + SETTER)
+    before = messages()
+    assert len(before) == 1 and "(blocks.py:9)" in before[0]
+    write(tree, "blocks.py", "# a comment moves every line\n" + BLOCK + SETTER)
+    after = messages()
+    assert after == messages("--no-cache") and "(blocks.py:10)" in after[0]
+
+
 def test_an_edit_to_a_module_a_region_runs_is_seen(tree: Path) -> None:
     assert agree(tree) == []
     write(tree, "blocks.py", BLOCK + SETTER)

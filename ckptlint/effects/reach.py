@@ -73,7 +73,7 @@ class Location:
         """``line 12`` in the reporting file, ``path:12`` elsewhere."""
         if self.module is relative_to:
             return f"line {self.line}"
-        return f"{self.module.display_path}:{self.line}"
+        return self.module.cite(self.line)
 
 
 @dataclass(frozen=True)

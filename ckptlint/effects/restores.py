@@ -21,6 +21,7 @@ import ast
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
+from ckptlint.lazy_tree import mark_read
 from ckptlint.memos import process_memo
 from ckptlint.resolution.bodies import children_run_here
 
@@ -61,6 +62,7 @@ def _restorations(function: Function) -> dict[int, ast.AST]:
     nearest restore after it."""
     found = _CACHE.get(id(function))
     if found is not None and found[0] is function:
+        mark_read(function)
         return found[1]
     nodes = _nodes_of(function.body)
     if not any(isinstance(n, ast.Try) and n.finalbody for n in nodes) and not (

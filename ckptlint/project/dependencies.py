@@ -7,11 +7,11 @@ result is reused only while all of these give the same answers: that is the whol
 cache's reasoning, so a result never outlives what it was computed from, whichever files a
 run names and in whatever order it computes them.
 
-A file's findings depend on whole modules (``modules``: their messages name lines of them).
-A module's exports, the names discovery learns, depend only on what was read of each module
-(``shapes``: its skeleton, the definitions whose bodies were read, where the names searched
-for lie, positions aside; see ``project.shapes``), so an edit another module's exports never
-looked at (a body, lines moved) leaves them valid: early cutoff.
+A result depends on what was read of each module (``shapes``: its skeleton, the definitions
+whose bodies were read, where the names searched for lie, positions aside; see
+``project.shapes``), so an edit it never looked at (a body, lines moved) leaves it valid:
+early cutoff. A module read whole (``modules``) is compared by its digest: a message cites
+a line of it, its text was searched, or it could not be read.
 """
 
 from __future__ import annotations

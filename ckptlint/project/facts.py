@@ -10,8 +10,8 @@ files do not change under it), so the run's ``Recorder`` (its solver) numbers fa
 question and keeps the first answer.
 
 ``dependencies_of`` files the facts a computation read into the ``Dependencies`` its stored
-result is kept with: whole modules for a file's findings, what was read of each module
-(its ``Shape``) for a module's exports.
+result is kept with: what was read of each module (its ``Shape``), or its whole text where
+the computation depends on more than that.
 """
 
 from __future__ import annotations
@@ -26,6 +26,17 @@ from ckptlint.project.dependencies import Dependencies, ScanKey, ShapeRead
 @dataclass(frozen=True, slots=True)
 class ModuleRead:
     """A module handed out (``Project.module_at``): its file's digest and module name."""
+
+    path: str
+    digest: str = field(compare=False)
+    name: str = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class WholeRead:
+    """A module read whole (digest and module name): a line of it cited in a message
+    (``Module.cite``), its text searched (``Module.candidate_lines``), or its file unreadable
+    (what a changed file gives then cannot be told from its shape)."""
 
     path: str
     digest: str = field(compare=False)
@@ -104,7 +115,7 @@ class ScanRead:
 
 # What was read of a module, positions aside: what its exports depend on of it.
 ShapeFact = SkeletonRead | PartRead | NamesRead | VersionsRead
-Fact = ModuleRead | ShapeFact | ResolvedRead | PackageRead | ScanRead
+Fact = ModuleRead | WholeRead | ShapeFact | ResolvedRead | PackageRead | ScanRead
 
 
 class Recorder(Protocol):
@@ -113,29 +124,29 @@ class Recorder(Protocol):
     def read(self, fact: Fact) -> None: ...
 
 
-def dependencies_of(
-    facts: Iterable[Hashable], *, shapes: bool, module: Callable[[str], ShapeRead]
-) -> Dependencies:
-    """What a computation that read ``facts`` depends on: whole modules (a file's findings),
-    or with ``shapes`` what was read of each, positions aside (exports). ``module``: the
-    record of a module whose shape was read where its own fact was not (read before)."""
+def dependencies_of(facts: Iterable[Hashable], module: Callable[[str], ShapeRead]) -> Dependencies:
+    """What a computation that read ``facts`` depends on: what it read of each module,
+    positions aside, and the whole text of those it read whole (``WholeRead``). ``module``:
+    the record of a module whose shape was read where its own fact was not (read before)."""
     dependencies = Dependencies()
+    shapes = dependencies.shapes
     for fact in facts:
-        if isinstance(fact, ModuleRead):
-            if not shapes:
-                dependencies.modules[fact.path] = (fact.digest, fact.name)
-            elif fact.path not in dependencies.shapes:
-                dependencies.shapes[fact.path] = ShapeRead(fact.digest, fact.name)
+        if isinstance(fact, WholeRead):
+            dependencies.modules[fact.path] = (fact.digest, fact.name)
+        elif isinstance(fact, ModuleRead):
+            if fact.path not in shapes:
+                shapes[fact.path] = ShapeRead(fact.digest, fact.name)
         elif isinstance(fact, (SkeletonRead, PartRead, NamesRead, VersionsRead)):
-            if shapes:
-                read = dependencies.shapes.get(fact.path)
-                if read is None:
-                    read = dependencies.shapes[fact.path] = module(fact.path)
-                fact.add_to(read)
+            read = shapes.get(fact.path)
+            if read is None:
+                read = shapes[fact.path] = module(fact.path)
+            fact.add_to(read)
         elif isinstance(fact, ResolvedRead):
             dependencies.resolved[fact.name] = fact.path
         elif isinstance(fact, PackageRead):
             dependencies.packages[fact.name] = fact.found
         elif isinstance(fact, ScanRead):
             dependencies.scans[fact.key] = fact.paths
+    for path in dependencies.modules:  # its digest says all its shape would
+        shapes.pop(path, None)
     return dependencies

@@ -25,7 +25,6 @@ from functools import partial
 from ckptlint.lazy_tree import LAZY_DEFINITIONS
 from ckptlint.project.dependencies import ScanKey
 from ckptlint.project.facts import (
-    Fact,
     ModuleRead,
     NamesRead,
     PartRead,
@@ -33,6 +32,7 @@ from ckptlint.project.facts import (
     ScanRead,
     SkeletonRead,
     VersionsRead,
+    WholeRead,
 )
 from ckptlint.project.files import Snapshot
 from ckptlint.project.layout import Layout, resolve_relative
@@ -63,6 +63,7 @@ class Module:
     scopes: ModuleScopes = field(repr=False)
     shape: Shape = field(repr=False)
     names: frozenset[bytes] = field(repr=False)  # the file's ``names_in_bytes``
+    digest: str = field(repr=False)  # the file's bytes' (``Snapshot.digest``)
     recorder: Recorder | None = field(default=None, repr=False)
     _candidates: dict[frozenset[str], list[int]] = field(default_factory=dict, repr=False)
 
@@ -100,9 +101,21 @@ class Module:
                 self.recorder.read(SkeletonRead(self.path, self.shape.skeleton))
         return self.lines[number - 1]
 
+    def cite(self, line: int) -> str:
+        """How a message names line ``line`` of this module (``path:line``): where the
+        lines are then matters, so the module is read whole."""
+        self.read_whole()
+        return f"{self.display_path}:{line}"
+
+    def read_whole(self) -> None:
+        if self.recorder is not None:
+            self.recorder.read(WholeRead(self.path, self.digest, self.name))
+
     def candidate_lines(self, words: frozenset[str]) -> list[int]:
         """Lines naming one of ``words`` (ascending), where calls of interest can be; a
-        line that only assigns to such a name does not count."""
+        line that only assigns to such a name does not count. A search of the whole text:
+        it reads the module whole."""
+        self.read_whole()
         found = self._candidates.get(words)
         if found is None:
             named = may_name(words, self.names)
@@ -140,6 +153,7 @@ class Project:
         self._modules: dict[str, Module | None] = {}
         # Definitions parsed with their module (not lazily): read whenever the module is.
         self._always_read: dict[str, list[str]] = {}
+        self._loading: list[str] | None = None  # of the module being loaded
         self._errors: dict[str, UnreadableSource] = {}
         self._scans: dict[ScanKey, tuple[str, ...]] = {}
 
@@ -163,7 +177,9 @@ class Project:
         if self.recorder is not None:
             name = self.layout.module_name(path)
             self.recorder.read(ModuleRead(path, self.files.digest(path), name))
-            if module is not None:
+            if module is None:  # what it gives once readable cannot be told from its shape
+                self.recorder.read(WholeRead(path, self.files.digest(path), name))
+            else:
                 self.recorder.read(SkeletonRead(path, module.shape.skeleton))
                 for key in self._always_read.get(path, ()):
                     self.recorder.read(PartRead(path, key, module.shape.parts[key]))
@@ -189,15 +205,21 @@ class Project:
         is_package = self.layout.is_package(path)
         shape = shape_of(lines, text, parsed.chunks)
         self._watch_reads(path, tree, shape)
-        scopes = build_scopes(tree, lines_binding_outward(lines, text))
+        always = self._always_read[path]
+        self._loading = always  # bodies the scopes are built from now are read with it
+        try:
+            scopes = build_scopes(tree, lines_binding_outward(lines, text))
+        finally:
+            self._loading = None
         names = self.files.names(path)
+        digest = self.files.digest(path)
         return Module(
-            path, name, is_package, text, lines, tree, scopes, shape, names, self.recorder
+            path, name, is_package, text, lines, tree, scopes, shape, names, digest, self.recorder
         )
 
     def _watch_reads(self, path: str, tree: ast.Module, shape: Shape) -> None:
         """Have each lazily parsed definition tell the recorder when its body is read; the
-        others count as read with their module."""
+        others, and those read while the module loads, count as read with their module."""
         always = self._always_read[path] = []
         for statement in tree.body:
             key = shape.key_at(statement.lineno)
@@ -209,7 +231,9 @@ class Project:
             elif key not in always:
                 always.append(key)
 
-    def _read(self, fact: Fact) -> None:
+    def _read(self, fact: PartRead) -> None:
+        if self._loading is not None and fact.key not in self._loading:
+            self._loading.append(fact.key)
         if self.recorder is not None:
             self.recorder.read(fact)
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ckptlint.lazy_tree import mark_read
 from ckptlint.memos import process_memo
 
 ScopeKind = Literal["module", "class", "function"]
@@ -194,6 +195,7 @@ class ModuleScopes:
         """The scope of a def, lambda, class or comprehension, building it if it was skipped."""
         scope = self.scope_of_function.get(id(node))
         if scope is not None or id(node) not in self.skipped:
+            mark_read(node)  # the scope holds what the body binds
             return scope
         _, parent = self.skipped.pop(id(node))
         # Built on demand for a lookup: bindings only (walrus ones too); nested bodies wait.

@@ -4,11 +4,12 @@ A module's text splits into its top-level statements (``lazy_tree``'s split). Ea
 ``def`` or ``class`` is a part of its own, keyed by its kind, its name and its rank among the
 parts of that kind and name (``def run#0``), and digested from its text alone. Everything
 else (imports, assignments, and the headers of the definitions: decorators, name, bases,
-parameters) is the module's skeleton, digested as one. A discovery result records the
-skeleton of each module it read, the parts whose bodies it read, the parts that hold a name
-it searched for, and whether the text tests versions; an edit that changes none of those
-(a body it never read, lines moved, a comment) leaves the result valid. Parts are found from
-the text with no parsing, so checking a changed file costs a split and a few digests.
+parameters) is the module's skeleton, digested as one. A stored result (a file's exports
+or findings) records the skeleton of each module it read, the parts whose bodies it read,
+the parts that hold a name it searched for, and whether the text tests versions; an edit
+that changes none of those (a body it never read, lines moved, a comment) leaves the result
+valid. Parts are found from the text with no parsing, so checking a changed file costs a
+split and a few digests.
 """
 
 from __future__ import annotations

@@ -91,14 +91,17 @@ class ProjectState:
                 return False
         return all(self.scan(key) == paths for key, paths in dependencies.scans.items())
 
-    def refresh_shapes(self, dependencies: Dependencies) -> None:
-        """Stored exports that hold for a changed file whose shape is the same: what they read
-        of it holds for its new bytes too, so the next run need not read it to know."""
+    def refresh_shapes(self, dependencies: Dependencies) -> bool:
+        """A stored result that holds for a changed file whose shape is the same: what it
+        read of the file holds for its new bytes too, so the next run need not read it to
+        know. Whether anything was refreshed (the result is then stored again)."""
+        refreshed = False
         for path, read in dependencies.shapes.items():
             digest = self.snapshot.digest(path)
             if read.digest != digest:
                 read.digest = digest
-                self.dirty = True
+                refreshed = True
+        return refreshed
 
     def scan(self, key: ScanKey) -> tuple[str, ...]:
         """The project's files a text search finds (run once a project state)."""
@@ -144,7 +147,10 @@ class StoredResults:
             return None
         if not state.holds(entry.dependencies):
             return None
-        return Analysed(path, entry.findings, None, entry.dependencies)
+        found = Analysed(path, entry.findings, None, entry.dependencies)
+        if state.refresh_shapes(entry.dependencies):
+            self.keep_findings(state, found)
+        return found
 
     def keep_findings(self, state: ProjectState, result: Analysed) -> None:
         if result.internal_error is not None:

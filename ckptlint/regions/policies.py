@@ -53,7 +53,7 @@ class Policy:
             return "the selective-checkpoint policy"
         node = self.function.node
         name = "lambda" if isinstance(node, ast.Lambda) else f"`{node.name}()`"
-        place = f"{self.function.module.display_path}:{node.lineno}"
+        place = self.function.module.cite(node.lineno)
         return f"the selective-checkpoint policy {name} ({place})"
 
     def report_at(self, node: ast.AST) -> ast.AST:
@@ -64,7 +64,7 @@ class Policy:
         """`` (line 12)`` of a node of the policy, ``(policies.py:12)`` when foreign."""
         if self.handed_at is None:
             return ""
-        return f" ({self.function.module.display_path}:{node.lineno})"  # type: ignore[attr-defined]
+        return f" ({self.function.module.cite(node.lineno)})"  # type: ignore[attr-defined]
 
     @property
     def body(self) -> list[ast.AST]:

@@ -18,6 +18,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ckptlint.lazy_tree import mark_read
 from ckptlint.memos import process_memo
 from ckptlint.project.index import Module
 from ckptlint.project.scopes import (
@@ -297,6 +298,7 @@ class SiteFinder:
 
     def recompute_function(self, cls: ClassValue) -> RegionSource | None:
         key = id(cls.node)
+        mark_read(cls.node)  # the row is made from the class body
         if key not in self._recomputes:
             self._recomputes[key] = recompute_function(cls, qualified_name(cls))
         return self._recomputes[key]

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ckptlint.lazy_tree import mark_read
 from ckptlint.memos import process_memo
 from ckptlint.project.scopes import FUNCTIONS, node_position, parameter_defaults, parameters
 from ckptlint.resolution.bodies import first_parameter, own_nodes
@@ -350,6 +351,7 @@ def only_spread(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> 
     """Whether ``function`` uses ``name`` only as ``**name`` in calls (kept, once per body)."""
     found = _ONLY_SPREAD.get(id(function))
     if found is not None and found[0] is function and name in found[1]:
+        mark_read(function)
         return found[1][name]
     loads = spreads = 0
     for node in ast.walk(function):
