@@ -20,6 +20,9 @@ project):
   (``modeling_llama.py``) edited, then ``ckptlint`` on that file alone (what a commit runs):
   a comment added, a statement added to a method body no other module reads
   (``LlamaForCausalLM.forward``), and a new wrapper function (a new exported name);
+- **whole tree after an edit**: the same method-body edit, then ``ckptlint .`` (what CI or
+  an editor's project-wide run does): only the files whose findings ran that body are
+  analysed again (early cutoff);
 - **chunks**: all of transformers 5.24's files passed in two chunks run at once, as
   pre-commit does on a 2-CPU machine, cold and warm, beside one whole-tree run;
 - **flake8**: ``flake8 --select E9`` on transformers 4.34.1 in two virtualenvs, without and
@@ -392,6 +395,8 @@ def main() -> None:
         **{f"one file, {label}": [] for label in EDITS},
         **{f"one file CPU, {label}": [] for label in EDITS},
         "whole tree": [],
+        "whole tree, body edited": [],
+        "whole tree CPU, body edited": [],
         "chunks warm": [],
         "chunks cold": [],
         "whole tree cold": [],
@@ -405,6 +410,12 @@ def main() -> None:
             restore(edited)
             timed([*base, "."], project)
         runs["whole tree"].append(timed([*base, "."], project)[0])
+        edit(edited, round_number, "body")
+        after_edit = timed([*base, "."], project)
+        runs["whole tree, body edited"].append(after_edit[0])
+        runs["whole tree CPU, body edited"].append(after_edit[1])
+        restore(edited)
+        timed([*base, "."], project)
         runs["chunks warm"].append(timed_together([[*base, *h] for h in halves], project))
         shutil.rmtree(project / ".ckptlint_cache", ignore_errors=True)
         runs["chunks cold"].append(timed_together([[*base, *h] for h in halves], project))
@@ -421,6 +432,11 @@ def main() -> None:
             f"{medians[f'one file, {label}']:.2f} (CPU {medians[f'one file CPU, {label}']:.2f}) |"
         )
     say(f"| whole tree, warm | {medians['whole tree']:.2f} |")
+    say(
+        f"| whole tree, warm, after the method-body edit | "
+        f"{medians['whole tree, body edited']:.2f} "
+        f"(CPU {medians['whole tree CPU, body edited']:.2f}) |"
+    )
     say(f"| two chunks at once, warm | {medians['chunks warm']:.2f} |")
     say(f"| two chunks at once, cold | {medians['chunks cold']:.2f} |")
     say(f"| whole tree, cold | {medians['whole tree cold']:.2f} |")

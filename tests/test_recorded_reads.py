@@ -1,15 +1,15 @@
-"""What a file's findings are recorded to read never depends on what was asked before them.
+"""What a file's results are recorded to read never depends on what was asked before them.
 
-The cache keeps a file's findings while what they read of each module still holds: its
-skeleton, the bodies read, where a searched name lies (``project.facts``). One analysis
-serves every file of a run, and its memos answer later files from bodies that an earlier
-file read: each such answer must still record that body, or an edit to it would leave the
-later file's stored findings in place. So for every file, a run that analysed the other
-files first records at least what a fresh analysis of that file alone records: on the
-multi-file fixture packages, on generated packages, and on a package built to reach each
-memo that answers from a body (a class's attributes, a project ``autograd.Function``, a
-function with a ``try``/``finally``, a wrapper spreading ``**kwargs``, a body read while
-its module loads).
+The cache keeps a file's findings and exports while what they read of each module still
+holds: its skeleton, the bodies read, where a searched name lies (``project.facts``). One
+analysis serves every file of a run, and its memos answer later files from bodies that an
+earlier file read: each such answer must still record that body, or an edit to it would
+leave the later file's stored results in place. So for every file, a run that analysed the
+other files first records at least what a fresh analysis of that file alone records, and
+gives the same answer: on the multi-file fixture packages, on generated packages, and on a
+package built to reach each memo that answers from a body (a class's attributes, a project
+``autograd.Function``, a function with a ``try``/``finally``, a wrapper spreading
+``**kwargs``, a body read while its module loads).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ckptlint.core import Finding
 from ckptlint.engine import Engine
 from ckptlint.memos import clear_memos
 from ckptlint.project.dependencies import Dependencies
-from ckptlint.project.stored import Analysed, Words
+from ckptlint.project.stored import Analysed, Exported, Words
 from tests.generated_projects import hypothesis_chooser, project
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
@@ -126,31 +126,42 @@ def unrecorded(shared: Dependencies, fresh: Dependencies) -> list[tuple[object, 
     )
 
 
-@contextmanager
-def findings_recorded() -> Iterator[dict[str, tuple[Analyser, Analysed, Words]]]:
-    """Each file's findings as ``Analyser.findings`` computes them, with their analyser."""
-    seen: dict[str, tuple[Analyser, Analysed, Words]] = {}
-    original = Analyser.findings
+Computed = tuple[Analyser, Words, Analysed | Exported]
 
-    def watched(self: Analyser, path: str, fixes: bool) -> Analysed:
-        result = original(self, path, fixes)
-        seen[path] = (self, result, self.words)
+
+@contextmanager
+def results_recorded() -> Iterator[dict[tuple[str, str, str], Computed]]:
+    """Each file's findings and exports (for each round's words) as the run computes them,
+    with their analyser."""
+    seen: dict[tuple[str, str, str], Computed] = {}
+    findings, exports = Analyser.findings, Analyser.exports
+
+    def watched_findings(self: Analyser, path: str, fixes: bool) -> Analysed:
+        result = findings(self, path, fixes)
+        seen[("findings", path, self.words.digest)] = (self, self.words, result)
+        return result
+
+    def watched_exports(self: Analyser, path: str) -> Exported:
+        result = exports(self, path)
+        seen.setdefault(("exports", path, self.words.digest), (self, self.words, result))
         return result
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Analyser, "findings", watched)
+        patch.setattr(Analyser, "findings", watched_findings)
+        patch.setattr(Analyser, "exports", watched_exports)
         yield seen
 
 
 def check_recorded(root: Path) -> int:
-    """Lint ``root`` whole in one process, then each file afresh; the files analysed."""
+    """Lint ``root`` whole in one process, then compute each file's exports and findings
+    afresh; the files whose findings were computed."""
     paths = sorted(str(p) for p in root.rglob("*.py"))
     saved = os.getcwd()
     os.chdir(root)
     try:
-        with findings_recorded() as seen:
+        with results_recorded() as seen:
             list(Engine(Settings(root=root), paths, jobs=1).lint(paths))
-        for path, (shared, result, words) in sorted(seen.items()):
+        for (kind, path, _), (shared, words, result) in sorted(seen.items()):
             clear_memos()  # nothing learned from the other files
             fresh = Analyser(
                 shared.table,
@@ -161,11 +172,17 @@ def check_recorded(root: Path) -> int:
                 shared.project.max_tokens,
             )
             fresh.use(words)
-            alone = fresh.findings(path, False)
-            assert described(alone.findings) == described(result.findings)
-            missing = unrecorded(result.dependencies, alone.dependencies)
-            assert not missing, (os.path.relpath(path), missing)
-        return len(seen)
+            if isinstance(result, Analysed):
+                found = fresh.findings(path, False)
+                assert described(found.findings) == described(result.findings)
+                read = found.dependencies
+            else:
+                exported = fresh.exports(path)
+                assert (exported.calls, exported.classes) == (result.calls, result.classes)
+                read = exported.dependencies
+            missing = unrecorded(result.dependencies, read)
+            assert not missing, (kind, os.path.relpath(path), missing)
+        return sum(kind == "findings" for kind, _, _ in seen)
     finally:
         os.chdir(saved)
         clear_memos()
