@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -318,6 +319,42 @@ def test_a_question_asked_again_by_the_same_one_counts_once_against_the_size_lim
         assert [fault.what for fault in unit.faults] == [
             "too much to analyse: it uses more than 50 answers"
         ]
+
+
+def _cycle() -> tuple[Solver, list[str], Callable[[], object], Callable[[], object]]:
+    """A solver and two questions asking each other (``a`` and ``b``), with a log of what
+    was computed."""
+    solver, computed = Solver(), []
+
+    def a() -> object:
+        computed.append("a")
+        return ("a", solver.ask("b", b, fallback="b cut"))
+
+    def b() -> object:
+        computed.append("b")
+        return ("b", solver.ask("a", a, fallback="a cut"))
+
+    return solver, computed, a, b
+
+
+def test_an_outermost_answer_that_met_a_cycle_is_reused_outermost_only() -> None:
+    """Asked outermost again, a question whose cycle closed on itself is not computed again
+    (every rule asks for a file's sites, whose answers meet cycles); the other question of
+    the cycle, asked outermost, still enters it where it is asked, as in a fresh solver."""
+    solver, computed, a, b = _cycle()
+    assert solver.ask("a", a, fallback=None) == ("a", ("b", "a cut"))
+    assert solver.ask("a", a, fallback=None) == ("a", ("b", "a cut"))
+    assert computed == ["a", "b"]
+    assert solver.ask("b", b, fallback=None) == ("b", ("a", "b cut"))
+    fresh, _, _, fresh_b = _cycle()
+    assert fresh.ask("b", fresh_b, fallback=None) == ("b", ("a", "b cut"))
+    inner, computed, a, b = _cycle()
+    inner.ask("a", a, fallback=None)
+    assert inner.ask("top", lambda: inner.ask("a", a, fallback=None), fallback=None) == (
+        "a",
+        ("b", "a cut"),
+    )
+    assert computed == ["a", "b", "a", "b"]  # asked inside another question: computed again
 
 
 def _isinstance_zoo(branches: int) -> str:

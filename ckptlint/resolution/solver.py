@@ -8,7 +8,11 @@ keeps three promises (docs/analysis-semantics.md states them with their tests):
   met no cycle: then it is what the question gives when asked first, in any process. An answer
   that met a cycle (a question still being answered, itself included, gave a stand-in) is
   *provisional*: it is reused only until the outermost question returns, and computed again
-  by the next one. So the outermost answers never depend on what was asked before them.
+  by the next one. So the outermost answers never depend on what was asked before them, and
+  an outermost answer is kept to answer the same question asked again as an outermost one
+  (every rule asks for a file's sites): computed again, it would be the same. Asked inside
+  another question, a provisional answer is still computed again, since the cycle it met
+  must then be cut where that question entered it.
 - **It always ends.** A question asked while it is being answered is cut (the query's
   ``fallback``); the number of distinct questions is finite (contexts are bounded where they
   are made), so a run ends. A chain of questions deeper than ``height_limit`` stops the whole
@@ -117,6 +121,8 @@ class Solver:
         self.largest = 0  # the largest size an outermost question reached
         self._final: dict[Hashable, _Answer] = {}
         self._provisional: dict[Hashable, _Answer] = {}
+        # Provisional answers of outermost questions, for the same question asked outermost.
+        self._outermost: dict[Hashable, _Answer] = {}
         self._stack: list[_Frame] = []
         self._active: set[Hashable] = set()
         self._units: list[Unit] = []
@@ -142,9 +148,12 @@ class Solver:
         stack = self._stack
         answer = self._final.get(key)
         if answer is None:
-            answer = self._provisional.get(key)
-            if answer is not None and stack:
-                stack[-1].cut = True
+            if stack:
+                answer = self._provisional.get(key)
+                if answer is not None:
+                    stack[-1].cut = True
+            else:
+                answer = self._outermost.get(key)
         if answer is not None:  # reused (most questions): inline, as it is the hot path
             if not stack:
                 self._record(answer)
@@ -199,6 +208,8 @@ class Solver:
             parent.cut = parent.cut or frame.cut
             self._join(parent, key, answer)
         else:
+            if frame.cut:
+                self._outermost[key] = answer
             self._provisional.clear()
             self.largest = max(self.largest, size)
             self._record(answer)
