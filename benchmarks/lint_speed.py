@@ -192,9 +192,18 @@ def seven_trees(folders: list[Path], repeat: int, against: Path | None) -> list[
                 if label == "ckptlint":
                     peak[folder.name] = max(peak.get(folder.name, 0), memory)
     median = {key: statistics.median(values) for key, values in cpu.items()}
+    other = ""
+    if against:
+        commit = subprocess.run(
+            ["git", "-C", str(against), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        other = f" (other checkout: {commit or against})"
     rows = [
         "",
-        f"the seven trees, cold `-j 1` from inside each, {repeat} interleaved rounds, median CPU s",
+        f"the seven trees, cold `-j 1` from inside each, {repeat} interleaved rounds, median CPU s"
+        + other,
         "| tree | ckptlint | read-and-parse floor | x floor | ruff E9 | x ruff |"
         + (" other checkout | x other |" if against else ""),
         "| --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if against else ""),
