@@ -20,7 +20,6 @@ import ast
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 from ckptlint.lazy_tree import LAZY_DEFINITIONS
 from ckptlint.project.dependencies import ScanKey
@@ -96,7 +95,7 @@ class Module:
         if self.recorder is not None:
             key = self.shape.key_at(number)
             if key:
-                self.recorder.read(PartRead(self.path, key, self.shape.parts[key]))
+                self.recorder.read(PartRead(self.path, key, self.shape.part(key) or ""))
             else:
                 self.recorder.read(SkeletonRead(self.path, self.shape.skeleton))
         return self.lines[number - 1]
@@ -182,7 +181,7 @@ class Project:
             else:
                 self.recorder.read(SkeletonRead(path, module.shape.skeleton))
                 for key in self._always_read.get(path, ()):
-                    self.recorder.read(PartRead(path, key, module.shape.parts[key]))
+                    self.recorder.read(PartRead(path, key, module.shape.part(key) or ""))
         return module
 
     def error(self, path: str) -> UnreadableSource | None:
@@ -226,8 +225,7 @@ class Project:
             if not key:
                 continue
             if isinstance(statement, LAZY_DEFINITIONS):
-                fact = PartRead(path, key, shape.parts[key])
-                statement.on_read = partial(self._read, fact)
+                statement.on_read = _PartWatch(self, path, key, shape)
             elif key not in always:
                 always.append(key)
 
@@ -251,6 +249,23 @@ class Project:
     def seed_scans(self, scans: Mapping[ScanKey, tuple[str, ...]]) -> None:
         """Searches already known to hold for this run's files (an earlier run's, updated)."""
         self._scans.update(scans)
+
+
+class _PartWatch:
+    """Told each time a lazily parsed definition's body is read: records it as read (its
+    fact, and so its digest, made on the first read)."""
+
+    __slots__ = ("project", "path", "key", "shape", "fact")
+
+    def __init__(self, project: Project, path: str, key: str, shape: Shape) -> None:
+        self.project, self.path, self.key, self.shape = project, path, key, shape
+        self.fact: PartRead | None = None
+
+    def __call__(self) -> None:
+        fact = self.fact
+        if fact is None:
+            fact = self.fact = PartRead(self.path, self.key, self.shape.part(self.key) or "")
+        self.project._read(fact)
 
 
 def scan(files: Snapshot, paths: Iterable[str], kind: str, word: str) -> tuple[str, ...]:

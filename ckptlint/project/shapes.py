@@ -39,7 +39,7 @@ class Shape:
     """The parts of one module's text (see the module docstring)."""
 
     skeleton: str
-    parts: dict[str, str]  # key: digest of the part's text
+    spans: dict[str, tuple[int, int]]  # key: the part's lines (a slice of ``_lines``)
     starts: list[int]  # first line (1-based) of each definition part, ascending
     ends: list[int]  # and its last
     keys: list[str]  # and its key
@@ -48,6 +48,18 @@ class Shape:
     _text: str = field(repr=False)
     _found: dict[str, list[int]] = field(default_factory=dict, repr=False)
     _names: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict, repr=False)
+    _digests: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def part(self, key: str) -> str | None:
+        """The digest of a part's text (None: no such part), made when first asked for:
+        most bodies are never read, so their digests are never needed."""
+        found = self._digests.get(key)
+        if found is None:
+            span = self.spans.get(key)
+            if span is None:
+                return None
+            found = self._digests[key] = digest(self._lines[span[0] : span[1]])
+        return found
 
     def key_at(self, line: int) -> str:
         """The part holding ``line`` (1-based); "" for the skeleton."""
@@ -85,7 +97,7 @@ def shape_of(lines: list[str], text: str, chunks: list[Chunk] | None = None) -> 
     if chunks is None:
         chunks = split_statements(lines)
     skeleton: list[str] = []
-    parts: dict[str, str] = {}
+    spans: dict[str, tuple[int, int]] = {}
     starts: list[int] = []
     ends: list[int] = []
     keys: list[str] = []
@@ -102,14 +114,14 @@ def shape_of(lines: list[str], text: str, chunks: list[Chunk] | None = None) -> 
         rank = ranks.get((kind, name), 0)
         ranks[(kind, name)] = rank + 1
         key = f"{kind} {name}#{rank}"
-        parts[key] = digest(lines[start:end])
+        spans[key] = (start, end)
         starts.append(start + 1)
         ends.append(end)
         keys.append(key)
         previous = end
     skeleton.extend(lines[previous:])
     versions = "version" in text or "is_torch_" in text
-    return Shape(digest(skeleton), parts, starts, ends, keys, versions, lines, text)
+    return Shape(digest(skeleton), spans, starts, ends, keys, versions, lines, text)
 
 
 def _header_end(lines: list[str], start: int, end: int) -> int:

@@ -124,7 +124,7 @@ class ProjectState:
             return False
         if read.versions is not None and shape.versions != read.versions:
             return False
-        if any(shape.parts.get(key) != digest for key, digest in read.parts.items()):
+        if any(shape.part(key) != digest for key, digest in read.parts.items()):
             return False
         return all(shape.naming(name) == where for name, where in read.names.items())
 
