@@ -492,7 +492,12 @@ def test_a_forward_delegating_to_its_own_class_is_analysed(tmp_path: Path) -> No
     assert found == [("CKP001", 11, 12)], result.stdout
 
 
-def test_a_global_bound_inside_a_method_is_known_whoever_asks_first(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "declared", ["global ckpt", "if ready: global ckpt", "ready = 1; global ckpt"]
+)
+def test_a_global_bound_inside_a_method_is_known_whoever_asks_first(
+    declared: str, tmp_path: Path
+) -> None:
     """``checkpoint`` reaches ``hub.ckpt`` only through a method's ``global`` statement. The
     module's scopes are built with its bodies left for later, and the binding used to be
     known only once something asked for that method's scope: a run that computed the
@@ -500,8 +505,8 @@ def test_a_global_bound_inside_a_method_is_known_whoever_asks_first(tmp_path: Pa
     run where only user.py changed) did not."""
     files = {
         "hub.py": (
-            "from torch.utils.checkpoint import checkpoint\n\nckpt = None\n\n\n"
-            "class Installer:\n    def install(self):\n        global ckpt\n"
+            "from torch.utils.checkpoint import checkpoint\n\nckpt = None\nready = 0\n\n\n"
+            f"class Installer:\n    def install(self):\n        {declared}\n"
             "        ckpt = checkpoint\n"
         ),
         "user.py": "from hub import *\n\n\ndef forward(f, x):\n    return ckpt(f, x)\n",

@@ -231,7 +231,7 @@ def build_scopes(tree: ast.Module, outward_lines: frozenset[int] = frozenset()) 
     return ModuleScopes(module, builder.scope_of_function, builder.skipped, outward_lines)
 
 
-_OUTWARD_STATEMENT = re.compile(r"(?:^|;)[ \t]*(?:global|nonlocal)[ \t]")
+_OUTWARD_STATEMENT = re.compile(r"(?:^|[;:])[ \t]*(?:global|nonlocal)[ \t]")
 
 
 def lines_binding_outward(lines: list[str], text: str) -> frozenset[int]:
