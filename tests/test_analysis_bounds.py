@@ -523,3 +523,32 @@ def test_a_global_bound_inside_a_method_is_known_whoever_asks_first(
             found = analyser.findings(path, fixes=False).findings
             if path.endswith("user.py"):
                 assert [(f.line, f.column, f.code) for f in found] == expected, order
+
+
+def test_a_lambda_a_function_binds_to_a_global_closes_over_that_function(
+    tmp_path: Path,
+) -> None:
+    """``global step; step = lambda h: block(h)`` in a loop: the lambda reads ``block``
+    from the function, whatever asked for ``step`` first. Evaluated through the global
+    (as the module's exports do), the lambda was made in the module's scope, its own scope
+    was kept with the module as parent, and CKP202 then found no ``block`` to be late
+    bound: the finding depended on whether the exports ran first in the process."""
+    files = {
+        "hub.py": (
+            "from torch.utils.checkpoint import checkpoint\n\nstep = None\n\n\n"
+            "def forward(x, blocks):\n    global step\n    for block in blocks:\n"
+            "        step = lambda h: block(h)\n"
+            "        x = checkpoint(step, x, use_reentrant=False)\n    return x\n"
+        ),
+    }
+    (path,) = write(tmp_path, files)
+    engine = Engine(Settings(root=tmp_path), [path], jobs=1)
+    state = engine._state_for({})
+    for exports_first in (False, True):
+        clear_memos()
+        analyser = Analyser(engine.table, state.layout, state.snapshot, state.paths)
+        analyser.use(state.words)
+        if exports_first:
+            analyser.exports(path)
+        found = analyser.findings(path, fixes=False).findings
+        assert [(f.line, f.code) for f in found] == [(10, "CKP202")], exports_first

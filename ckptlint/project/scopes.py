@@ -62,6 +62,9 @@ class Binding:
     # The sides of the ``if`` statements (outside loops) the binding is made in, each as
     # (the statement's id, 0 for its body, 1 for its ``else``): see ``Scope.exclusive``.
     sides: tuple[tuple[int, int], ...] = ()
+    # The scope whose code makes the binding, where it is not ``scope``: a function that
+    # rebinds a global (``global fn; fn = lambda: ...``). Its value is evaluated there.
+    runs_in: Scope | None = None
 
 
 @dataclass(eq=False)
@@ -489,12 +492,22 @@ class _ScopeBuilder:
         it (``x = f(x)``) sees the bindings before it, not this one."""
         target = scope or self.scope
         conditional = self.conditional
+        runs_in = None
         if name in target.global_names and target is not self.module:
             # A function rebinding a global may never run: an alternative, not a replacement.
-            target, conditional = self.module, True
+            target, conditional, runs_in = self.module, True, target
         position = node_position(node) if after is None else end_position(after)
         sides = self.sides if target is self.scope else ()
-        binding = Binding(name, node, target, position, conditional, sides=sides, **facts)  # type: ignore[arg-type]
+        binding = Binding(
+            name,
+            node,
+            target,
+            position,
+            conditional,
+            sides=sides,
+            runs_in=runs_in,
+            **facts,  # type: ignore[arg-type]
+        )
         target.bindings.setdefault(name, []).append(binding)
         target.bound += 1
 

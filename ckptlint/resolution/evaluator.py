@@ -262,23 +262,24 @@ class Evaluator:
 
     def binding_values(self, binding: Binding, context: Context) -> Values:
         node = binding.node
+        runs_in = binding.runs_in or binding.scope  # a global rebound in a function: there
         if binding.imported is not None:  # imports chain through modules: bounded
             key = (binding, self.module_context(context.module))
             return self.guarded(key, self.modules.imported, binding, context.module)
         if isinstance(node, FUNCTIONS):
-            function = FunctionValue(node, context.at(binding.scope))
+            function = FunctionValue(node, context.at(runs_in))
             if node.decorator_list and binding.scope.kind != "class":
                 return self.ask(
                     ("decorated", function), self._decorated, function, fallback=(function,)
                 )
             return (function,)
         if isinstance(node, ast.ClassDef):
-            return (ClassValue(node, context.at(binding.scope)),)
+            return (ClassValue(node, context.at(runs_in)),)
         if isinstance(node, ast.arg):
             return self.parameter_values(node, binding, context)
         if binding.value is None:
             return (UNKNOWN,)
-        values = self.evaluate(binding.value, context.at(binding.scope))
+        values = self.evaluate(binding.value, context.at(runs_in))
         if not binding.iterated and not binding.path:
             values = made_for(values, binding)
         if binding.iterated:
