@@ -21,7 +21,7 @@ from ckptlint.analysis import ProjectAnalysis
 from ckptlint.core import Finding
 from ckptlint.lazy_tree import check_unparsed_bodies
 from ckptlint.project.dependencies import Dependencies, ScanKey, ShapeRead
-from ckptlint.project.facts import dependencies_of
+from ckptlint.project.facts import WholeRead, dependencies_of
 from ckptlint.project.files import Snapshot
 from ckptlint.project.index import Module, Project
 from ckptlint.project.layout import Layout
@@ -100,28 +100,28 @@ class Analyser:
             except Exception as error:  # a bug of ours must not stop the run
                 message = f"{type(error).__name__}: {error}"
                 return Analysed(path, (), message, self._dependencies(unit))
-        dependencies = self._dependencies(unit)
+        cited: list[WholeRead] = []
         if module is not None and unit.faults and not _unreadable(found):
             found.extend(fault_finding(module, fault) for fault in unit.faults)
-            for cited in {_path_of(fault) for fault in unit.faults} - {"", module.path}:
-                self._read_whole(dependencies, cited)  # the note names a line of it
+            for other in {_path_of(fault) for fault in unit.faults} - {"", module.path}:
+                cited.append(self._whole(other))  # the note names a line of it
         if not fixes:
             found = [f.without_fix() for f in found]
-        return Analysed(path, tuple(found), None, dependencies)
+        return Analysed(path, tuple(found), None, self._dependencies(unit, cited))
 
-    def _dependencies(self, unit: Unit) -> Dependencies:
-        """What a computation read, as the cache checks it (see ``project.facts``)."""
+    def _dependencies(self, unit: Unit, cited: Sequence[WholeRead] = ()) -> Dependencies:
+        """What a computation read, as the cache checks it (see ``project.facts``), and the
+        modules its notes cite."""
         project = self.project
 
         def module(path: str) -> ShapeRead:
             return ShapeRead(project.files.digest(path), project.layout.module_name(path))
 
-        return dependencies_of(self.analysis.solver.facts(unit.reads), module)
+        return dependencies_of([*self.analysis.solver.facts(unit.reads), *cited], module)
 
-    def _read_whole(self, dependencies: Dependencies, path: str) -> None:
+    def _whole(self, path: str) -> WholeRead:
         project = self.project
-        dependencies.shapes.pop(path, None)
-        dependencies.modules[path] = (project.files.digest(path), project.layout.module_name(path))
+        return WholeRead(path, project.files.digest(path), project.layout.module_name(path))
 
 
 def analyze(module: Module, analysis: ProjectAnalysis) -> list[Finding]:
