@@ -152,7 +152,7 @@ class Project:
         self._modules: dict[str, Module | None] = {}
         # Definitions parsed with their module (not lazily): read whenever the module is.
         self._always_read: dict[str, list[str]] = {}
-        self._loading: list[str] | None = None  # of the module being loaded
+        self._loading: dict[str, None] | None = None  # of the module being loaded
         self._errors: dict[str, UnreadableSource] = {}
         self._scans: dict[ScanKey, tuple[str, ...]] = {}
 
@@ -205,11 +205,14 @@ class Project:
         shape = shape_of(lines, text, parsed.chunks)
         self._watch_reads(path, tree, shape)
         always = self._always_read[path]
-        self._loading = always  # bodies the scopes are built from now are read with it
+        # Bodies the scopes are built from now are read with the module (an ordered set: a
+        # module may hold thousands of such bodies).
+        loading = self._loading = dict.fromkeys(always)
         try:
             scopes = build_scopes(tree, lines_binding_outward(lines, text))
         finally:
             self._loading = None
+            always[:] = loading
         names = self.files.names(path)
         digest = self.files.digest(path)
         return Module(
@@ -230,8 +233,8 @@ class Project:
                 always.append(key)
 
     def _read(self, fact: PartRead) -> None:
-        if self._loading is not None and fact.key not in self._loading:
-            self._loading.append(fact.key)
+        if self._loading is not None:
+            self._loading.setdefault(fact.key)
         if self.recorder is not None:
             self.recorder.read(fact)
 
