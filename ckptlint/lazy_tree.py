@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import re
 import symtable
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -56,9 +57,9 @@ def parse_lazily(
     lines as Python numbers them; ``chunks``, their ``split_statements`` if known."""
     if chunks is None:
         chunks = split_statements(lines)
-    interesting = frozenset(lines_of_interest)
+    interesting = sorted(set(lines_of_interest))
     stubbed = [
-        chunk.is_definition and not any(chunk.start < line <= chunk.end for line in interesting)
+        chunk.is_definition and not _any_within(interesting, chunk.start, chunk.end)
         for chunk in chunks
     ]
     at_once = _parse_at_once(lines, chunks, stubbed, filename)
@@ -88,6 +89,12 @@ def parse_lazily(
     if not flush():
         return ast.parse(text, filename)
     return ast.Module(body=body, type_ignores=[])
+
+
+def _any_within(ascending: list[int], after: int, up_to: int) -> bool:
+    """Whether a number of ``ascending`` lies in (after, up_to]."""
+    index = bisect_right(ascending, after)
+    return index < len(ascending) and ascending[index] <= up_to
 
 
 def _parse_at_once(
@@ -218,7 +225,7 @@ def statement_too_deep(lines: list[str], filename: str) -> int:
     nested too deeply to parse whole is reported."""
     for chunk in split_statements(lines):
         try:
-            ast.parse("\n" * chunk.start + "".join(lines[chunk.start : chunk.end]), filename)
+            ast.parse("".join(lines[chunk.start : chunk.end]), filename)  # depth, not lines
         except (RecursionError, MemoryError):
             return chunk.start + 1
         except (SyntaxError, ValueError):
@@ -257,11 +264,27 @@ def split_statements(lines: list[str]) -> list[Chunk]:
     return chunks
 
 
+# Blank lines put before a piece of a text make the parser number the piece's lines as the
+# text does. Each costs about a hundredth of a line of code parsed; past that many per line of
+# the piece, renumbering the parsed tree (about as dear as parsing the piece again) is cheaper,
+# and reading every body of a long file stays linear in its length.
+_BLANK_LINES_PER_LINE = 100
+
+
+def _parse_lines(
+    lines: list[str], start: int, end: int, filename: str, tail: str = ""
+) -> ast.Module:
+    """``ast.parse`` of lines[start:end] (then ``tail``), numbered as in the whole text."""
+    piece = "".join(lines[start:end]) + tail
+    if start <= _BLANK_LINES_PER_LINE * max(end - start, 1):
+        return ast.parse("\n" * start + piece, filename)
+    return ast.increment_lineno(ast.parse(piece, filename), start)
+
+
 def _parse_at(lines: list[str], start: int, end: int, filename: str) -> list[ast.stmt] | None:
     """Parse lines[start:end] with their real line numbers; None when they do not parse."""
-    source = "\n" * start + "".join(lines[start:end])
     try:
-        return ast.parse(source, filename).body
+        return _parse_lines(lines, start, end, filename).body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
@@ -284,7 +307,7 @@ def _stub(lines: list[str], chunk: Chunk, filename: str) -> ast.stmt | None:
         if not _balanced_quotes(header):
             continue
         try:
-            (node,) = ast.parse("\n" * chunk.start + header + "\n pass\n", filename).body
+            (node,) = _parse_lines(lines, chunk.start, header_end + 1, filename, "\n pass\n").body
         except (SyntaxError, ValueError):
             continue
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
