@@ -363,21 +363,21 @@ def lines_with_words(
     *,
     skip_assigned: bool = False,
     text: str | None = None,
-    prefiltered: bool = False,
 ) -> frozenset[int]:
     """1-based numbers of the lines where any of ``words`` appears as a whole identifier.
 
     With ``skip_assigned``, an occurrence followed by ``=`` (a keyword argument such as
     ``checkpoint=_CHECKPOINT_FOR_DOC``, or a plain assignment target) does not count.
-    ``text`` (the lines joined) saves joining them again; ``prefiltered`` says the words are
-    only those the text may name (``may_name``), so its identifiers need no scan.
+    ``text`` (the lines joined) saves joining them again.
     """
     if text is None:
         text = "".join(lines)
     words = list(words)
-    if len(words) > _FEW_WORDS and not prefiltered:  # one scan beats a search per word
-        words = sorted(identifiers(text).intersection(words))
-    starts = sorted(start for word in words for start in word_starts(text, word))
+    if len(words) > _FEW_WORDS:  # one scan beats a search of the whole text per word
+        wanted = set(words)
+        starts = [found.start() for found in _IDENTIFIER.finditer(text) if found[0] in wanted]
+    else:
+        starts = sorted(start for word in words for start in word_starts(text, word))
     if skip_assigned:
         starts = [start for start in starts if not _assigned_at(text, start)]
     if not starts:

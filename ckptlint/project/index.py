@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -83,11 +84,16 @@ class Module:
     def resolve_import(self, level: int, module: str) -> str | None:
         return resolve_relative(self.name, self.is_package, level, module)
 
-    def lines_naming(self, name: str) -> list[int]:
-        """Lines where ``name`` appears as a whole identifier (a text search, no parsing)."""
+    def lines_naming(self, name: str, within: tuple[int, int] | None = None) -> Sequence[int]:
+        """Lines (ascending) where ``name`` appears as a whole identifier (a text search, no
+        parsing); ``within``, those among the lines first to last of a span (found by
+        bisection: a module's every function asking costs no pass over every line)."""
         if self.recorder is not None:
             self.recorder.read(NamesRead(self.path, name, self.shape.naming(name)))
-        return self.shape.lines_naming(name)
+        found = self.shape.lines_naming(name)
+        if within is None:
+            return found
+        return found[bisect_left(found, within[0]) : bisect_right(found, within[1])]
 
     def line_text(self, number: int) -> str:
         """The text of line ``number`` (1-based), read as a part of the module: the body of
@@ -118,11 +124,7 @@ class Module:
         found = self._candidates.get(words)
         if found is None:
             named = may_name(words, self.names)
-            found = sorted(
-                lines_with_words(
-                    self.lines, named, skip_assigned=True, text=self.text, prefiltered=True
-                )
-            )
+            found = sorted(lines_with_words(self.lines, named, skip_assigned=True, text=self.text))
             self._candidates[words] = found
         return found
 
@@ -222,15 +224,16 @@ class Project:
     def _watch_reads(self, path: str, tree: ast.Module, shape: Shape) -> None:
         """Have each lazily parsed definition tell the recorder when its body is read; the
         others, and those read while the module loads, count as read with their module."""
-        always = self._always_read[path] = []
+        always: dict[str, None] = {}  # an ordered set
         for statement in tree.body:
             key = shape.key_at(statement.lineno)
             if not key:
                 continue
             if isinstance(statement, LAZY_DEFINITIONS):
                 statement.on_read = _PartWatch(self, path, key, shape)
-            elif key not in always:
-                always.append(key)
+            else:
+                always.setdefault(key)
+        self._always_read[path] = list(always)
 
     def _read(self, fact: PartRead) -> None:
         if self._loading is not None:
