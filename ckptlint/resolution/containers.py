@@ -148,9 +148,7 @@ class Containers:
             cls = origin.scope.enclosing_class
             span = line_span(cls.node if cls is not None else None)
         results: list[Value] = []
-        for line in module.lines_naming(origin.name):
-            if span is not None and not span[0] <= line <= span[1]:
-                continue
+        for line in module.lines_naming(origin.name, within=span):
             for statement, scope in statements_on_line(module, line):
                 for expression in _added_expressions(statement, origin, is_attribute):
                     here = Context(module, scope, context.env if scope is owner else ())

@@ -235,9 +235,7 @@ def _edited(
     module = context.module
     name = use.id
     seen: set[int] = set()
-    for line in module.lines_naming(name):
-        if not start[0] <= line <= end[0]:
-            continue
+    for line in module.lines_naming(name, within=(start[0], end[0])):
         path = statements_at(function.body, line)
         if not path or any(isinstance(s, (*FUNCTIONS, ast.ClassDef)) for s in path):
             continue

@@ -314,9 +314,7 @@ class Members:
         module = context.module
         span = line_span(origin.scope.node if origin.scope.kind == "function" else None)
         results: list[Value] = []
-        for line in module.lines_naming(origin.name):
-            if span is not None and not span[0] <= line <= span[1]:
-                continue
+        for line in module.lines_naming(origin.name, within=span):
             for statement, scope in statements_on_line(module, line):
                 if not isinstance(statement, ast.Assign):
                     continue
