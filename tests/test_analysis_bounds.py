@@ -14,16 +14,19 @@ file's finding (docs/analysis-semantics.md, "What the analysis promises").
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ckptlint import source
 from ckptlint.analyser import Analyser
 from ckptlint.config import Settings
 from ckptlint.engine import Engine
@@ -552,3 +555,72 @@ def test_a_lambda_a_function_binds_to_a_global_closes_over_that_function(
             analyser.exports(path)
         found = analyser.findings(path, fixes=False).findings
         assert [(f.line, f.code) for f in found] == [(10, "CKP202")], exports_first
+
+
+# One module of N top-level definitions of one shape: its analysis must grow linearly in
+# N. Each shape once cost time quadratic in N: bodies holding ``global`` are read at load,
+# each parsed after as many blank lines as come before it; ``**kwargs`` edits and
+# ``self.x = ...`` searches filtered every line naming the name in the module; chunks
+# were tested against every line of interest.
+GROWING_SHAPES = {
+    "global_rebound": "def f{i}():\n    global X\n    X = {i}\n",
+    "method_global": "class C{i}:\n    def m(self):\n        global X\n        X = {i}\n",
+    "checkpoint_calls": "def f{i}(m, x):\n    return checkpoint(m, x)\n",
+    "kwargs_wrappers": "def f{i}(m, x, **kw):\n    return checkpoint(m, x, **kw)\n",
+    "global_per_function": "def f{i}():\n    global X{i}\n    X{i} = checkpoint\n",
+}
+
+
+def work_to_lint(root: Path, shape: str, count: int) -> tuple[int, int, int, bool]:
+    """Python lines run, characters parsed and characters searched for a word to lint one
+    module of ``count`` definitions of ``shape`` (counted, not timed: the same on any
+    machine), and whether the call at its last line got its CKP001."""
+    text = (
+        "from torch.utils.checkpoint import checkpoint\nX = 0\n"
+        + "".join(GROWING_SHAPES[shape].format(i=i) for i in range(count))
+        + "def forward(m, x):\n    return checkpoint(m, x)\n"
+    )
+    (path,) = write(root, {f"{shape}_{count}.py": text})
+    lines_run = parsed = searched = 0
+    real_parse, real_search = ast.parse, source.word_starts
+
+    def counting_parse(source: str, *args: object, **kwargs: object) -> ast.AST:
+        nonlocal parsed
+        parsed += len(source)
+        return real_parse(source, *args, **kwargs)  # type: ignore[call-overload]
+
+    def counting_search(text: str, word: str) -> Iterator[int]:
+        nonlocal searched
+        searched += len(text)
+        return real_search(text, word)
+
+    def trace(frame: object, event: str, arg: object) -> Callable[..., object]:
+        nonlocal lines_run
+        lines_run += event == "line"
+        return trace
+
+    clear_memos()
+    engine = Engine(Settings(root=root), [path], jobs=1)
+    ast.parse = counting_parse  # type: ignore[assignment]
+    source.word_starts = counting_search  # type: ignore[assignment]
+    sys.settrace(trace)
+    try:
+        (result,) = engine.lint([path])
+    finally:
+        sys.settrace(None)
+        ast.parse, source.word_starts = real_parse, real_search
+    last = (text.count("\n"), "CKP001")
+    return lines_run, parsed, searched, last in [(f.line, f.code) for f in result.findings]
+
+
+@pytest.mark.parametrize("shape", sorted(GROWING_SHAPES))
+def test_a_module_of_many_definitions_costs_work_linear_in_their_number(
+    shape: str, tmp_path: Path
+) -> None:
+    """Four times the definitions: at most 4.6 times the work by each count."""
+    small = work_to_lint(tmp_path, shape, 400)
+    large = work_to_lint(tmp_path, shape, 1600)
+    assert small[-1] and large[-1]
+    counts = ("lines run", "characters parsed", "characters searched")
+    for name, few, many in zip(counts, small, large, strict=False):
+        assert many <= 4.6 * few, f"{name}: {few} for 400 definitions, {many} for 1,600"
