@@ -557,17 +557,37 @@ def test_a_lambda_a_function_binds_to_a_global_closes_over_that_function(
         assert [(f.line, f.code) for f in found] == [(10, "CKP202")], exports_first
 
 
-# One module of N top-level definitions of one shape: its analysis must grow linearly in
-# N. Each shape once cost time quadratic in N: bodies holding ``global`` are read at load,
-# each parsed after as many blank lines as come before it; ``**kwargs`` edits and
-# ``self.x = ...`` searches filtered every line naming the name in the module; chunks
-# were tested against every line of interest.
-GROWING_SHAPES = {
-    "global_rebound": "def f{i}():\n    global X\n    X = {i}\n",
-    "method_global": "class C{i}:\n    def m(self):\n        global X\n        X = {i}\n",
-    "checkpoint_calls": "def f{i}(m, x):\n    return checkpoint(m, x)\n",
-    "kwargs_wrappers": "def f{i}(m, x, **kw):\n    return checkpoint(m, x, **kw)\n",
-    "global_per_function": "def f{i}():\n    global X{i}\n    X{i} = checkpoint\n",
+# One module of N definitions (or statements) of one shape: its analysis must grow linearly
+# in N. Each shape once cost time quadratic in N: bodies holding ``global`` are read at
+# load, each parsed after as many blank lines as come before it; ``**kwargs`` edits and
+# ``self.x = ...`` searches filtered every line naming the name in the module; chunks were
+# tested against every line of interest; CKP401 walked a forward's every statement for
+# each of its checkpointed layers.
+def _repeated(text: str) -> Callable[[int], str]:
+    return lambda count: "".join(text.format(i=i) for i in range(count))
+
+
+def _checkpointed_layers(count: int) -> str:
+    return (
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        + "".join(f"        self.l{i} = nn.Linear(4, 4)\n" for i in range(count))
+        + "    def forward(self, x):\n"
+        + "".join(
+            f"        x = checkpoint(self.l{i}, x, use_reentrant=True)\n" for i in range(count)
+        )
+        + "        return x\n"
+    )
+
+
+GROWING_SHAPES: dict[str, Callable[[int], str]] = {
+    "global_rebound": _repeated("def f{i}():\n    global X\n    X = {i}\n"),
+    "method_global": _repeated(
+        "class C{i}:\n    def m(self):\n        global X\n        X = {i}\n"
+    ),
+    "checkpoint_calls": _repeated("def f{i}(m, x):\n    return checkpoint(m, x)\n"),
+    "kwargs_wrappers": _repeated("def f{i}(m, x, **kw):\n    return checkpoint(m, x, **kw)\n"),
+    "global_per_function": _repeated("def f{i}():\n    global X{i}\n    X{i} = checkpoint\n"),
+    "checkpointed_layers": _checkpointed_layers,
 }
 
 
@@ -576,8 +596,8 @@ def work_to_lint(root: Path, shape: str, count: int) -> tuple[int, int, int, boo
     module of ``count`` definitions of ``shape`` (counted, not timed: the same on any
     machine), and whether the call at its last line got its CKP001."""
     text = (
-        "from torch.utils.checkpoint import checkpoint\nX = 0\n"
-        + "".join(GROWING_SHAPES[shape].format(i=i) for i in range(count))
+        "from torch import nn\nfrom torch.utils.checkpoint import checkpoint\nX = 0\n"
+        + GROWING_SHAPES[shape](count)
         + "def forward(m, x):\n    return checkpoint(m, x)\n"
     )
     (path,) = write(root, {f"{shape}_{count}.py": text})

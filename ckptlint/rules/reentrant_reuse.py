@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from ckptlint.rules.base import (
     COMPREHENSIONS,
@@ -126,15 +127,17 @@ class Recurrent(nn.Module):
 
     def check(self, context: FileContext) -> Iterator[Finding]:
         analysis = context.analysis
-        for site in analysis.sites(context.module):
-            reason = self._reuse(analysis, site)
+        sites = analysis.sites(context.module)
+        blocks = _Blocks({id(site.node) for site in sites})
+        for site in sites:
+            reason = self._reuse(analysis, site, blocks)
             if reason is not None:
                 how = _reentrant_how(analysis, site)
                 effect = OUTSIDE if reason.endswith(OUTSIDE_MARK) else TWICE
                 message = f"{site.subject} is reentrant ({how}) and {reason}: {effect}; {FIX}"
                 yield context.finding(site.node, self.code, message)
 
-    def _reuse(self, analysis: ProjectAnalysis, site: Site) -> str | None:
+    def _reuse(self, analysis: ProjectAnalysis, site: Site, blocks: _Blocks) -> str | None:
         """How the site's module runs again in the same step, or None."""
         if not isinstance(site.node, ast.Call) or site.delegates:
             return None
@@ -175,7 +178,7 @@ class Recurrent(nn.Module):
                     f"runs `{label}` for every element of `{ast.unparse(loop.iter)}`, which"  # type: ignore[union-attr]
                     f" holds one module several times (line {repeated})"
                 )
-        return _again_in_block(analysis, site, owner, expression, label) if certain else None
+        return blocks.again_in_block(site, owner, expression, label) if certain else None
 
 
 def _reentrant_how(analysis: ProjectAnalysis, site: Site) -> str:
@@ -518,33 +521,85 @@ def _repeats_one_object(node: ast.expr) -> bool:
     return False
 
 
-def _again_in_block(
-    analysis: ProjectAnalysis, site: Site, owner: Scope, expression: ast.expr, label: str
-) -> str | None:
-    """A direct call of the same module, or an earlier site of it, in the block of
-    statements that holds the site (not in a branch of its own, which may be exclusive)."""
-    node = site.node
-    block = _block_of(owner.node, node)
-    if block is None:
+@dataclass
+class _BlockCalls:
+    """The calls of a block of statements (outside their nested bodies), each with its
+    place (statement, then node, in the order they are walked), found by what they call and
+    by their first argument."""
+
+    statement_of: dict[int, int] = field(default_factory=dict)  # id(node): its statement
+    either_or: set[int] = field(default_factory=set)  # statements with `if`-`else` or and/or
+    by_callee: dict[str, list[tuple[int, int, ast.Call]]] = field(default_factory=dict)
+    by_first_argument: dict[str, list[tuple[int, int, ast.Call]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, block: list[ast.stmt]) -> _BlockCalls:
+        calls = cls()
+        for index, statement in enumerate(block):
+            nodes = [statement, *header_nodes(statement)]
+            if any(isinstance(n, (ast.IfExp, ast.BoolOp)) for n in nodes):
+                calls.either_or.add(index)
+            for order, node in enumerate(nodes):
+                calls.statement_of[id(node)] = index
+                if not isinstance(node, ast.Call):
+                    continue
+                place = (index, order, node)
+                calls.by_callee.setdefault(ast.dump(node.func), []).append(place)
+                if node.args:
+                    calls.by_first_argument.setdefault(ast.dump(node.args[0]), []).append(place)
+        return calls
+
+
+@dataclass
+class _Blocks:
+    """One file's sites, and the calls of each block holding one: indexed once, so that
+    each site looks up its module's other calls instead of walking its block again (a
+    forward of a thousand checkpointed layers)."""
+
+    site_nodes: set[int]
+    calls: dict[int, _BlockCalls] = field(default_factory=dict)
+
+    def again_in_block(
+        self, site: Site, owner: Scope, expression: ast.expr, label: str
+    ) -> str | None:
+        """A direct call of the same module, or an earlier site of it, in the block of
+        statements that holds the site (not in a branch of its own, which may be
+        exclusive)."""
+        node = site.node
+        block = _block_of(owner.node, node)
+        if block is None:
+            return None
+        calls = self.calls.get(id(block))
+        if calls is None:
+            calls = self.calls[id(block)] = _BlockCalls.of(block)
+        own = calls.statement_of.get(id(node))
+        skipped = own if own in calls.either_or else None  # ``checkpoint(...) if c else m(x)``
+        wanted = ast.dump(expression)
+        start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        runs = next(
+            (
+                (index, order, inner)
+                for index, order, inner in calls.by_callee.get(wanted, ())
+                if inner is not node and index != skipped
+            ),
+            None,
+        )
+        checkpointed = next(
+            (
+                (index, order, inner)
+                for index, order, inner in calls.by_first_argument.get(wanted, ())
+                if inner is not node
+                and index != skipped
+                and id(inner) in self.site_nodes
+                and (inner.lineno, inner.col_offset) < start
+            ),
+            None,
+        )
+        if runs is not None and (checkpointed is None or runs[:2] <= checkpointed[:2]):
+            return f"`{label}` also runs at line {runs[2].lineno}{OUTSIDE_MARK}"
+        if checkpointed is not None:
+            return f"`{label}` is also checkpointed at line {checkpointed[2].lineno}"
         return None
-    wanted = ast.dump(expression)
-    sites = {id(other.node) for other in analysis.sites(site.module) if other is not site}
-    start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
-    for statement in block:
-        nodes = [statement, *header_nodes(statement)]
-        if any(isinstance(n, (ast.IfExp, ast.BoolOp)) for n in nodes) and any(
-            n is node for n in nodes
-        ):
-            continue  # ``checkpoint(...) if ... else self.block(x)``: one or the other
-        for inner in nodes:
-            if not isinstance(inner, ast.Call) or inner is node:
-                continue
-            if ast.dump(inner.func) == wanted:
-                return f"`{label}` also runs at line {inner.lineno}{OUTSIDE_MARK}"
-            earlier = (inner.lineno, inner.col_offset) < start
-            if earlier and id(inner) in sites and inner.args and ast.dump(inner.args[0]) == wanted:
-                return f"`{label}` is also checkpointed at line {inner.lineno}"
-    return None
 
 
 def _block_of(function: ast.AST, node: ast.AST) -> list[ast.stmt] | None:
