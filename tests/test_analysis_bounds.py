@@ -562,7 +562,8 @@ def test_a_lambda_a_function_binds_to_a_global_closes_over_that_function(
 # load, each parsed after as many blank lines as come before it; ``**kwargs`` edits and
 # ``self.x = ...`` searches filtered every line naming the name in the module; chunks were
 # tested against every line of interest; CKP401 walked a forward's every statement for
-# each of its checkpointed layers.
+# each of its checkpointed layers; each use of a name the module rebinds in each of N
+# branches evaluated the N bindings again.
 def _repeated(text: str) -> Callable[[int], str]:
     return lambda count: "".join(text.format(i=i) for i in range(count))
 
@@ -588,6 +589,9 @@ GROWING_SHAPES: dict[str, Callable[[int], str]] = {
     "kwargs_wrappers": _repeated("def f{i}(m, x, **kw):\n    return checkpoint(m, x, **kw)\n"),
     "global_per_function": _repeated("def f{i}():\n    global X{i}\n    X{i} = checkpoint\n"),
     "checkpointed_layers": _checkpointed_layers,
+    "rebound_in_branches": _repeated(
+        "if X:\n    ckpt = checkpoint\ndef f{i}(m, x):\n    return ckpt(m, x)\n"
+    ),
 }
 
 

@@ -92,6 +92,10 @@ class Scope:
     _by_statement: tuple[int, dict[int, list[Binding]]] | None = field(
         default=None, repr=False, compare=False
     )
+    # ``all_reaching``'s folds, each with the ``bound`` it was made at.
+    _reaching: dict[str, tuple[int, list[Binding]]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __repr__(self) -> str:
         name = getattr(self.node, "name", type(self.node).__name__)
@@ -128,6 +132,17 @@ class Scope:
         groups = known[1]
         return [b for i in _indices_touching(body, sorted_lines) for b in groups.get(i, ())]
 
+    def all_reaching(self, name: str) -> list[Binding]:
+        """The bindings of ``name`` that may reach code run after the scope's own (a nested
+        function's): folded once until the scope binds more, for each of a module's
+        thousand functions may ask."""
+        if self._reaching is None:
+            self._reaching = {}  # most scopes are never asked
+        known = self._reaching.get(name)
+        if known is None or known[0] != self.bound:
+            known = self._reaching[name] = (self.bound, fold(self.bindings.get(name, []), None))
+        return list(known[1])
+
     def lookup(self, name: str, position: Position | None = None) -> list[Binding]:
         """Bindings ``name`` may refer to when used in this scope at ``position``.
 
@@ -138,15 +153,17 @@ class Scope:
         from_nested = False
         while scope is not None:
             if name in scope.global_names:
-                return fold(scope.module.bindings.get(name, []), None)
+                return scope.module.all_reaching(name)
             if name in scope.nonlocal_names:
                 scope, from_nested = scope.parent, True
                 continue
             if name in scope.bindings and not (from_nested and scope.kind == "class"):
                 bindings = scope.bindings[name]
-                if not from_nested and position is not None and scope.exclusive:
+                if from_nested or position is None:
+                    return scope.all_reaching(name)
+                if scope.exclusive:
                     bindings = _on_this_side(bindings, scope, position)
-                return fold(bindings, None if from_nested else position)
+                return fold(bindings, position)
             from_nested = from_nested or scope.kind != "class"
             scope = scope.parent
         return []

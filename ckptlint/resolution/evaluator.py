@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Hashable, Iterable, Iterator
+from operator import attrgetter
 from typing import TypeVar
 
 from packaging.version import Version
@@ -66,6 +67,9 @@ T = TypeVar("T")
 # thousands of branches, or a container of thousands of elements, costs no more than that.
 MAX_VALUES = 64
 _UNKNOWN: Values = (UNKNOWN,)
+# Past this many bindings a use may see, made outside functions, their values are asked of
+# the solver once for all the uses that see the same ones.
+_MANY_BINDINGS = 16
 
 
 class Evaluator:
@@ -257,6 +261,17 @@ class Evaluator:
         if not bindings:
             yield from self.modules.unbound_name(node.id, context.module)
             return
+        if len(bindings) > _MANY_BINDINGS and not _may_run_in_a_function(bindings):
+            # What they hold is the same for every use that sees them all (a function's
+            # every use of a name the module rebinds in each of a thousand branches).
+            key = ("bindings", tuple(bindings))
+            module = self.module_context(context.module)
+            yield from self.guarded(key, self._bindings_values, bindings, module)
+            return
+        for binding in bindings:
+            yield from self.binding_values(binding, context)
+
+    def _bindings_values(self, bindings: list[Binding], context: Context) -> Iterator[Value]:
         for binding in bindings:
             yield from self.binding_values(binding, context)
 
@@ -366,6 +381,17 @@ def _values_of(compute: Callable[..., Iterable[Value]], *args: object) -> Values
     if len(values) > MAX_VALUES:
         return (*values[:MAX_VALUES], UNKNOWN)
     return values
+
+
+def _may_run_in_a_function(bindings: list[Binding]) -> bool:
+    """Whether what one of the bindings holds may depend on a function's activation (one
+    pass in C: a use may see thousands of them)."""
+    if any(map(_RUNS_IN, bindings)):  # a global a function rebinds
+        return True
+    return any(scope.kind == "function" for scope in set(map(_SCOPE, bindings)))
+
+
+_RUNS_IN, _SCOPE = attrgetter("runs_in"), attrgetter("scope")
 
 
 def _module_level(name: ast.Name, context: Context) -> bool:
