@@ -103,21 +103,19 @@ def test_explicit_generator_is_nondeterministic(reentrant: bool) -> None:
 
 
 def test_rrelu_training_under_nonreentrant() -> None:
-    """PyTorch's own case: the early-stopped recompute skips the op that fills RReLU's noise."""
+    """PyTorch's own case: the early-stopped recompute skips the op that fills RReLU's noise.
+    The backward then reads a buffer never written, so its gradient is wrong or, where the
+    allocator hands back the memory the forward's noise was in, right by chance: the guard
+    must report it either way."""
     x = torch.randn(64, requires_grad=True)
 
     def region(t: torch.Tensor) -> torch.Tensor:
         return F.rrelu(t, training=True) * 2
 
     torch.manual_seed(0)
-    region(x).sum().backward()
-    unchecked = x.grad.clone()
-    x.grad = None
-    torch.manual_seed(0)
     out = checkpoint(region, x, use_reentrant=False)
     assert torch.equal(out, region_at_seed(region, x, 0)), "forward outputs are equal"
-    out.sum().backward()
-    assert not torch.equal(x.grad, unchecked), "gradients are silently wrong"
+    out.sum().backward()  # unguarded: no error, whatever the buffer held
     ckptguard.enable(strict=True)
     torch.manual_seed(0)
     out = checkpoint(region, x, use_reentrant=False)
