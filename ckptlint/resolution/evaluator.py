@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import TypeVar
 
@@ -102,6 +103,7 @@ class Evaluator:
         self.containers = Containers(self)
         self.modules = Modules(self)
         self.version_tests = VersionTests(self)
+        self._binding_lists: dict[tuple[Binding, ...], _SeenBindings] = {}
 
     # -- questions to the solver -------------------------------------------------------------
     def guarded(
@@ -261,13 +263,15 @@ class Evaluator:
         if not bindings:
             yield from self.modules.unbound_name(node.id, context.module)
             return
-        if len(bindings) > _MANY_BINDINGS and not _may_run_in_a_function(bindings):
+        if len(bindings) > _MANY_BINDINGS:
             # What they hold is the same for every use that sees them all (a function's
             # every use of a name the module rebinds in each of a thousand branches).
-            key = ("bindings", tuple(bindings))
-            module = self.module_context(context.module)
-            yield from self.guarded(key, self._bindings_values, bindings, module)
-            return
+            seen = tuple(bindings)
+            key = ("bindings", self._binding_lists.setdefault(seen, _SeenBindings(seen)))
+            if self.settled(key) or not _may_run_in_a_function(bindings):
+                module = self.module_context(context.module)
+                yield from self.guarded(key, self._bindings_values, bindings, module)
+                return
         for binding in bindings:
             yield from self.binding_values(binding, context)
 
@@ -381,6 +385,14 @@ def _values_of(compute: Callable[..., Iterable[Value]], *args: object) -> Values
     if len(values) > MAX_VALUES:
         return (*values[:MAX_VALUES], UNKNOWN)
     return values
+
+
+@dataclass(frozen=True, eq=False)
+class _SeenBindings:
+    """The bindings a use sees, one object for each list met: the solver hashes a key
+    often, and a tuple of thousands of bindings costs their number at each hash."""
+
+    bindings: tuple[Binding, ...]
 
 
 def _may_run_in_a_function(bindings: list[Binding]) -> bool:
