@@ -8,6 +8,10 @@ folder (nothing is written into the repository):
   raises ``--max-file-size`` so that the file is analysed; by default it is CKP901 at once);
 - **calls**: one function making 20,000 ``checkpoint`` calls in a row.
 
+Then the shapes of ``tests/test_analysis_bounds.py``'s growth test (a module of N
+definitions or statements of one kind, each shape once quadratic in N) at 1,000, 4,000
+and 16,000: CPU seconds, and the growth from each size to the next (linear: x4).
+
 Each row is one ``ckptlint --no-cache`` process (wall seconds, CPU seconds, its own peak
 memory) beside a process that only runs ``ast.parse`` on the same file, so the ratio says
 what the analysis adds to parsing. Medians of interleaved repetitions.
@@ -27,6 +31,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.test_analysis_bounds import GROWING_SHAPES, growing_module  # noqa: E402
+
 CKPTLINT = [sys.executable, "-m", "ckptlint", "--no-cache", "--exit-zero", "-q"]
 PARSE_ONLY = [sys.executable, "-c", "import ast, sys; ast.parse(open(sys.argv[1]).read())"]
 RAISED = ["--max-file-size", "200000000"]
@@ -82,6 +89,7 @@ def main() -> None:
                 runs.setdefault((name, count, "ckptlint"), []).append(ckptlint)
                 runs.setdefault((name, count, "parse"), []).append(parse)
         default = measure([*CKPTLINT, "."], cases[2][2])
+        growth = _growth(Path(folder), options.repeat)
     print(f"{options.repeat} interleaved repetitions, medians; each row one process\n")
     print(
         "| file | ckptlint wall s | CPU s | peak MiB | ast.parse CPU s | peak MiB |"
@@ -99,6 +107,33 @@ def main() -> None:
         f"\nthe 1,000,000-line module with the default bounds (CKP901, not parsed): "
         f"{default[1]:.2f} s CPU, {default[2]:.0f} MiB"
     )
+    print("\n| shape | " + " | ".join(f"{n:,} CPU s" for n in GROWTH_SIZES) + " | growth |")
+    print("| --- | " + " | ".join("---" for _ in GROWTH_SIZES) + " | --- |")
+    for shape, seconds in growth.items():
+        steps = ", ".join(f"x{b / a:.1f}" for a, b in zip(seconds, seconds[1:], strict=False))
+        print(f"| {shape} | " + " | ".join(f"{s:.2f}" for s in seconds) + f" | {steps} |")
+
+
+GROWTH_SIZES = (1_000, 4_000, 16_000)
+
+
+def _growth(folder: Path, repeat: int) -> dict[str, list[float]]:
+    """Median CPU seconds of each growth shape at each size (interleaved repetitions)."""
+    cases = []
+    for shape in GROWING_SHAPES:
+        for count in GROWTH_SIZES:
+            case = folder / f"{shape}-{count}"
+            case.mkdir()
+            (case / "module.py").write_text(growing_module(shape, count))
+            cases.append((shape, case))
+    runs: dict[Path, list[float]] = {}
+    for _ in range(repeat):
+        for _, case in cases:
+            runs.setdefault(case, []).append(measure([*CKPTLINT, "."], case)[1])
+    found: dict[str, list[float]] = {}
+    for shape, case in cases:
+        found.setdefault(shape, []).append(statistics.median(runs[case]))
+    return found
 
 
 if __name__ == "__main__":

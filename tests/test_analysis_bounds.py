@@ -595,15 +595,20 @@ GROWING_SHAPES: dict[str, Callable[[int], str]] = {
 }
 
 
-def work_to_lint(root: Path, shape: str, count: int) -> tuple[int, int, int, bool]:
-    """Python lines run, characters parsed and characters searched for a word to lint one
-    module of ``count`` definitions of ``shape`` (counted, not timed: the same on any
-    machine), and whether the call at its last line got its CKP001."""
-    text = (
+def growing_module(shape: str, count: int) -> str:
+    """A module of ``count`` definitions of ``shape``, ending in a call that is CKP001."""
+    return (
         "from torch import nn\nfrom torch.utils.checkpoint import checkpoint\nX = 0\n"
         + GROWING_SHAPES[shape](count)
         + "def forward(m, x):\n    return checkpoint(m, x)\n"
     )
+
+
+def work_to_lint(root: Path, shape: str, count: int) -> tuple[int, int, int, bool]:
+    """Python lines run, characters parsed and characters searched for a word to lint one
+    module of ``count`` definitions of ``shape`` (counted, not timed: the same on any
+    machine), and whether the call at its last line got its CKP001."""
+    text = growing_module(shape, count)
     (path,) = write(root, {f"{shape}_{count}.py": text})
     lines_run = parsed = searched = 0
     real_parse, real_search = ast.parse, source.word_starts
