@@ -205,26 +205,24 @@ class Project:
         name = self.layout.module_name(path)
         is_package = self.layout.is_package(path)
         shape = shape_of(lines, text, parsed.chunks)
-        self._watch_reads(path, tree, shape)
-        always = self._always_read[path]
-        # Bodies the scopes are built from now are read with the module (an ordered set: a
-        # module may hold thousands of such bodies).
-        loading = self._loading = dict.fromkeys(always)
+        # The bodies the scopes are built from now are read with the module too.
+        always = self._loading = self._watch_reads(path, tree, shape)
         try:
             scopes = build_scopes(tree, lines_binding_outward(lines, text))
         finally:
             self._loading = None
-            always[:] = loading
+            self._always_read[path] = list(always)
         names = self.files.names(path)
         digest = self.files.digest(path)
         return Module(
             path, name, is_package, text, lines, tree, scopes, shape, names, digest, self.recorder
         )
 
-    def _watch_reads(self, path: str, tree: ast.Module, shape: Shape) -> None:
+    def _watch_reads(self, path: str, tree: ast.Module, shape: Shape) -> dict[str, None]:
         """Have each lazily parsed definition tell the recorder when its body is read; the
-        others, and those read while the module loads, count as read with their module."""
-        always: dict[str, None] = {}  # an ordered set
+        others count as read with their module: their keys, as an ordered set (a module may
+        hold thousands of definitions)."""
+        always: dict[str, None] = {}
         for statement in tree.body:
             key = shape.key_at(statement.lineno)
             if not key:
@@ -233,7 +231,7 @@ class Project:
                 statement.on_read = _PartWatch(self, path, key, shape)
             else:
                 always.setdefault(key)
-        self._always_read[path] = list(always)
+        return always
 
     def _read(self, fact: PartRead) -> None:
         if self._loading is not None:

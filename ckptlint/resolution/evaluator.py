@@ -272,8 +272,7 @@ class Evaluator:
                 module = self.module_context(context.module)
                 yield from self.guarded(key, self._bindings_values, bindings, module)
                 return
-        for binding in bindings:
-            yield from self.binding_values(binding, context)
+        yield from self._bindings_values(bindings, context)
 
     def _bindings_values(self, bindings: list[Binding], context: Context) -> Iterator[Value]:
         for binding in bindings:
